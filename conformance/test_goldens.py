@@ -1,0 +1,32 @@
+"""Goldens: committed native-TF outputs still reproduce with today's TensorFlow."""
+
+import pytest
+
+pytestmark = [pytest.mark.tf]
+
+
+def test_goldens_reproduce(parity_session, parity_model, parity_details):
+    pytest.importorskip("tensorflow")
+    from paritygate import goldens
+    from paritygate.checks import compare, run_batched
+    from paritygate.runtimes import reference_runner
+
+    spec = parity_model
+    runner = reference_runner(parity_session, spec)
+    if parity_session.update_goldens:
+        inputs, labels = goldens.input_set(spec)
+        outputs = run_batched(runner, inputs, spec.max_batch)
+        path = goldens.write_golden(spec, inputs, outputs, labels)
+        parity_details.update(action="regenerated", golden=str(path))
+    if not goldens.golden_path(spec).exists():
+        pytest.skip(f"model '{spec.name}' has no goldens ({goldens.golden_path(spec)}); the candidate is "
+                    "compared with the live TF reference instead (create goldens with --update-goldens)")
+    golden = goldens.load_golden(spec)
+    drift = goldens.reference_drift(spec)
+    parity_details["golden"] = str(goldens.golden_path(spec))
+    assert drift is None, (f"{spec.reference}: the reference changed since its goldens were made "
+                           f"(sha256 {drift[0]} -> {drift[1]}); regenerate deliberately with --update-goldens")
+    today = run_batched(runner, golden.inputs, spec.max_batch)
+    result = compare(spec, "fp32", golden.outputs, today, compare_task=False)
+    parity_details.update(result.details(tensorflow=parity_session.environment["tensorflow"]))
+    assert result.passed, "today's TensorFlow no longer reproduces the goldens:\n" + "\n".join(result.failures)

@@ -1,0 +1,41 @@
+"""The candidate (ONNX Runtime or TensorRT) against the goldens, per precision, with the full policy."""
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
+
+
+def test_matches_reference(parity_session, parity_case, parity_details):
+    from paritygate.checks import candidate_parity
+
+    spec, precision = parity_case
+    result, ref = candidate_parity(parity_session, spec, precision)
+    parity_details.update(result.details(reference=ref.source, samples=len(next(iter(ref.inputs.values())))))
+    if not result.passed:
+        parity_details["reproducer"] = parity_session.save_reproducer(spec, precision, "matches_reference",
+                                                                       ref.inputs, result.failures)
+    assert result.passed, "\n".join(result.failures)
+
+
+def test_accepts_every_batch_size(parity_session, parity_case, parity_details):
+    """The candidate must accept every batch size 1..max_batch (a rejection fails, it is not skipped)."""
+    from paritygate.checks import reference_set
+    from paritygate.runtimes import candidate_runner
+
+    spec, precision = parity_case
+    runner = candidate_runner(parity_session, spec, precision)
+    ref = reference_set(parity_session, spec)
+    rejected = {}
+    for batch in range(1, spec.max_batch + 1):
+        feed = {k: np.resize(v, (batch, *v.shape[1:])) for k, v in ref.inputs.items()}
+        try:
+            out = runner.infer(feed)
+        except Exception as err:  # the runtime's own error type varies
+            rejected[batch] = str(err).splitlines()[0][:300]
+            continue
+        wrong = {k: list(v.shape) for k, v in out.items() if v.shape[:1] != (batch,)}
+        if wrong:
+            rejected[batch] = f"outputs {wrong} do not have batch dimension {batch}"
+    parity_details.update(max_batch=spec.max_batch, rejected=rejected)
+    assert not rejected, f"{spec.name} {precision}: batch sizes rejected by the candidate: {rejected}"

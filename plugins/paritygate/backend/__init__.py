@@ -1,0 +1,1 @@
+"""Runtimes behind one runner contract: loaders build lazily, runners infer."""

@@ -1,0 +1,66 @@
+"""The runner contract shared by every runtime (Polygraphy's BaseRunner, trimmed).
+
+A runner is a context manager: ``activate()`` loads, ``infer(feed)`` maps input name -> ndarray to output
+name -> ndarray, ``deactivate()`` frees. Public methods validate and delegate to ``*_impl`` hooks.
+"""
+
+import time
+
+import numpy as np
+
+
+class RunnerError(RuntimeError):
+    """A runner could not load or run its model; the message names the file or tensor."""
+
+
+class BaseRunner:
+    def __init__(self, name):
+        self.name = name
+        self.is_active = False
+        self.last_inference_time = None  # seconds, wall time of the last infer_impl call
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def activate(self):
+        if not self.is_active:
+            self.activate_impl()
+            self.is_active = True
+        return self
+
+    def deactivate(self):
+        if self.is_active:
+            self.deactivate_impl()
+            self.is_active = False
+
+    def __enter__(self):
+        return self.activate()
+
+    def __exit__(self, *exc):
+        self.deactivate()
+
+    # -- inference -----------------------------------------------------------------------------------
+    def infer(self, feed):
+        if not self.is_active:
+            raise RunnerError(f"{self.name}: infer() called before activate()")
+        if not isinstance(feed, dict) or not all(isinstance(v, np.ndarray) for v in feed.values()):
+            raise TypeError(f"{self.name}: infer() takes a dict of input name -> numpy.ndarray")
+        start = time.perf_counter()
+        outputs = self.infer_impl(feed)
+        self.last_inference_time = time.perf_counter() - start
+        return outputs
+
+    def input_metadata(self):
+        """Input name -> (numpy dtype, shape with -1 for dynamic dims)."""
+        return self.input_metadata_impl()
+
+    # -- hooks ---------------------------------------------------------------------------------------
+    def activate_impl(self):
+        raise NotImplementedError
+
+    def infer_impl(self, feed):
+        raise NotImplementedError
+
+    def input_metadata_impl(self):
+        raise NotImplementedError
+
+    def deactivate_impl(self):
+        pass

@@ -1,0 +1,149 @@
+"""ONNX artifacts per precision, shared by every runtime, each cached by content hash.
+
+fp32: the configured ONNX, or the reference converted with tf2onnx.
+fp16: fp32 converted with onnxconverter-common, I/O kept float32, a stated op list kept in FP32.
+int8: explicit Q/DQ ONNX from onnxruntime.quantization.quantize_static, calibrated on the model's inputs.
+"""
+
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from paritygate.backend.base import RunnerError
+from paritygate.cache import cached_file, hash_path, key_of
+from paritygate.lazy import lazy_import
+
+onnx = lazy_import("onnx")
+
+OPSET = 17  # tf2onnx 1.17's default target; TensorRT 10's ONNX parser supports opsets 9..20 (TensorRT support matrix)
+
+# Ops whose FP16 execution overflows or loses too much: LayerNorm and softmax reductions overflow in FP16
+# (NVIDIA/TensorRT#2564, #3101, #4355); Exp/Pow/Sqrt/Reduce* are the pieces tf2onnx decomposes them into.
+FP16_KEEP_FP32 = ("LayerNormalization", "Softmax", "Exp", "Pow", "Sqrt", "ReduceMean", "ReduceSum", "Erf")
+
+# Static Q/DQ quantization that TensorRT accepts: symmetric signed INT8 for activations and weights
+# (TensorRT explicit quantization requires zero-point 0: TensorRT developer guide, "Explicit Quantization").
+INT8_OPS = ("Conv", "MatMul", "Gemm")
+
+
+def _version(dist):
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def load_checked(path):
+    """onnx.load + checker, with errors naming the file."""
+    path = Path(path)
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+    except FileNotFoundError as err:
+        raise RunnerError(f"{path}: ONNX file not found") from err
+    except Exception as err:
+        raise RunnerError(f"{path}: not a valid ONNX model: {str(err).splitlines()[0][:300]}") from err
+    return model
+
+
+def fp32_onnx(spec):
+    """The fp32 candidate: ``spec.onnx`` when given, else the reference converted with tf2onnx (cached)."""
+    if spec.onnx is not None:
+        load_checked(spec.onnx)
+        return Path(spec.onnx)
+    key = key_of(reference=hash_path(spec.reference), signature=spec.signature, opset=OPSET,
+                 tf2onnx=_version("tf2onnx"), tf=_version("tensorflow-cpu") or _version("tensorflow"))
+    return cached_file("onnx", f"{spec.name}-fp32-{key}", ".onnx", lambda tmp: _convert(spec, tmp))
+
+
+def _convert(spec, out):
+    source = Path(spec.reference)
+    if source.suffix == ".keras":
+        raise RunnerError(f"{spec.where('reference')}: {source} is a .keras file; tf2onnx converts SavedModels: "
+                          "give `onnx = ...` for this model or point `reference` at a SavedModel directory")
+    cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(source), "--signature_def",
+           spec.signature, "--opset", str(OPSET), "--output", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_quiet_env())
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise RunnerError(f"{source}: tf2onnx conversion failed ({' '.join(cmd)}):\n{tail}")
+
+
+def _quiet_env():
+    import os
+
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def fp16_onnx(spec, keep_fp32=FP16_KEEP_FP32):
+    src = fp32_onnx(spec)
+    key = key_of(src=hash_path(src), keep=sorted(keep_fp32), occ=_version("onnxconverter-common"),
+                 onnx=_version("onnx"))
+
+    def build(out):
+        from onnxconverter_common import float16
+
+        model = float16.convert_float_to_float16(load_checked(src), keep_io_types=True,
+                                                 op_block_list=list(keep_fp32) + list(float16.DEFAULT_OP_BLOCK_LIST))
+        onnx.save(model, str(out))
+
+    return cached_file("onnx", f"{spec.name}-fp16-{key}", ".onnx", build)
+
+
+def load_calibration(spec):
+    if spec.calibration is None:
+        raise RunnerError(f"{spec.where('calibration')}: int8 needs calibration data, but none is configured")
+    try:
+        with np.load(spec.calibration, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except Exception as err:
+        raise RunnerError(f"{spec.calibration}: cannot read calibration .npz: {err}") from err
+    missing = sorted(set(spec.inputs) - set(arrays))
+    if missing:
+        raise RunnerError(f"{spec.calibration}: calibration data lacks input(s) {missing}; "
+                          f"expected arrays named {sorted(spec.inputs)}, found {sorted(arrays)}")
+    for name, tensor in spec.inputs.items():
+        arr = arrays[name]
+        if arr.ndim != len(tensor.shape) or arr.shape[1:] != tuple(tensor.shape[1:]) or arr.dtype != tensor.dtype:
+            raise RunnerError(f"{spec.calibration}: array '{name}' is {arr.dtype}{list(arr.shape)}, expected "
+                              f"{tensor.dtype}{[-1, *tensor.shape[1:]]}")
+    return {k: arrays[k] for k in spec.inputs}
+
+
+def int8_onnx(spec, ops=INT8_OPS):
+    calib = load_calibration(spec)
+    src = fp32_onnx(spec)
+    key = key_of(src=hash_path(src), calib=hash_path(spec.calibration), ops=sorted(ops),
+                 ort=_version("onnxruntime"), onnx=_version("onnx"))
+
+    def build(out):
+        from onnxruntime import quantization as q
+
+        n = len(next(iter(calib.values())))
+        reader = _Reader([{k: v[i:i + 1] for k, v in calib.items()} for i in range(n)])
+        q.quantize_static(str(src), str(out), reader, quant_format=q.QuantFormat.QDQ,
+                          activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
+                          per_channel=True, op_types_to_quantize=list(ops),
+                          calibrate_method=q.CalibrationMethod.MinMax,
+                          extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+
+    return cached_file("onnx", f"{spec.name}-int8-{key}", ".onnx", build)
+
+
+class _Reader:
+    def __init__(self, feeds):
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+ARTIFACTS = {"fp32": fp32_onnx, "fp16": fp16_onnx, "int8": int8_onnx}
+
+
+def onnx_artifact(spec, precision):
+    """Path of the ONNX artifact for ``precision`` (built on first use, then served from the cache)."""
+    return ARTIFACTS[precision](spec)

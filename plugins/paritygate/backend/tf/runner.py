@@ -1,0 +1,85 @@
+"""Native TensorFlow reference: a SavedModel signature or a .keras file, run on CPU."""
+
+from pathlib import Path
+
+import numpy as np
+
+from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.lazy import lazy_import
+
+tf = lazy_import("tensorflow")
+
+
+class TfRunner(BaseRunner):
+    """Runs ``spec.reference`` (SavedModel dir + signature, or .keras file) and returns named outputs."""
+
+    def __init__(self, path, signature="serving_default", name=None):
+        super().__init__(name or f"tf:{Path(path).name}")
+        self.path = Path(path)
+        self.signature = signature
+        self._fn = None
+        self._inputs = None  # name -> (np.dtype, shape)
+        self.output_names = None
+
+    def activate_impl(self):
+        if self.path.suffix == ".keras":
+            self._load_keras()
+        else:
+            self._load_saved_model()
+
+    def _load_saved_model(self):
+        if not (self.path / "saved_model.pb").exists():
+            raise RunnerError(f"{self.path}: not a TensorFlow SavedModel (no saved_model.pb); expected a "
+                              "SavedModel directory or a .keras file")
+        try:
+            loaded = tf.saved_model.load(str(self.path))
+        except Exception as err:  # TF raises many types for corrupt models
+            raise RunnerError(f"{self.path}: cannot load SavedModel: {err}") from err
+        if self.signature not in loaded.signatures:
+            raise RunnerError(f"{self.path}: SavedModel has no signature '{self.signature}'; "
+                              f"it has {sorted(loaded.signatures) or 'none'}")
+        fn = loaded.signatures[self.signature]
+        self._keep = loaded  # the signature holds weak references to the loaded object's variables
+        self._fn = lambda feed: fn(**{k: tf.constant(v) for k, v in feed.items()})
+        specs = fn.structured_input_signature[1]
+        self._inputs = {k: (np.dtype(s.dtype.as_numpy_dtype), tuple(-1 if d is None else d for d in s.shape))
+                        for k, s in specs.items()}
+        self.output_names = sorted(fn.structured_outputs)
+
+    def _load_keras(self):
+        keras = lazy_import("keras")
+        try:
+            model = keras.saving.load_model(str(self.path), compile=False)
+        except Exception as err:
+            raise RunnerError(f"{self.path}: cannot load Keras model: {err}") from err
+        names = [t.name.split(":")[0] for t in model.inputs]
+        self._inputs = {n: (np.dtype(t.dtype), tuple(-1 if d is None else d for d in t.shape))
+                        for n, t in zip(names, model.inputs)}
+        outs = getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))]
+        self.output_names = list(outs)
+
+        def call(feed):
+            args = [feed[n] for n in names]
+            result = model(args if len(args) > 1 else args[0], training=False)
+            result = result if isinstance(result, (list, tuple)) else [result]
+            return dict(zip(self.output_names, result))
+
+        self._fn = call
+
+    def infer_impl(self, feed):
+        missing = set(self._inputs) - set(feed)
+        if missing:
+            raise RunnerError(f"{self.path}: feed is missing input(s) {sorted(missing)}")
+        try:
+            outputs = self._fn(feed)
+        except Exception as err:
+            raise RunnerError(f"{self.path}: signature '{self.signature}' failed on inputs "
+                              f"{ {k: (v.dtype.name, v.shape) for k, v in feed.items()} }: {err}") from err
+        return {k: np.asarray(v) for k, v in outputs.items()}
+
+    def input_metadata_impl(self):
+        return dict(self._inputs)
+
+    def deactivate_impl(self):
+        self._fn = None
+        self._keep = None

@@ -1,0 +1,157 @@
+"""Elementwise comparison of named outputs with error statistics (vectorised: 1e7 elements well under 0.5 s)."""
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from paritygate.comparator.tolerance import COSINE_MIN, tolerance_for
+
+
+class OutputMismatchError(ValueError):
+    """Reference and candidate outputs cannot be paired (missing name, different shape)."""
+
+
+@dataclass
+class OutputComparison:
+    output: str
+    candidate_output: str
+    shape: tuple
+    tolerance: dict
+    passed: bool
+    elements: int = 0
+    mismatches: int = 0
+    nonfinite_mismatches: int = 0
+    max_abs: float = 0.0
+    mean_abs: float = 0.0
+    p99_abs: float = 0.0
+    max_rel: float = 0.0
+    mean_rel: float = 0.0
+    p99_rel: float = 0.0
+    cosine: float = 1.0
+    worst: dict = field(default_factory=dict)  # index, batch element, reference and candidate values
+    failing_batch_elements: list = field(default_factory=list)
+
+    def as_dict(self):
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return d
+
+    def describe(self):
+        w = self.worst
+        where = f" worst at index {w.get('index')} (batch element {w.get('batch_element')}): " \
+                f"reference {w.get('reference')}, candidate {w.get('candidate')}" if w else ""
+        return (f"output '{self.output}': {self.mismatches}/{self.elements} elements outside "
+                f"atol={self.tolerance['atol']:g} rtol={self.tolerance['rtol']:g} "
+                f"({self.nonfinite_mismatches} non-finite), max abs {self.max_abs:.3g}, "
+                f"max rel {self.max_rel:.3g}, cosine {self.cosine:.6f};{where}")
+
+
+def pair_outputs(spec, ref_names, cand_names):
+    """Reference output name -> candidate output name, by name unless mapped in ``[models.outputs]``.
+
+    An unmatched output on either side is an error, never silently dropped."""
+    mapping = {}
+    for ref in ref_names:
+        cand = spec.outputs.get(ref, ref)
+        if cand not in cand_names:
+            raise OutputMismatchError(
+                f"{spec.where('outputs')}: reference output '{ref}' has no candidate output '{cand}'; "
+                f"candidate outputs are {sorted(cand_names)} (map names in [models.outputs])")
+        mapping[ref] = cand
+    unknown = sorted(set(spec.outputs) - set(ref_names))
+    extra = sorted(set(cand_names) - set(mapping.values()))
+    if unknown:
+        raise OutputMismatchError(f"{spec.where('outputs')}: maps {unknown}, which the reference does not have; "
+                                  f"reference outputs are {sorted(ref_names)}")
+    if extra:
+        raise OutputMismatchError(f"{spec.where('outputs')}: candidate output(s) {extra} match no reference "
+                                  f"output {sorted(ref_names)}")
+    return mapping
+
+
+def compare_array(ref, cand, tol, name="output", cand_name=None):
+    """Compare one output; numpy.isclose semantics plus statistics, NaN/Inf rules of the policy."""
+    cand_name = cand_name or name
+    ref, cand = np.asarray(ref), np.asarray(cand)
+    if ref.shape != cand.shape:
+        raise OutputMismatchError(f"output '{name}': candidate '{cand_name}' has shape {list(cand.shape)}, "
+                                  f"reference has {list(ref.shape)}")
+    out = OutputComparison(name, cand_name, ref.shape, tol.as_dict(), True, elements=int(ref.size))
+    if ref.size == 0:
+        return out
+    work = np.result_type(ref.dtype, cand.dtype, np.float32)  # float32 math for float32 outputs (as isclose)
+    r = ref.astype(work, copy=False).ravel()
+    c = cand.astype(work, copy=False).ravel()
+    all_finite = bool(np.isfinite(r).all() and np.isfinite(c).all())
+    if all_finite:
+        both = None
+        nonfinite_bad = None
+        diff = np.abs(c - r)
+        absref = np.abs(r)
+    else:
+        r_fin, c_fin = np.isfinite(r), np.isfinite(c)
+        both = r_fin & c_fin
+        # Non-finite rules: a non-finite candidate where the reference is finite always fails; a non-finite
+        # reference passes only where the candidate holds the same value (NaN for NaN, +Inf for +Inf).
+        same_nonfinite = ~r_fin & ((np.isnan(r) & np.isnan(c)) | (r == c))
+        nonfinite_bad = ~both & ~same_nonfinite
+        diff = np.abs(c - r, where=both, out=np.zeros_like(r))
+        absref = np.abs(r, where=both, out=np.zeros_like(r))
+    limit = absref * work.type(tol.rtol)
+    limit += work.type(tol.atol)
+    bad = diff > limit
+    if nonfinite_bad is not None:
+        bad |= nonfinite_bad
+    out.mismatches = int(np.count_nonzero(bad))
+    out.nonfinite_mismatches = 0 if nonfinite_bad is None else int(np.count_nonzero(nonfinite_bad))
+    out.passed = out.mismatches == 0
+    d = diff if both is None else diff[both]
+    a = absref if both is None else absref[both]
+    if d.size:
+        rel = np.divide(d, a, out=np.where(d > 0, np.inf, 0.0).astype(work), where=a > 0)
+        finite_rel = rel[np.isfinite(rel)]
+        out.max_abs, out.mean_abs, out.p99_abs = float(d.max()), float(d.mean(dtype=np.float64)), _p99(d)
+        out.max_rel = float(rel.max())
+        out.mean_rel = float(finite_rel.mean(dtype=np.float64)) if finite_rel.size else 0.0
+        out.p99_rel = _p99(rel)
+        out.cosine = _cosine(r if both is None else r[both], c if both is None else c[both])
+    if out.mismatches:
+        score = (diff - limit).astype(np.float64)
+        if nonfinite_bad is not None:
+            score[nonfinite_bad] = np.inf
+        flat = int(np.argmax(score))
+        index = np.unravel_index(flat, ref.shape)
+        out.worst = {"index": [int(i) for i in index], "batch_element": int(index[0]) if ref.ndim else 0,
+                     "reference": float(r[flat]), "candidate": float(c[flat])}
+        if ref.ndim:
+            per_row = bad.reshape(ref.shape[0], -1).any(axis=1)
+            out.failing_batch_elements = [int(i) for i in np.flatnonzero(per_row)]
+    return out
+
+
+def _p99(values):
+    k = int(np.ceil(0.99 * values.size)) - 1
+    return float(np.partition(values, k)[k])
+
+
+def _cosine(a, b):
+    # Products in the working dtype (no accumulation error), sums accumulated in float64.
+    dot = np.add.reduce(a * b, dtype=np.float64)
+    na = np.sqrt(np.add.reduce(a * a, dtype=np.float64))
+    nb = np.sqrt(np.add.reduce(b * b, dtype=np.float64))
+    if na == 0 and nb == 0:
+        return 1.0
+    if na == 0 or nb == 0:
+        return 0.0
+    return float(dot / (na * nb))
+
+
+def compare_outputs(spec, precision, ref_outputs, cand_outputs):
+    """Compare every reference output with its paired candidate output; returns OutputComparisons."""
+    mapping = pair_outputs(spec, list(ref_outputs), list(cand_outputs))
+    return [compare_array(ref_outputs[r], cand_outputs[c], tolerance_for(spec, precision, r), r, c)
+            for r, c in mapping.items()]
+
+
+def cosine_ok(comparison):
+    return comparison.cosine >= COSINE_MIN

@@ -1,0 +1,55 @@
+"""The tolerance policy: each number with its source, overridable per model, precision and output."""
+
+from dataclasses import dataclass
+
+TF_TRT_BASE = ("tensorflow/python/compiler/tensorrt/test/tf_trt_integration_test_base.py, "
+               "ExpectedAbsoluteTolerance/ExpectedRelativeTolerance: 1e-5 for FP32, 1e-2 otherwise")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    source: str
+
+    def as_dict(self):
+        return {"atol": self.atol, "rtol": self.rtol, "source": self.source}
+
+
+# Elementwise, numpy.isclose semantics: an element fails only when |cand - ref| > atol + rtol * |ref|.
+DEFAULTS = {
+    "fp32": Tolerance(1e-5, 1e-5, TF_TRT_BASE),
+    "fp16": Tolerance(1e-2, 1e-2, TF_TRT_BASE),
+    "int8": Tolerance(1e-2, 1e-2, TF_TRT_BASE),
+}
+
+# Statistic budget: minimum cosine similarity between flattened outputs
+# (polygraphy/comparator/compare.py, CosineSimilarityCompareFunc._DEFAULT_THRESHOLD = 0.997, Polygraphy 0.53).
+COSINE_MIN = 0.997
+COSINE_SOURCE = "Polygraphy CosineSimilarityCompareFunc default threshold 0.997"
+
+# Task metrics for reduced precision: accuracy >= 99% of the FP32 reference's (MLPerf Inference rules,
+# "Benchmarks" table: 99% of FP32 accuracy target), and top-1 agreement with the reference at that same ratio.
+TASK_RATIO = 0.99
+TASK_SOURCE = "MLPerf Inference rules: 99% of the FP32 reference accuracy"
+
+# Detection matching: a candidate detection matches a reference one at IoU >= 0.5 (the PASCAL VOC / COCO
+# AP@0.5 criterion) with the same class; scores then compare with the precision's elementwise tolerance.
+DETECTION_IOU = 0.5
+DETECTION_MIN_SCORE = 0.5  # reference detections at or above this score must be found again
+
+
+def tolerance_for(spec, precision, output=None):
+    """The tolerance for ``output`` of ``spec`` at ``precision``: per-output override, per-precision
+    override from the config, else the built-in default."""
+    default = DEFAULTS[precision]
+    table = spec.tolerances.get(precision, {})
+    per_output = table.get("outputs", {}).get(output, {}) if output else {}
+    if per_output:
+        where = f"{spec.source} [models.tolerances.{precision}.outputs.{output}] of model '{spec.name}'"
+        return Tolerance(per_output.get("atol", table.get("atol", default.atol)),
+                         per_output.get("rtol", table.get("rtol", default.rtol)), where)
+    if "atol" in table or "rtol" in table:
+        where = f"{spec.source} [models.tolerances.{precision}] of model '{spec.name}'"
+        return Tolerance(table.get("atol", default.atol), table.get("rtol", default.rtol), where)
+    return default

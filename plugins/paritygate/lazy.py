@@ -1,0 +1,67 @@
+"""Lazy imports, in the manner of Polygraphy's ``mod.lazy_import``.
+
+The plugin must load and collect on a machine with only pytest + numpy, so every heavy framework
+(tensorflow, tensorrt, apache_beam, cuda, onnxruntime, tf2onnx) is imported on first attribute access.
+"""
+
+import importlib
+import importlib.util
+import types
+
+
+class MissingDependency(ImportError):
+    """A heavy dependency is not installed; the message says which extra provides it."""
+
+
+_EXTRA = {
+    "tensorflow": "tf",
+    "tf2onnx": "onnx",
+    "onnx": "onnx",
+    "onnxruntime": "onnx",
+    "onnxconverter_common": "onnx",
+    "apache_beam": "beam",
+    "tensorrt": "gpu",
+    "polygraphy": "gpu",
+    "cuda": "gpu",
+    "matplotlib": "report",
+}
+
+
+def available(name):
+    """True when ``name`` can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing_reason(name):
+    root = name.split(".")[0]
+    extra = _EXTRA.get(root, "cpu")
+    return f"{name} is not installed (pip install 'paritygate[{extra}]')"
+
+
+class _LazyModule(types.ModuleType):
+    def __init__(self, name):
+        super().__init__(name)
+        self.__dict__["_lazy_name"] = name
+        self.__dict__["_lazy_mod"] = None
+
+    def _load(self):
+        mod = self.__dict__["_lazy_mod"]
+        if mod is None:
+            name = self.__dict__["_lazy_name"]
+            try:
+                mod = importlib.import_module(name)
+            except ImportError as err:
+                raise MissingDependency(f"{missing_reason(name)}: {err}") from err
+            self.__dict__["_lazy_mod"] = mod
+        return mod
+
+    def __getattr__(self, attr):
+        return getattr(self._load(), attr)
+
+
+def lazy_import(name):
+    """Return a proxy that imports ``name`` on first attribute access."""
+    return _LazyModule(name)

@@ -1,0 +1,178 @@
+"""The pytest plugin (wired through the ``pytest11`` entry point). It only talks to pytest.
+
+Importing this module imports none of tensorflow, tensorrt, apache_beam or cuda.
+"""
+
+import os
+
+import pytest
+
+from paritygate.config import BUNDLED_CONFIG, ConfigError
+from paritygate.gpu import pin_xdist_worker
+from paritygate.session import ParitySession
+
+SESSION_KEY = pytest.StashKey[ParitySession]()
+GPU_REQUIRED_KEY = pytest.StashKey[str]()  # why a gpu/trt item cannot run, when --require-gpu is given
+
+MARKERS = {
+    "gpu": "needs an NVIDIA GPU (skipped with a reason without one; fails the run under --require-gpu)",
+    "slow": "takes more than a few seconds",
+    "latency": "latency measurement: runs serially, never beside other work under xdist",
+    "tf": "needs TensorFlow (the reference runtime)",
+    "onnx": "needs ONNX / ONNX Runtime",
+    "trt": "needs TensorRT (implies gpu)",
+    "beam": "needs Apache Beam (RunInference checks)",
+}
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("paritygate", "paritygate: TF -> ONNX -> TensorRT parity and RunInference conformance")
+    group.addoption("--parity-config", metavar="PATH", default=None,
+                    help=f"model config (TOML); exactly its models are validated (default: {BUNDLED_CONFIG})")
+    group.addoption("--parity-runtime", metavar="NAME", choices=("onnxruntime", "tensorrt"), default=None,
+                    help="candidate runtime: onnxruntime|tensorrt (default: tensorrt when importable and a GPU "
+                         "is present, else onnxruntime)")
+    group.addoption("--parity-report", metavar="DIR", default=None,
+                    help="write parity-report.json/.md/.html and reproducers into DIR (default: no report)")
+    group.addoption("--parity-device-class", metavar="NAME", default=None,
+                    help="latency budget class [models.latency.<NAME>] (default: derived from the GPU name, "
+                         "'cpu' without a GPU)")
+    group.addoption("--parity-beam-runner", metavar="NAME", default=None,
+                    help="Beam runner for RunInference checks (default: FnApiRunner; e.g. DataflowRunner)")
+    group.addoption("--parity-beam-option", metavar="OPT", action="append", default=[],
+                    help="pipeline option passed to the Beam runner, repeatable (e.g. --parity-beam-option=--project=x)")
+    group.addoption("--require-gpu", action="store_true", default=False,
+                    help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT")
+    group.addoption("--update-goldens", action="store_true", default=False,
+                    help="regenerate golden outputs and their manifest from the native TF reference")
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):  # xdist worker gwN: pin GPU N before anything initialises CUDA here
+        pin_xdist_worker(config.workerinput.get("workerid"))
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    session = ParitySession(
+        config_path=config.getoption("parity_config"),
+        runtime=config.getoption("parity_runtime"),
+        report_dir=config.getoption("parity_report"),
+        require_gpu=config.getoption("require_gpu"),
+        update_goldens=config.getoption("update_goldens"),
+        device_class=config.getoption("parity_device_class"),
+        beam_runner=config.getoption("parity_beam_runner"),
+        beam_options=config.getoption("parity_beam_option"),
+        is_xdist_worker=hasattr(config, "workerinput"),
+        rootdir=str(config.rootpath),
+    )
+    config.stash[SESSION_KEY] = session
+    if session.report_dir is not None:
+        try:
+            session.check_report_dir()
+        except OSError as err:
+            raise pytest.UsageError(str(err)) from err
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects, so that `-m gpu` also selects trt tests
+def pytest_collection_modifyitems(config, items):
+    session = config.stash[SESSION_KEY]
+    worker = hasattr(config, "workerinput")
+    for item in items:
+        if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):
+            item.add_marker(pytest.mark.gpu)  # trt implies gpu
+        if item.get_closest_marker("gpu") or item.get_closest_marker("trt"):
+            reason = session.gpu_skip_reason(needs_trt=bool(item.get_closest_marker("trt")))
+            if reason and session.require_gpu:
+                item.stash[GPU_REQUIRED_KEY] = reason  # fails in pytest_runtest_setup
+            elif reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+        if worker and item.get_closest_marker("latency"):
+            item.add_marker(pytest.mark.skip(
+                reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
+
+
+def pytest_runtest_setup(item):
+    # A stash entry, not `usefixtures` added at collection time: that comes too late to reach the item's fixtures.
+    reason = item.stash.get(GPU_REQUIRED_KEY, None)
+    if reason is not None:
+        pytest.fail(f"--require-gpu: {reason}", pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    session = item.config.stash[SESSION_KEY]
+    session.record_test_outcome(item, report)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    parity = session.config.stash[SESSION_KEY]
+    parity.finish(workeroutput=getattr(session.config, "workeroutput", None))
+
+
+def pytest_testnodedown(node, error):
+    """xdist: merge the checks a worker recorded into the controller's session."""
+    node.config.stash[SESSION_KEY].merge_worker(node.workeroutput)
+
+
+def pytest_terminal_summary(terminalreporter):
+    parity = terminalreporter.config.stash[SESSION_KEY]
+    for line in parity.summary_lines():
+        terminalreporter.write_line(line)
+
+
+# -- thin fixtures ------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def parity_session(request):
+    """The one ParitySession of this run (config, runtime, recorded checks)."""
+    return request.config.stash[SESSION_KEY]
+
+
+@pytest.fixture(scope="session")
+def parity_models(parity_session):
+    """The ModelSpecs under test (the --parity-config file, or the bundled zoo)."""
+    try:
+        return parity_session.models
+    except ConfigError as err:
+        pytest.fail(str(err), pytrace=False)
+
+
+def pytest_generate_tests(metafunc):
+    """``parity_model`` / ``parity_case`` parametrize over the config's models (x precisions)."""
+    session = metafunc.config.stash[SESSION_KEY]
+    wanted = [f for f in ("parity_model", "parity_case") if f in metafunc.fixturenames]
+    if not wanted:
+        return
+    try:
+        models = session.models
+    except ConfigError as err:
+        raise pytest.UsageError(str(err)) from err
+    if "parity_case" in metafunc.fixturenames:
+        cases = [(m, p) for m in models for p in m.precisions]
+        metafunc.parametrize("parity_case", cases, ids=[f"{m.name}-{p}" for m, p in cases], scope="module")
+    else:
+        metafunc.parametrize("parity_model", models, ids=[m.name for m in models], scope="module")
+
+
+# GPU fixtures live beside the CUDA code they wrap; importing them here registers them with pytest.
+from paritygate.gpu import cuda_stream, gpu_fixture, gpu_memory_guard, gpu_timer  # noqa: E402,F401
+
+
+@pytest.fixture
+def parity_details(request):
+    """A dict a conformance test fills; it becomes the ``details`` of the test's check in the report."""
+    from paritygate.session import DETAILS_KEY
+
+    details = {}
+    request.node.stash[DETAILS_KEY] = details
+    return details
+
+
+@pytest.fixture(scope="session")
+def parity_candidate_available(parity_session):
+    """Skip (or fail under --require-gpu) when the selected candidate runtime cannot run here."""
+    reason = parity_session.runtime_skip_reason()
+    if reason:
+        if parity_session.require_gpu:
+            pytest.fail(f"--require-gpu: {reason}", pytrace=False)
+        pytest.skip(f"candidate runtime {parity_session.runtime}: {reason}")

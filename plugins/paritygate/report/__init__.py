@@ -1,0 +1,26 @@
+"""The parity report: ``parity-report.json`` (schema 1), ``parity-report.md``, ``parity-report.html``."""
+
+import json
+from pathlib import Path
+
+from paritygate.report.html import render_html
+from paritygate.report.markdown import render_markdown
+
+SCHEMA = 1
+
+
+def report_dict(session):
+    return {"schema": SCHEMA, "environment": session.environment, "runtime": session.runtime,
+            "config": str(session.config_path), "device_class": session.device_class,
+            "checks": sorted(session.checks, key=lambda c: (c["model"], c["precision"] or "", c["check"]))}
+
+
+def write_report(session, folder):
+    """Write all three files; called at session end also when checks failed."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = report_dict(session)
+    (folder / "parity-report.json").write_text(json.dumps(data, indent=1, allow_nan=True) + "\n")
+    (folder / "parity-report.md").write_text(render_markdown(data))
+    (folder / "parity-report.html").write_text(render_html(data))
+    return folder

@@ -1,0 +1,76 @@
+"""Self-contained HTML report with plots (matplotlib, embedded as base64 PNG)."""
+
+import base64
+import html
+import io
+
+from paritygate.report.markdown import ICON, _note, _stat_cell
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top}.fail,.error{background:#fdd}
+.pass{background:#efe}.skip{background:#eee}.xfail{background:#ffd}img{max-width:560px}"""
+
+
+def _png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _plots(check):
+    """Error histogram and error vs reference magnitude per output; latency CDF per batch size."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot as plt
+    except ImportError:
+        return ["<p>(plots need matplotlib: pip install 'paritygate[report]')</p>"]
+    images = []
+    for o in check["details"].get("outputs") or []:
+        if "error_histogram" not in o:
+            continue
+        fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3))
+        h = o["error_histogram"]
+        a.stairs(h["counts"], [max(e, 1e-10) for e in h["edges"]], fill=True)
+        a.set_xscale("log")
+        a.set_title(f"{o['output']}: |error| histogram")
+        a.axvline(max(o["tolerance"]["atol"], 1e-10), color="r", ls="--", label="atol")
+        a.legend()
+        s = o["error_vs_magnitude"]
+        b.scatter(s["reference_abs"], s["abs_error"], s=4)
+        b.set_xlabel("|reference|")
+        b.set_ylabel("|error|")
+        b.set_title("error vs reference magnitude")
+        images.append(f'<img src="{_png(fig)}" alt="{html.escape(o["output"])} error plots">')
+        plt.close(fig)
+    rows = check["details"].get("latency") or []
+    if rows and any("samples_ms" in r for r in rows):
+        fig, ax = plt.subplots(figsize=(5, 3))
+        for r in rows:
+            xs = sorted(r.get("samples_ms", []))
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=f"batch {r['batch']}")
+        ax.set_xlabel("ms")
+        ax.set_ylabel("CDF")
+        ax.legend()
+        images.append(f'<img src="{_png(fig)}" alt="latency CDF">')
+        plt.close(fig)
+    return images
+
+
+def render_html(data):
+    env = html.escape(", ".join(f"{k}: {v}" for k, v in data["environment"].items()))
+    out = [f"<!doctype html><meta charset=utf-8><title>Parity report</title><style>{CSS}</style>",
+           f"<h1>Parity report</h1><p>Runtime <b>{html.escape(data['runtime'])}</b>; {env}</p>",
+           "<table><tr><th>model</th><th>precision</th><th>check</th><th>status</th><th>statistics</th>"
+           "<th>note</th><th>plots</th></tr>"]
+    for c in data["checks"]:
+        repro = c["details"].get("reproducer")
+        note = html.escape(_note(c)) + (f"<br><code>{html.escape(repro['command'])}</code>" if repro else "")
+        tol = "".join(f"<br><small>{html.escape(o['output'])}: tolerance from {html.escape(o['tolerance']['source'])}"
+                      f"</small>" for o in c["details"].get("outputs") or [])
+        out.append(f"<tr class={c['status']}><td>{html.escape(c['model'])}</td><td>{c['precision'] or '—'}</td>"
+                   f"<td>{html.escape(c['check'])}</td><td>{ICON[c['status']]}</td>"
+                   f"<td>{html.escape(_stat_cell(c))}{tol}</td><td>{note}</td><td>{''.join(_plots(c))}</td></tr>")
+    out.append("</table>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,53 @@
+"""Markdown summary, suitable for ``$GITHUB_STEP_SUMMARY``."""
+
+ICON = {"pass": "✅ pass", "fail": "❌ fail", "error": "💥 error", "skip": "⏭️ skip", "xfail": "⚠️ xfail"}
+
+
+def _stat_cell(check):
+    outs = check["details"].get("outputs") or []
+    worst = [o for o in outs if not o.get("passed", True)] or outs
+    if not worst:
+        return ""
+    o = max(worst, key=lambda o: o.get("max_abs", 0))
+    tol = o.get("tolerance", {})
+    return (f"`{o['output']}` max abs {o.get('max_abs', 0):.3g}, p99 abs {o.get('p99_abs', 0):.3g}, "
+            f"cos {o.get('cosine', 1):.5f}, {o.get('mismatches', 0)}/{o.get('elements', 0)} out of "
+            f"atol {tol.get('atol', 0):g}/rtol {tol.get('rtol', 0):g}")
+
+
+def _note(check):
+    d = check["details"]
+    text = d.get("message") or d.get("reason") or ""
+    text = text.replace("\n", " ").replace("|", "\\|")
+    return text if len(text) <= 240 else text[:240] + "… (full text in parity-report.json)"
+
+
+def render_markdown(data):
+    checks = data["checks"]
+    counts = {s: sum(c["status"] == s for c in checks) for s in ICON}
+    env = data["environment"]
+    lines = ["# Parity report", "",
+             f"Runtime **{data['runtime']}** · device class `{data['device_class']}` · "
+             f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
+             f"TensorRT {env.get('tensorrt') or 'not installed'} · Beam {env.get('apache-beam')} · "
+             f"GPU: {(env.get('gpu') or {}).get('name') or 'none (' + str(env.get('gpu_unavailable_reason')) + ')'}",
+             "", " · ".join(f"{ICON[s]}: {n}" for s, n in counts.items() if n) or "no checks ran", "",
+             "| model | precision | check | status | statistics (worst output) | note |",
+             "|---|---|---|---|---|---|"]
+    for c in checks:
+        lines.append(f"| {c['model']} | {c['precision'] or '—'} | {c['check']} | {ICON[c['status']]} | "
+                     f"{_stat_cell(c)} | {_note(c)} |")
+    latency = [c for c in checks if c["details"].get("latency")]
+    if latency:
+        lines += ["", "## Latency", "", "| model | precision | batch | p50 ms | p90 ms | p99 ms | budget | status |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for c in latency:
+            for row in c["details"]["latency"]:
+                lines.append(f"| {c['model']} | {c['precision'] or '—'} | {row.get('batch')} | "
+                             f"{row.get('p50_ms', 0):.3f} | {row.get('p90_ms', 0):.3f} | {row.get('p99_ms', 0):.3f} | "
+                             f"{row.get('budget', '—')} | {ICON[c['status']]} |")
+    repro = [(c, c["details"]["reproducer"]) for c in checks if c["details"].get("reproducer")]
+    if repro:
+        lines += ["", "## Reproducers", ""]
+        lines += [f"- {c['model']} {c['precision']} {c['check']}: `{r['command']}`" for c, r in repro]
+    return "\n".join(lines) + "\n"

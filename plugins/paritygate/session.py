@@ -1,0 +1,231 @@
+"""The one ParitySession of a pytest run: config, runtime choice, recorded checks, the report."""
+
+import json
+import os
+import platform
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from paritygate import gpu as _gpu
+from paritygate.config import BUNDLED_CONFIG, load_config
+
+STATUSES = ("pass", "fail", "skip", "xfail", "error")
+_WORKER_KEY = "paritygate_checks"
+DETAILS_KEY = pytest.StashKey[dict]()  # a test's details for its check, filled through `parity_details`
+
+
+def _version(dist):
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment():
+    """Versions and device, read from package metadata: nothing heavy is imported."""
+    probe = _gpu.probe()
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
+        "onnxruntime": _version("onnxruntime") or _version("onnxruntime-gpu"),
+        "onnx": _version("onnx"),
+        "tf2onnx": _version("tf2onnx"),
+        "tensorrt": _version("tensorrt") or _version("tensorrt-cu12") or _version("tensorrt-cu13"),
+        "apache-beam": _version("apache-beam"),
+        "gpu": probe.describe() if probe.available else None,
+        "gpu_unavailable_reason": probe.reason,
+    }
+
+
+class ParitySession:
+    def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False,
+                 update_goldens=False, device_class=None, beam_runner=None, beam_options=(),
+                 is_xdist_worker=False, rootdir="."):
+        self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
+        self.is_bundled = config_path is None
+        self.requested_runtime = runtime
+        self.report_dir = Path(report_dir).resolve() if report_dir else None
+        self.require_gpu = require_gpu
+        self.update_goldens = update_goldens
+        self.device_class_option = device_class
+        self.beam_runner = beam_runner
+        self.beam_options = list(beam_options)
+        self.is_xdist_worker = is_xdist_worker
+        self.rootdir = Path(rootdir)
+        self.checks = []
+        self._models = None
+        self.cache = {}  # per-process memo for loaded references, artifacts and runners
+
+    # -- models and runtime --------------------------------------------------------------------------
+    @property
+    def models(self):
+        """The ModelSpecs under test; raises ConfigError with a one-line message."""
+        if self._models is None:
+            if self.is_bundled:
+                _ensure_zoo_built()
+            self._models = load_config(self.config_path)
+        return self._models
+
+    @property
+    def runtime(self):
+        if self.requested_runtime:
+            return self.requested_runtime
+        return "tensorrt" if _gpu.probe().available and _gpu.trt_reason() is None else "onnxruntime"
+
+    @property
+    def device_class(self):
+        if self.device_class_option:
+            return self.device_class_option
+        probe = _gpu.probe()
+        return probe.device_class() if probe.available else "cpu"
+
+    def gpu_skip_reason(self, needs_trt=False):
+        probe = _gpu.probe()
+        if not probe.available:
+            return probe.reason
+        return _gpu.trt_reason() if needs_trt else None
+
+    def runtime_skip_reason(self):
+        """Why the selected candidate runtime cannot run here (None when it can)."""
+        if self.runtime == "tensorrt":
+            return self.gpu_skip_reason(needs_trt=True)
+        return None
+
+    @property
+    def environment(self):
+        if "environment" not in self.cache:
+            self.cache["environment"] = environment()
+        return self.cache["environment"]
+
+    def save_reproducer(self, spec, precision, check, inputs, failures):
+        from paritygate.cache import cache_root
+        from paritygate.reproducer import save_reproducer
+
+        folder = (self.report_dir or cache_root()) / "reproducers"
+        return save_reproducer(folder, spec, precision, check, self.runtime, inputs, failures)
+
+    # -- checks ---------------------------------------------------------------------------------------
+    def record(self, model, precision, check, status, details=None):
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        self.checks.append({"model": model, "precision": precision, "check": check, "status": status,
+                            "details": _jsonable(details or {})})
+
+    def record_test_outcome(self, item, report):
+        """Each conformance test over a model is one check: its outcome becomes the check's status."""
+        model, precision = _case_of(item)
+        if model is None:
+            return
+        status = _status_of(report)
+        if status is None:
+            return
+        details = dict(item.stash.get(DETAILS_KEY, {}))
+        if report.failed and report.longrepr is not None:
+            details.setdefault("message", _short_failure(report))
+        if report.skipped and isinstance(report.longrepr, tuple):
+            details.setdefault("reason", str(report.longrepr[2]))
+        if hasattr(report, "wasxfail"):
+            details.setdefault("reason", report.wasxfail)
+        details.setdefault("nodeid", item.nodeid)
+        check = item.originalname.removeprefix("test_")
+        self.record(model, precision, check, status, details)
+
+    def merge_worker(self, workeroutput):
+        self.checks.extend(json.loads(workeroutput.get(_WORKER_KEY, "[]")))
+
+    def finish(self, workeroutput=None):
+        if workeroutput is not None:  # an xdist worker hands its checks to the controller
+            workeroutput[_WORKER_KEY] = json.dumps(self.checks)
+            return
+        if self.report_dir is not None:
+            from paritygate.report import write_report
+
+            write_report(self, self.report_dir)
+
+    def check_report_dir(self):
+        """Fail early (not after an hour of checks) when the report folder cannot be written."""
+        try:
+            self.report_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.report_dir, prefix=".write-test-"):
+                pass
+        except OSError as err:
+            raise OSError(f"--parity-report={self.report_dir}: report folder is not writable: "
+                          f"{err.strerror or err}") from err
+
+    def summary_lines(self):
+        if not self.checks:
+            return []
+        counts = {s: sum(c["status"] == s for c in self.checks) for s in STATUSES}
+        text = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        lines = [f"paritygate: runtime {self.runtime}, {len(self.checks)} checks: {text}"]
+        if self.report_dir is not None:
+            lines.append(f"paritygate: report written to {self.report_dir}")
+        return lines
+
+
+
+def _case_of(item):
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None, None
+    if "parity_case" in callspec.params:
+        model, precision = callspec.params["parity_case"]
+        return model.name, precision
+    if "parity_model" in callspec.params:
+        return callspec.params["parity_model"].name, None
+    return None, None
+
+
+def _status_of(report):
+    if hasattr(report, "wasxfail"):
+        if report.skipped:
+            return "xfail"
+        if report.when == "call" and report.passed:
+            return "fail"  # strict xfail that passed unexpectedly is reported as a failure by pytest too
+    if report.when == "call":
+        return {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
+    if report.when == "setup" and not report.passed:
+        return "skip" if report.skipped else "error"
+    if report.when == "teardown" and report.failed:
+        return "error"
+    return None
+
+
+def _short_failure(report):
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    return text if len(text) <= 4000 else text[:4000] + " …(truncated in the report; see the pytest log)"
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj, default=_default))
+
+
+def _default(obj):
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    return repr(obj)
+
+
+def _ensure_zoo_built():
+    """The bundled config points at SavedModels rebuilt from committed weights into the cache."""
+    repo = BUNDLED_CONFIG.parent.parent
+    if str(repo) not in sys.path:
+        sys.path.insert(0, str(repo))
+    from fixtures.zoo.build import ensure_built
+
+    ensure_built()
+
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

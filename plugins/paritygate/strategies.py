@@ -1,0 +1,119 @@
+"""Input generation from a model's input spec: Hypothesis strategies and seeded numpy samples.
+
+Hypothesis draws the *structure* of a feed (batch size, a value pattern per input, a seed, and a few
+"hot" elements set to values Hypothesis favours: bounds, zero, integers, tiny magnitudes), and numpy
+materialises the arrays. Shrinking therefore works on batch size, pattern and hot values, and large image
+inputs cost no more to generate than small ones.
+"""
+
+import os
+
+import numpy as np
+
+FLOAT_PATTERNS = ("uniform", "bounds", "zeros", "tiny", "large", "mixed_sign", "constant")
+INT_PATTERNS = ("uniform", "bounds", "constant", "padded")
+
+
+def register_profiles():
+    """Profiles dev / ci / nightly, chosen by HYPOTHESIS_PROFILE (default dev)."""
+    from hypothesis import HealthCheck, settings
+
+    slow = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+    settings.register_profile("dev", max_examples=10, deadline=None, suppress_health_check=slow)
+    settings.register_profile("ci", max_examples=25, derandomize=True, deadline=None, print_blob=True,
+                              suppress_health_check=slow)
+    settings.register_profile("nightly", max_examples=400, deadline=None, print_blob=True,
+                              suppress_health_check=slow)
+    settings.load_profile(os.getenv("HYPOTHESIS_PROFILE", "dev"))
+
+
+def _fill(pattern, tensor, shape, rng):
+    low, high = tensor.range
+    kind = tensor.dtype.kind
+    if kind in "iub":
+        return _fill_int(pattern, int(low), int(high), shape, rng).astype(tensor.dtype)
+    span = max(abs(low), abs(high))
+    if pattern == "uniform":
+        x = rng.uniform(low, high, shape)
+    elif pattern == "bounds":
+        x = np.where(rng.random(shape) < 0.5, low, high)
+    elif pattern == "zeros":
+        x = np.zeros(shape)
+    elif pattern == "tiny":
+        x = rng.choice([-1.0, 1.0], shape) * 10.0 ** rng.uniform(-12, -4, shape)
+    elif pattern == "large":
+        x = rng.choice([low, high], shape) * rng.uniform(0.9, 1.0, shape)
+    elif pattern == "mixed_sign":
+        x = rng.choice([-1.0, 1.0], shape) * span * 10.0 ** rng.uniform(-6, 0, shape)
+    else:  # constant
+        x = np.full(shape, rng.uniform(low, high))
+    return np.clip(x, low, high).astype(tensor.dtype)
+
+
+def _fill_int(pattern, low, high, shape, rng):
+    if pattern == "uniform":
+        return rng.integers(low, high, shape, endpoint=True)
+    if pattern == "bounds":
+        return np.where(rng.random(shape) < 0.5, low, high)
+    if pattern == "constant":
+        return np.full(shape, rng.integers(low, high, endpoint=True))
+    # padded: along the last axis, a valid prefix of random values then the low value (padding)
+    x = rng.integers(low, high, shape, endpoint=True)
+    if high - low == 1:
+        x = np.full(shape, high)
+    lengths = rng.integers(1, shape[-1], shape[:-1], endpoint=True)
+    positions = np.arange(shape[-1])
+    return np.where(positions < lengths[..., None], x, low)
+
+
+def sample_inputs(spec, count, rng):
+    """``count`` uniformly drawn samples per input (a seeded, reproducible input set)."""
+    return {name: _fill("uniform", t, t.with_batch(count), rng) for name, t in spec.inputs.items()}
+
+
+def feeds(spec, batch_sizes=None):
+    """A Hypothesis strategy of feeds (input name -> array) for ``spec``, batch in 1..max_batch."""
+    from hypothesis import strategies as st
+
+    sizes = st.sampled_from(sorted(batch_sizes)) if batch_sizes else st.integers(1, spec.max_batch)
+
+    @st.composite
+    def strategy(draw):
+        batch = draw(sizes)
+        return {name: draw(_tensors(t, batch)) for name, t in spec.inputs.items()}
+
+    return strategy()
+
+
+def _tensors(tensor, batch):
+    from hypothesis import strategies as st
+
+    shape = tensor.with_batch(batch)
+    patterns = INT_PATTERNS if tensor.dtype.kind in "iub" else FLOAT_PATTERNS
+
+    @st.composite
+    def strategy(draw):
+        pattern = draw(st.sampled_from(patterns))
+        seed = draw(st.integers(0, 2**32 - 1))
+        x = _fill(pattern, tensor, shape, np.random.default_rng(seed))
+        for _ in range(draw(st.integers(0, 3))):
+            index = tuple(draw(st.integers(0, d - 1)) for d in shape)
+            x[index] = draw(_values(tensor))
+        return x
+
+    return strategy()
+
+
+def _values(tensor):
+    from hypothesis import strategies as st
+
+    low, high = tensor.range
+    if tensor.dtype.kind in "iub":
+        return st.integers(int(low), int(high))
+    width = 16 if tensor.dtype == np.float16 else (32 if tensor.dtype == np.float32 else 64)
+    if width < 64:  # Hypothesis needs bounds representable at this width: round them inwards
+        ftype = np.float16 if width == 16 else np.float32
+        lo, hi = ftype(low), ftype(high)
+        low = float(lo if lo >= low else np.nextafter(lo, ftype(np.inf)))
+        high = float(hi if hi <= high else np.nextafter(hi, ftype(-np.inf)))
+    return st.floats(low, high, allow_nan=False, allow_infinity=False, width=width)
