@@ -61,7 +61,10 @@ def _schema_validator():
     import jsonschema
 
     schema = json.loads(SCHEMA_PATH.read_text())
-    return jsonschema.Draft202012Validator(schema)
+    # JSON Schema counts 8.0 as an integer; TOML tells them apart, and a float max_batch or shape breaks numpy.
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine("integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
 def _key_path(error):
@@ -124,10 +127,11 @@ def _tensor_spec(where, name, table):
             raise ConfigError(f"{where}: input '{name}' range {[low, high]}: bool inputs take [0, 1]")
         if dtype.kind in "iu":
             info = np.iinfo(dtype)
-            if low != int(low) or high != int(high) or low < info.min or high > info.max:
+            integral = all(isinstance(v, int) or float(v).is_integer() for v in (low, high))  # inf/nan: no
+            if not integral or low < info.min or high > info.max:
                 raise ConfigError(f"{where}: input '{name}' range {[low, high]}: expected integers "
                                   f"within {dtype} [{info.min}, {info.max}]")
-    elif not (np.isfinite(low) and np.isfinite(high)) or max(abs(low), abs(high)) > np.finfo(dtype).max:
+    elif not (np.isfinite(low) and np.isfinite(high)) or max(abs(low), abs(high)) > float(np.finfo(dtype).max):
         raise ConfigError(f"{where}: input '{name}' range {[low, high]}: expected finite bounds within {dtype}")
     return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high))
 

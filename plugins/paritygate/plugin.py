@@ -41,6 +41,9 @@ def pytest_addoption(parser):
                     help="Beam runner for RunInference checks (default: FnApiRunner; e.g. DataflowRunner)")
     group.addoption("--parity-beam-option", metavar="OPT", action="append", default=[],
                     help="pipeline option passed to the Beam runner, repeatable (e.g. --parity-beam-option=--project=x)")
+    group.addoption("--parity-fp16-keep-fp32", metavar="OPS", default=None,
+                    help="comma-separated ONNX op types kept in FP32 in the fp16 artifact (default: "
+                         "LayerNormalization,Softmax,Exp,Pow,Sqrt,ReduceMean,ReduceSum,Erf)")
     group.addoption("--require-gpu", action="store_true", default=False,
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT")
     group.addoption("--update-goldens", action="store_true", default=False,
@@ -49,7 +52,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     if hasattr(config, "workerinput"):  # xdist worker gwN: pin GPU N before anything initialises CUDA here
-        pin_xdist_worker(config.workerinput.get("workerid"))
+        pin_xdist_worker(config.workerinput.get("workerid"), worker_count=config.workerinput.get("workercount"))
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     session = ParitySession(
@@ -61,6 +64,7 @@ def pytest_configure(config):
         device_class=config.getoption("parity_device_class"),
         beam_runner=config.getoption("parity_beam_runner"),
         beam_options=config.getoption("parity_beam_option"),
+        fp16_keep_fp32=config.getoption("parity_fp16_keep_fp32"),
         is_xdist_worker=hasattr(config, "workerinput"),
         rootdir=str(config.rootpath),
     )
@@ -110,6 +114,7 @@ def pytest_sessionfinish(session, exitstatus):
     parity.finish(workeroutput=getattr(session.config, "workeroutput", None))
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     """xdist: merge the checks a worker recorded into the controller's session."""
     node.config.stash[SESSION_KEY].merge_worker(node.workeroutput)

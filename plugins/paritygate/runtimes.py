@@ -51,13 +51,13 @@ def _build_candidate(session, spec, precision):
             loader = EngineFromPath(spec.engines[precision], spec)
             what = str(spec.engines[precision])
         else:
-            loader = EngineFromOnnx(onnx_artifact(spec, precision), spec, precision, cache_root() / "trt")
+            loader = EngineFromOnnx(onnx_artifact(spec, precision, session.fp16_keep_fp32), spec, precision, cache_root() / "trt")
             what = f"TensorRT engine for {spec.name} {precision}"
         runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}").activate()
     else:
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
-        path = onnx_artifact(spec, precision)
+        path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
         runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
         what = str(path)
     check_input_spec(spec, runner.input_metadata(), what)

@@ -45,7 +45,7 @@ def environment():
 class ParitySession:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False,
                  update_goldens=False, device_class=None, beam_runner=None, beam_options=(),
-                 is_xdist_worker=False, rootdir="."):
+                 fp16_keep_fp32=None, is_xdist_worker=False, rootdir="."):
         self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
         self.is_bundled = config_path is None
         self.requested_runtime = runtime
@@ -55,6 +55,8 @@ class ParitySession:
         self.device_class_option = device_class
         self.beam_runner = beam_runner
         self.beam_options = list(beam_options)
+        self.fp16_keep_fp32 = tuple(op.strip() for op in fp16_keep_fp32.split(",") if op.strip()) \
+            if fp16_keep_fp32 is not None else None
         self.is_xdist_worker = is_xdist_worker
         self.rootdir = Path(rootdir)
         self.checks = []

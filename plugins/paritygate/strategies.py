@@ -47,7 +47,19 @@ def _fill(pattern, tensor, shape, rng):
         x = rng.choice([-1.0, 1.0], shape) * span * 10.0 ** rng.uniform(-6, 0, shape)
     else:  # constant
         x = np.full(shape, rng.uniform(low, high))
-    return np.clip(x, low, high).astype(tensor.dtype)
+    return np.clip(x, *_inward_bounds(tensor)).astype(tensor.dtype)
+
+
+def _inward_bounds(tensor):
+    """The float range rounded inwards to values of the tensor's dtype: whatever is clipped to them and cast
+    stays within the inclusive range (round-to-nearest alone may step out: float32(0.7) < 0.7)."""
+    low, high = tensor.range
+    ftype = tensor.dtype.type
+    lo, hi = ftype(low), ftype(high)
+    # compare as Python floats: NumPy 2 would compare in the dtype, where float32(0.7) == 0.7
+    lo = lo if float(lo) >= low else np.nextafter(lo, ftype(np.inf))
+    hi = hi if float(hi) <= high else np.nextafter(hi, ftype(-np.inf))
+    return float(lo), float(hi)
 
 
 def _fill_int(pattern, low, high, shape, rng):
@@ -111,9 +123,5 @@ def _values(tensor):
     if tensor.dtype.kind in "iub":
         return st.integers(int(low), int(high))
     width = 16 if tensor.dtype == np.float16 else (32 if tensor.dtype == np.float32 else 64)
-    if width < 64:  # Hypothesis needs bounds representable at this width: round them inwards
-        ftype = np.float16 if width == 16 else np.float32
-        lo, hi = ftype(low), ftype(high)
-        low = float(lo if lo >= low else np.nextafter(lo, ftype(np.inf)))
-        high = float(hi if hi <= high else np.nextafter(hi, ftype(-np.inf)))
+    low, high = _inward_bounds(tensor)  # Hypothesis needs bounds representable at this width
     return st.floats(low, high, allow_nan=False, allow_infinity=False, width=width)

@@ -86,7 +86,8 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
     if all_finite:
         both = None
         nonfinite_bad = None
-        diff = np.abs(c - r)
+        diff = np.subtract(c, r)
+        np.abs(diff, out=diff)
         absref = np.abs(r)
     else:
         r_fin, c_fin = np.isfinite(r), np.isfinite(c)
@@ -95,7 +96,8 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
         # reference passes only where the candidate holds the same value (NaN for NaN, +Inf for +Inf).
         same_nonfinite = ~r_fin & ((np.isnan(r) & np.isnan(c)) | (r == c))
         nonfinite_bad = ~both & ~same_nonfinite
-        diff = np.abs(c - r, where=both, out=np.zeros_like(r))
+        diff = np.subtract(c, r, where=both, out=np.zeros_like(r))  # not `c - r`: inf - inf warns
+        np.abs(diff, out=diff)
         absref = np.abs(r, where=both, out=np.zeros_like(r))
     limit = absref * work.type(tol.rtol)
     limit += work.type(tol.atol)
@@ -108,7 +110,7 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
     d = diff if both is None else diff[both]
     a = absref if both is None else absref[both]
     if d.size:
-        rel = np.divide(d, a, out=np.where(d > 0, np.inf, 0.0).astype(work), where=a > 0)
+        rel = np.divide(d, a, out=np.where(d > 0, work.type(np.inf), work.type(0)), where=a > 0)  # no float64 temp
         finite_rel = rel[np.isfinite(rel)]
         out.max_abs, out.mean_abs, out.p99_abs = float(d.max()), float(d.mean(dtype=np.float64)), _p99(d)
         out.max_rel = float(rel.max())
@@ -130,7 +132,16 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
 
 
 def _p99(values):
+    """Nearest-rank 99th percentile. Exact; large arrays partition only the top ~1.5% (chosen by a strided
+    sample's 98.5th percentile), falling back to the full partition when the sample misjudged."""
     k = int(np.ceil(0.99 * values.size)) - 1
+    if values.size >= 1 << 16:
+        sample = values[::64]
+        j = int(0.985 * sample.size)
+        top = values[values >= np.partition(sample, j)[j]]
+        below = values.size - top.size
+        if below <= k:
+            return float(np.partition(top, k - below)[k - below])
     return float(np.partition(values, k)[k])
 
 

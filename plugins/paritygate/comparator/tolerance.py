@@ -6,6 +6,15 @@ TF_TRT_BASE = ("tensorflow/python/compiler/tensorrt/test/tf_trt_integration_test
                "ExpectedAbsoluteTolerance/ExpectedRelativeTolerance: 1e-5 for FP32, 1e-2 otherwise")
 
 
+# INT8 departs from the 1e-2 of the base above, for a stated reason: symmetric INT8 quantization of a tensor
+# whose calibrated range is [-R, R] has a step of R/127, so quantizing the input alone already errs by up to
+# R/254 (about 2% of 5x for x in [-10, 10] in y = 5x, measured: 1.0 -> 1.0236), beyond 1e-2 by construction.
+# TF-TRT's own base relaxed INT8 for the same reason; its current revision (same file) reads atol 3e-1,
+# rtol 1e-1 for INT8. Classification/detection task metrics on real data stay strict (TASK_RATIO below).
+TF_TRT_INT8 = ("tensorflow/python/compiler/tensorrt/test/tf_trt_integration_test_base.py (current revision), "
+               "INT8: atol 3e-1, rtol 1e-1; the older 1e-2 is below one INT8 quantization step")
+
+
 @dataclass(frozen=True)
 class Tolerance:
     atol: float
@@ -20,7 +29,7 @@ class Tolerance:
 DEFAULTS = {
     "fp32": Tolerance(1e-5, 1e-5, TF_TRT_BASE),
     "fp16": Tolerance(1e-2, 1e-2, TF_TRT_BASE),
-    "int8": Tolerance(1e-2, 1e-2, TF_TRT_BASE),
+    "int8": Tolerance(3e-1, 1e-1, TF_TRT_INT8),
 }
 
 # Statistic budget: minimum cosine similarity between flattened outputs

@@ -141,9 +141,8 @@ class _Reader:
         return next(self._it, None)
 
 
-ARTIFACTS = {"fp32": fp32_onnx, "fp16": fp16_onnx, "int8": int8_onnx}
-
-
-def onnx_artifact(spec, precision):
+def onnx_artifact(spec, precision, fp16_keep_fp32=None):
     """Path of the ONNX artifact for ``precision`` (built on first use, then served from the cache)."""
-    return ARTIFACTS[precision](spec)
+    if precision == "fp16":
+        return fp16_onnx(spec, FP16_KEEP_FP32 if fp16_keep_fp32 is None else fp16_keep_fp32)
+    return {"fp32": fp32_onnx, "int8": int8_onnx}[precision](spec)

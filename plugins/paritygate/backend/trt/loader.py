@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from paritygate.backend.base import RunnerError
 from paritygate.backend.trt import util
 from paritygate.cache import STATS, cache_root, hash_path
@@ -26,27 +28,22 @@ pg_trt = lazy_import("polygraphy.backend.trt")
 pg_logger = lazy_import("polygraphy.logger")
 
 
-def _resolve(path_or_loader):
-    return Path(path_or_loader() if callable(path_or_loader) else path_or_loader)
-
-
 class EngineFromOnnx:
     """Build (or fetch from the engine cache) the engine for one ONNX artifact; calling it returns the
     ``<cache_dir>/engines/<key>.plan`` path, with a ``<key>.json`` sidecar beside it.
 
     The key hashes the ONNX bytes, the precision, the TensorRT version, the GPU name and compute capability,
     and the builder settings (strongly typed, tf32, profile shapes), so a warm call builds nothing and a
-    changed input can never be served a stale engine.
+    changed input is never served a stale engine.
 
     Args:
-        onnx_path: the ONNX artifact, or a callable returning it (called only on a cache miss... and for
-            the hash, so: on every call).
-        spec: the model's ModelSpec (profile shapes from ``max_batch`` and ``inputs``).
-        precision: "fp32", "fp16" or "int8": names the artifact's precision (the network is strongly typed).
-        cache_dir: defaults to ``$PARITYGATE_CACHE/trt``.
-        tf32: allow TF32 for fp32 matmuls/convs (default False, for every precision).
+        onnx_path: the ONNX artifact, or a callable returning it (called once, on first use).
+        spec: the model's ModelSpec (profile shapes come from ``max_batch`` and ``inputs``).
+        precision: "fp32", "fp16" or "int8": the artifact's precision (the network is strongly typed).
+        cache_dir: defaults to ``$PARITYGATE_CACHE/trt`` (paritygate.cache.cache_root()).
+        tf32: allow TF32 in fp32 matmuls/convs (default False, for every precision).
         opt_batch: the batch TensorRT tunes kernels for (default ``max_batch``).
-        identity: {"tensorrt", "gpu", "compute_capability"} to key on; default the current ones.
+        identity: {"tensorrt", "gpu", "compute_capability"} to key on (default: this TensorRT and GPU).
     """
 
     def __init__(self, onnx_path, spec, precision, cache_dir=None, tf32=False, opt_batch=None, identity=None):
@@ -59,13 +56,10 @@ class EngineFromOnnx:
         self.settings = util.build_settings(spec, tf32=tf32, opt_batch=opt_batch)
         self._identity = identity
 
-    def plan_path(self):
-        """Where the engine for the current ONNX bytes, TensorRT and GPU lives (built or not)."""
-        onnx = self.onnx_path()
-        return self.cache_dir / "engines" / f"{util.engine_key(hash_path(onnx), self.precision, self.identity(), self.settings)}.plan"
-
     def onnx_path(self):
-        onnx = _resolve(self._onnx)
+        if callable(self._onnx):
+            self._onnx = self._onnx()
+        onnx = Path(self._onnx)
         if not onnx.is_file():
             raise RunnerError(f"{onnx}: ONNX artifact not found (model '{self.spec.name}', {self.precision})")
         return onnx
@@ -75,18 +69,24 @@ class EngineFromOnnx:
             self._identity = util.current_identity()
         return self._identity
 
+    def plan_path(self, onnx_sha256=None):
+        """Where the engine for the current ONNX bytes, TensorRT and GPU lives (built or not)."""
+        sha = onnx_sha256 or hash_path(self.onnx_path())
+        key = util.engine_key(sha, self.precision, self.identity(), self.settings)
+        return self.cache_dir / "engines" / f"{key}.plan"
+
     def __call__(self):
-        plan = self.plan_path()
+        sha = hash_path(self.onnx_path())
+        plan = self.plan_path(sha)
         if plan.is_file() and util.read_sidecar(plan) is not None:
             STATS["hits"] += 1
             return plan
         start = time.perf_counter()
-        engine = self._build()
-        _write_atomic(plan, engine)
+        _write_atomic(plan, self._build())
         _write_atomic(util.sidecar_path(plan), util.sidecar_text(
-            self.identity(), precision=self.precision, onnx=str(self.onnx_path()),
-            onnx_sha256=hash_path(self.onnx_path()), settings=self.settings, model=self.spec.name,
-            build_seconds=round(time.perf_counter() - start, 3), built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z")))
+            self.identity(), model=self.spec.name, precision=self.precision, onnx=str(self.onnx_path()),
+            onnx_sha256=sha, settings=self.settings, build_seconds=round(time.perf_counter() - start, 3),
+            built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z")))
         STATS["builds"] += 1
         return plan
 
@@ -102,27 +102,30 @@ class EngineFromOnnx:
         profile = pg_trt.Profile()
         for name, (low, opt, high) in self.settings["profile"].items():
             profile.add(name, min=tuple(low), opt=tuple(opt), max=tuple(high))
+        timing = self.timing_cache_path()
         return pg_trt.CreateConfig(tf32=self.settings["tf32"], profiles=[profile],
-                                   load_timing_cache=str(self.timing_cache_path()))
+                                   load_timing_cache=str(timing) if timing.is_file() else None)
 
     def timing_cache_path(self):
         return self.cache_dir / util.timing_cache_name(self.identity())
 
     def _build(self):
-        network, config = self.network_loader(), self.config_loader()
+        util.require_trt()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        build = pg_trt.EngineBytesFromNetwork(network, config=config,
-                                              save_timing_cache=str(self.timing_cache_path()))
-        util.take_messages()  # forget what earlier work logged
         G_LOGGER = pg_logger.G_LOGGER
+        util.take_messages()  # forget what earlier work logged
         try:
             with G_LOGGER.verbosity(G_LOGGER.WARNING):
+                build = pg_trt.EngineBytesFromNetwork(self.network_loader(), config=self.config_loader(),
+                                                      save_timing_cache=str(self.timing_cache_path()))
                 return build()
         except Exception as err:  # Polygraphy raises PolygraphyException; the bindings raise their own
             said = util.take_messages()
+            timing = self.timing_cache_path()
+            hint = f"; if this persists, delete the timing cache {timing}" if timing.is_file() else ""
             raise RunnerError(f"{self.onnx_path()}: TensorRT could not build the {self.precision} engine for model "
                               f"'{self.spec.name}' ({util.describe(self.identity())}): {str(err).strip()[:600]}"
-                              + (f"; TensorRT said: {said}" if said else "")) from err
+                              + (f"; TensorRT said: {said}" if said else "") + hint) from err
 
 
 class EngineFromPath:
@@ -146,7 +149,7 @@ class EngineFromPath:
         return self._identity
 
     def __call__(self):
-        path = _resolve(self._path)
+        path = Path(self._path() if callable(self._path) else self._path)
         try:
             data = path.read_bytes()
         except OSError as err:
@@ -207,8 +210,6 @@ def engine_io(engine):
 
 
 def numpy_dtype(trt_dtype):
-    import numpy as np
-
     try:
         return np.dtype(trt.nptype(trt_dtype))
     except TypeError:  # bf16, fp8, fp4, int4: no numpy type

@@ -212,11 +212,11 @@ def take_messages(logger=None):
 def _make_logger():
     from polygraphy.logger import G_LOGGER, LogMode
 
-    severities = trt.ILogger.Severity
-    keep = {severities.INTERNAL_ERROR, severities.ERROR, severities.WARNING}
-    forward = {severities.INTERNAL_ERROR: G_LOGGER.error, severities.ERROR: G_LOGGER.error,
-               severities.WARNING: lambda msg: G_LOGGER.warning(msg, mode=LogMode.ONCE),
-               severities.INFO: G_LOGGER.verbose, severities.VERBOSE: G_LOGGER.extra_verbose}
+    L = trt.Logger  # severities as Polygraphy's own TensorRT logger names them (backend/trt/util.py)
+    keep = {L.INTERNAL_ERROR, L.ERROR, L.WARNING}
+    forward = {L.INTERNAL_ERROR: G_LOGGER.error, L.ERROR: G_LOGGER.error,
+               L.WARNING: lambda msg: G_LOGGER.warning(msg, mode=LogMode.ONCE),
+               L.INFO: G_LOGGER.verbose, L.VERBOSE: G_LOGGER.extra_verbose}
 
     class CapturingLogger(trt.ILogger):
         def __init__(self):
@@ -228,7 +228,7 @@ def _make_logger():
                 if severity in keep:
                     self.recent.append(str(msg).strip())
                 forward.get(severity, G_LOGGER.super_verbose)(msg)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001, S110 - TensorRT calls log() from C++ and expects no exception
                 pass
 
     return CapturingLogger()

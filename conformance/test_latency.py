@@ -1,0 +1,21 @@
+"""Latency per model x precision: the candidate and the TF reference at batch sizes {1, max_batch} (and any a
+budget names), gated by ``[models.latency.<device class>]``. Runs serially: skipped on xdist workers.
+
+Cost: the ``ci`` profile (paritygate.latency.harness.PROFILES) warms up >= 0.1 s / 10 calls and measures
+>= 0.5 s and >= 100 samples per row, about 1-3 s per model x precision; PARITYGATE_LATENCY_PROFILE=nightly
+measures for trtexec's 3 s per row.
+"""
+
+import pytest
+
+pytestmark = [pytest.mark.latency, pytest.mark.onnx, pytest.mark.tf,
+              pytest.mark.usefixtures("parity_candidate_available")]
+
+
+def test_latency(parity_session, parity_case, parity_details):
+    from paritygate.latency import latency_check
+
+    spec, precision = parity_case
+    result = latency_check(parity_session, spec, precision)
+    parity_details.update(result.details())
+    assert result.passed, "\n".join(result.failures)

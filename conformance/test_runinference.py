@@ -1,0 +1,114 @@
+"""RunInference conformance of each model's ``[models.beam] handler`` (paritygate.beam): real Beam pipelines on
+a pinned runner (FnApiRunner / BundleBasedDirectRunner, or ``--parity-beam-runner``) and direct handler calls.
+
+Each test is one report check (``beam_*``: pipeline level, ``handler_*``: direct calls). A check that a known
+upstream defect makes fail (fixtures/expectations.toml, with the Beam file and line) is a strict xfail: if it
+passes, it is reported as a failure. Models without a ``[models.beam]`` table are skipped.
+
+Cost under HYPOTHESIS_PROFILE=ci (see paritygate/beam/cases.py): the four property checks share 2 explicit
++ 5 drawn pipelines per model, the dead-letter check 2 + 2, and batch_weight, maybe_keyed_mixed and
+batch_latency one each: about 13 pipeline runs per model.
+"""
+
+import pytest
+
+pytestmark = [pytest.mark.beam, pytest.mark.tf]
+
+
+@pytest.fixture
+def beam_subject(parity_session, parity_model):
+    """The model's HandlerUnderTest; skips without Beam or without a [models.beam] table."""
+    pytest.importorskip("apache_beam", reason="apache-beam is not installed (pip install 'paritygate[beam]')")
+    spec = parity_model
+    if not spec.beam:
+        pytest.skip(f"model '{spec.name}' has no [models.beam] table ({spec.where('beam.handler')}): no "
+                    "RunInference handler to check")
+    from paritygate.beam.checks import subject_for
+
+    return subject_for(parity_session, spec)
+
+
+@pytest.fixture
+def beam_check(request, parity_session, beam_subject, parity_details):
+    """Run a named check: apply its known upstream expectations as strict xfail, record details, assert."""
+    from paritygate.beam.checks import PIPELINE_CHECKS, batch_latency
+    from paritygate.beam.direct import DIRECT_CHECKS
+    from paritygate.beam.expectations import expectations_for, match
+
+    def run(name, **kwargs):
+        expected = match(name, beam_subject, _expectations(parity_session, expectations_for))
+        if expected:
+            reason = " | ".join(e.describe() for e in expected)
+            request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
+            parity_details["expectations"] = [e.as_dict() for e in expected]
+        check = {**PIPELINE_CHECKS, **DIRECT_CHECKS, "beam_batch_latency": batch_latency}[name]
+        result = check(beam_subject, **kwargs)
+        parity_details.update(result.details())
+        assert result.passed, f"{beam_subject.spec.name} {name} ({result.handler}):\n" + "\n".join(result.failures)
+
+    return run
+
+
+def _expectations(session, load):
+    key = ("beam_expectations",)
+    if key not in session.cache:
+        session.cache[key] = load(None if session.is_bundled else session.config_path)
+    return session.cache[key]
+
+
+# -- pipeline level ----------------------------------------------------------------------------------
+def test_beam_exactly_once(beam_check):
+    beam_check("beam_exactly_once")
+
+
+def test_beam_pairing(beam_check):
+    beam_check("beam_pairing")
+
+
+def test_beam_batch_bounds(beam_check):
+    beam_check("beam_batch_bounds")
+
+
+def test_beam_metric_bytes(beam_check):
+    beam_check("beam_metric_bytes")
+
+
+def test_beam_dead_letter(beam_check):
+    beam_check("beam_dead_letter")
+
+
+def test_beam_batch_weight(beam_check):
+    beam_check("beam_batch_weight")
+
+
+def test_beam_maybe_keyed_mixed(beam_check):
+    beam_check("beam_maybe_keyed_mixed")
+
+
+@pytest.mark.latency
+def test_beam_batch_latency(beam_check, parity_model):
+    budget = (parity_model.beam or {}).get("batch_latency_p99_ms")
+    if budget is None:
+        pytest.skip(f"model '{parity_model.name}' sets no {parity_model.where('beam.batch_latency_p99_ms')}")
+    beam_check("beam_batch_latency", budget_ms=budget)
+
+
+# -- handler level (direct calls) ----------------------------------------------------------------------
+def test_handler_results_stable(beam_check):
+    beam_check("handler_results_stable")
+
+
+def test_handler_batch_extremes(beam_check):
+    beam_check("handler_batch_extremes")
+
+
+def test_handler_num_bytes(beam_check):
+    beam_check("handler_num_bytes")
+
+
+def test_handler_batch_kwargs(beam_check):
+    beam_check("handler_batch_kwargs")
+
+
+def test_handler_metrics_namespace(beam_check):
+    beam_check("handler_metrics_namespace")

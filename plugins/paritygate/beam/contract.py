@@ -1,0 +1,188 @@
+"""The handler contract of ``[models.beam] handler = "module:callable"``.
+
+The callable is called as ``callable(min_batch_size=..., max_batch_size=...)`` and returns an *unkeyed* Beam
+``ModelHandler`` over numpy: an element is one ndarray without the batch dimension (single-input models) or a
+dict input name -> ndarray (multi-input models). A result's ``inference`` is an ndarray (single output), a dict
+by output name, or a list/tuple in the reference's output order (``TfRunner.output_names``: a SavedModel
+signature's outputs sorted by name, as TensorFlow flattens them); ``normalise_inference`` turns all three into
+a dict. The suite wraps the handler in ``KeyedModelHandler`` / ``MaybeKeyedModelHandler`` itself.
+
+Precision policy: Beam results are held to the *handler's* precision, ``fp32`` (comparator/tolerance.py's
+DEFAULTS, or the model's ``[models.tolerances.fp32]``) unless the handler declares another one with the
+attribute ``paritygate_precision = "fp16"`` (or ``"int8"``) on the handler the factory returns, or on the
+factory itself. A declared precision must be listed in the model's ``precisions``.
+"""
+
+import hashlib
+import importlib
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paritygate.config import PRECISIONS
+
+PRECISION_ATTR = "paritygate_precision"
+DEFAULT_PRECISION = "fp32"
+
+
+class HandlerContractError(ValueError):
+    """The configured factory or the handler it returns breaks the contract; the message says how."""
+
+
+def handler_path(spec):
+    """The ``module:callable`` of ``[models.beam] handler``, or None when the model has no beam table."""
+    return (spec.beam or {}).get("handler")
+
+
+def load_factory(spec):
+    """Import the factory named by ``[models.beam] handler`` (modules beside the config are importable)."""
+    path = handler_path(spec)
+    module_name, _, attr = path.partition(":")
+    where = spec.where("beam.handler")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise HandlerContractError(f"{where}: cannot import module '{module_name}' of handler '{path}': {err}"
+                                   " (modules beside the config file are importable)") from err
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise HandlerContractError(f"{where}: '{module_name}' has no callable '{attr}' (handler '{path}')")
+    return factory
+
+
+def make_handler(spec, factory, min_batch_size, max_batch_size):
+    """``factory(min_batch_size=..., max_batch_size=...)``, checked to be a Beam ModelHandler."""
+    from apache_beam.ml.inference.base import KeyedModelHandler, MaybeKeyedModelHandler, ModelHandler
+
+    where = spec.where("beam.handler")
+    handler = factory(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+    if not isinstance(handler, ModelHandler):
+        raise HandlerContractError(f"{where}: {handler_path(spec)}(min_batch_size=..., max_batch_size=...) returned "
+                                   f"{type(handler).__name__}, not an apache_beam ModelHandler")
+    if isinstance(handler, (KeyedModelHandler, MaybeKeyedModelHandler)):
+        raise HandlerContractError(f"{where}: {handler_path(spec)} returned a {type(handler).__name__}; return the "
+                                   "unkeyed handler: the suite wraps it in Keyed/MaybeKeyedModelHandler itself")
+    return handler
+
+
+def declared_precision(spec, handler, factory):
+    """The handler's precision: its ``paritygate_precision``, else the factory's, else fp32."""
+    precision = getattr(handler, PRECISION_ATTR, None) or getattr(factory, PRECISION_ATTR, None) or DEFAULT_PRECISION
+    if precision not in PRECISIONS:
+        raise HandlerContractError(f"{spec.where('beam.handler')}: {PRECISION_ATTR} = {precision!r}; expected one "
+                                   f"of {PRECISIONS}")
+    if precision not in spec.precisions:
+        raise HandlerContractError(f"{spec.where('beam.handler')}: the handler declares {PRECISION_ATTR} = "
+                                   f"{precision!r}, which the model's precisions {list(spec.precisions)} do not list")
+    return precision
+
+
+# -- elements ----------------------------------------------------------------------------------------
+def as_feed(spec, example):
+    """An element as input name -> ndarray (a single-input model's element is the bare ndarray)."""
+    if isinstance(example, Mapping):
+        return {k: np.asarray(v) for k, v in example.items()}
+    (name,) = spec.inputs
+    return {name: np.asarray(example)}
+
+
+def element_of(spec, feed):
+    """The element the handler receives for a one-element feed (input name -> array without batch axis)."""
+    if len(spec.inputs) == 1:
+        return next(iter(feed.values()))
+    return dict(feed)
+
+
+def digest(example):
+    """A content hash of an element (dtype, shape and bytes of every array), to match outputs to inputs."""
+    h = hashlib.sha1()
+    items = sorted(example.items()) if isinstance(example, Mapping) else [("", example)]
+    for name, value in items:
+        if isinstance(value, np.ndarray):
+            h.update(f"{name}|{value.dtype.str}|{value.shape}|".encode())
+            h.update(np.ascontiguousarray(value).tobytes())
+        else:
+            h.update(f"{name}|{type(value).__name__}|{value!r}".encode())
+    return h.hexdigest()[:16]
+
+
+def payload_bytes(example):
+    """Bytes of an element's data: ``nbytes`` of its array(s)."""
+    if isinstance(example, np.ndarray):
+        return int(example.nbytes)
+    if isinstance(example, Mapping):
+        return sum(payload_bytes(v) for v in example.values())
+    return len(pickle.dumps(example))
+
+
+def unkey(element, keyed):
+    return element[1] if keyed else element
+
+
+# -- results -----------------------------------------------------------------------------------------
+def normalise_inference(spec, output_names, inference):
+    """A result's ``inference`` as candidate output name -> ndarray (a copy).
+
+    ndarray: the single output; dict: by name; list/tuple: in the reference's output order. Raises
+    HandlerContractError for anything else or for a list of the wrong length."""
+    cand_names = [spec.outputs.get(n, n) for n in output_names]
+    if isinstance(inference, Mapping):
+        return {str(k): np.array(v) for k, v in inference.items()}
+    if isinstance(inference, (list, tuple)):
+        if len(inference) != len(cand_names):
+            raise HandlerContractError(f"inference is a {type(inference).__name__} of {len(inference)} item(s); "
+                                       f"the reference has {len(cand_names)} output(s) {output_names}")
+        return {n: np.array(v) for n, v in zip(cand_names, inference)}
+    if isinstance(inference, np.ndarray) or hasattr(inference, "__array__"):
+        return {cand_names[0]: np.array(inference)}
+    raise HandlerContractError(f"inference is a {type(inference).__name__}; expected an ndarray, a dict by output "
+                               "name or a list/tuple in output order")
+
+
+@dataclass
+class HandlerUnderTest:
+    """A model's configured handler factory with its reference: what every RunInference check takes."""
+
+    spec: object
+    factory: object
+    reference: object  # callable: batched feed (input name -> array) -> output name -> array
+    output_names: list
+    runner: str = None  # None: the local runners; else e.g. "DataflowRunner"
+    options: tuple = ()
+    precision: str = DEFAULT_PRECISION
+    cache: dict = field(default_factory=dict, repr=False)  # pipeline runs by case, references by digest
+
+    @classmethod
+    def from_spec(cls, spec, reference_runner, factory=None, runner=None, options=()):
+        factory = factory or load_factory(spec)
+        subject = cls(spec, factory, reference_runner.infer, list(reference_runner.output_names), runner,
+                      tuple(options))
+        subject.precision = declared_precision(spec, subject.make(1, spec.max_batch), factory)
+        return subject
+
+    @property
+    def name(self):
+        return handler_path(self.spec) or getattr(self.factory, "__qualname__", repr(self.factory))
+
+    def make(self, min_batch_size, max_batch_size):
+        return make_handler(self.spec, self.factory, min_batch_size, max_batch_size)
+
+    def references(self, examples):
+        """The native reference's outputs for each element (batched by max_batch, memoised by digest)."""
+        memo = self.cache.setdefault("references", {})
+        todo = {}
+        for ex in examples:
+            d = digest(ex)
+            if d not in memo:
+                todo.setdefault(d, ex)
+        items = list(todo.items())
+        for start in range(0, len(items), self.spec.max_batch):
+            chunk = items[start:start + self.spec.max_batch]
+            feeds = [as_feed(self.spec, ex) for _, ex in chunk]
+            batch = {k: np.stack([f[k] for f in feeds]) for k in self.spec.inputs}
+            out = self.reference(batch)
+            for i, (d, _) in enumerate(chunk):
+                memo[d] = {k: np.asarray(v)[i] for k, v in out.items()}
+        return [memo[digest(ex)] for ex in examples]

@@ -1,0 +1,173 @@
+"""Handler-level checks: direct calls to the handler the factory returns, no pipeline.
+
+    handler_results_stable    ``load_model`` once, then ``run_inference`` on consecutive batches: results already
+                              returned do not change after later calls (no views into a reused output buffer)
+    handler_batch_extremes    batches of 1 and of max_batch: one result per element, in order, each example its own
+                              element and each inference the reference's within the handler's precision policy
+    handler_num_bytes         ``get_num_bytes`` at least the batch's payload, for arrays that own their data and for
+                              arrays as Beam's coder delivers them (views: ``sys.getsizeof`` counts no data there)
+    handler_batch_kwargs      ``batch_elements_kwargs`` carries the min/max the factory was given, and
+                              ``beam.BatchElements`` accepts it
+    handler_metrics_namespace ``get_metrics_namespace`` is a non-empty string
+"""
+
+import numpy as np
+
+from paritygate.beam.checks import BeamCheckResult, compare_element
+from paritygate.beam.contract import HandlerContractError, digest, element_of, normalise_inference, payload_bytes
+from paritygate.strategies import sample_inputs
+
+STABLE_CALLS = 3  # consecutive run_inference calls; the first call's results are re-read after the last
+
+
+def batch_of(spec, n, seed):
+    arrays = sample_inputs(spec, n, np.random.default_rng(seed))
+    return [element_of(spec, {k: np.array(v[i]) for k, v in arrays.items()}) for i in range(n)]
+
+
+def _result(name, subject, failures, **info):
+    return BeamCheckResult(name, subject.spec.name, subject.name, failures, {"precision": subject.precision, **info})
+
+
+def _call(subject, handler, model, batch):
+    """run_inference, listed, with each result's inference normalised (copied) at once."""
+    results = list(handler.run_inference(batch, model))
+    return results, [_inference(subject, r) for r in results]
+
+
+def _inference(subject, result):
+    try:
+        return normalise_inference(subject.spec, subject.output_names, result.inference)
+    except (HandlerContractError, AttributeError) as err:
+        return f"unreadable result: {err}"
+
+
+def _loaded(subject, name):
+    """(handler, model, None), or (None, None, failed result) when load_model raises."""
+    handler = subject.make(1, subject.spec.max_batch)
+    try:
+        return handler, handler.load_model(), None
+    except Exception as err:  # the handler's own error type varies
+        return None, None, _result(name, subject, [f"load_model raised {type(err).__name__}: {err}"])
+
+
+def results_stable(subject):
+    spec = subject.spec
+    handler, model, failed = _loaded(subject, "handler_results_stable")
+    if failed:
+        return failed
+    sizes = [spec.max_batch, 1, spec.max_batch][:STABLE_CALLS]
+    calls, failures = [], []
+    for i, n in enumerate(sizes):
+        try:
+            calls.append((n, *_call(subject, handler, model, batch_of(spec, n, seed=100 + i))))
+        except Exception as err:  # the handler's own error type varies
+            failures.append(f"call {i + 1} (batch of {n}) raised {type(err).__name__}: {err}")
+    for i, (n, results, snapshot) in enumerate(calls[:-1]):
+        for j, (result, before) in enumerate(zip(results, snapshot)):
+            after = _inference(subject, result)
+            if isinstance(before, str) or not _same(before, after):
+                failures.append(f"result {j} of call {i + 1} (batch of {n}) changed after {len(calls) - i - 1} later "
+                                "call(s): run_inference returned views into a buffer it reuses")
+                break
+    return _result("handler_results_stable", subject, failures, batch_sizes=sizes)
+
+
+def _same(a, b):
+    return not isinstance(b, str) and a.keys() == b.keys() and all(np.array_equal(a[k], b[k], equal_nan=True)
+                                                                    for k in a)
+
+
+def batch_extremes(subject):
+    spec = subject.spec
+    handler, model, failed = _loaded(subject, "handler_batch_extremes")
+    if failed:
+        return failed
+    failures = []
+    for n in sorted({1, spec.max_batch}):
+        batch = batch_of(spec, n, seed=200 + n)
+        try:
+            results, inferences = _call(subject, handler, model, batch)
+        except Exception as err:  # the handler's own error type varies
+            failures.append(f"a batch of {n} raised {type(err).__name__}: {err}")
+            continue
+        failures += _batch_problems(subject, n, batch, results, inferences)
+    return _result("handler_batch_extremes", subject, failures, batch_sizes=sorted({1, spec.max_batch}))
+
+
+def _batch_problems(subject, n, batch, results, inferences):
+    if len(results) != n:
+        return [f"a batch of {n} returned {len(results)} result(s)"]
+    problems = []
+    refs = subject.references(batch)
+    for i, (element, result, inference, ref) in enumerate(zip(batch, results, inferences, refs)):
+        example = getattr(result, "example", None)
+        if example is None or digest(example) != digest(element):
+            problems.append(f"batch of {n}: result {i}'s example is not element {i}")
+        elif isinstance(inference, str):
+            problems.append(f"batch of {n}: result {i}: {inference}")
+        else:
+            problem = compare_element(subject, ref, inference)
+            if problem:
+                problems.append(f"batch of {n}: result {i}: {problem}")
+    return problems
+
+
+def beam_decoded(element):
+    """``element`` as Beam hands it to a handler after its coder (FastPrimitivesCoder, as for beam.Create)."""
+    from apache_beam.coders import registry
+
+    coder = registry.get_coder(object)
+    return coder.decode(coder.encode(element))
+
+
+def num_bytes(subject):
+    spec = subject.spec
+    handler = subject.make(1, spec.max_batch)
+    owned = batch_of(spec, spec.max_batch, seed=300)
+    payload = sum(payload_bytes(e) for e in owned)
+    failures, reported = [], {}
+    for form, batch in (("arrays owning their data", owned),
+                        ("arrays as Beam's coder delivers them", [beam_decoded(e) for e in owned])):
+        try:
+            value = handler.get_num_bytes(batch)
+        except Exception as err:  # the handler's own error type varies
+            failures.append(f"get_num_bytes raised {type(err).__name__}: {err} ({form})")
+            continue
+        reported[form] = value
+        if not isinstance(value, (int, np.integer)) or value < payload:
+            failures.append(f"get_num_bytes({spec.max_batch} elements, {form}) = {value!r}, below the {payload} "
+                            f"bytes of their arrays")
+    return _result("handler_num_bytes", subject, failures, payload_bytes=payload, reported=reported)
+
+
+def batch_kwargs(subject):
+    import apache_beam as beam
+
+    m = subject.spec.max_batch
+    failures, seen = [], {}
+    for low, high in sorted({(1, m), (m, m), (1, 1), (max(1, m // 2), m)}):
+        kwargs = dict(subject.make(low, high).batch_elements_kwargs())
+        seen[f"{low},{high}"] = {k: repr(v) for k, v in kwargs.items()}
+        got = (kwargs.get("min_batch_size", 1), kwargs.get("max_batch_size"))
+        if got != (low, high):
+            failures.append(f"factory(min_batch_size={low}, max_batch_size={high}).batch_elements_kwargs() gives "
+                            f"min/max {got[0]}/{got[1]}")
+        try:
+            beam.BatchElements(**kwargs)
+        except Exception as err:  # the kwargs are the handler's; BatchElements' complaint says which one
+            failures.append(f"beam.BatchElements(**batch_elements_kwargs()) for ({low}, {high}) raised "
+                            f"{type(err).__name__}: {err}")
+    return _result("handler_batch_kwargs", subject, failures, batch_elements_kwargs=seen)
+
+
+def metrics_namespace(subject):
+    namespace = subject.make(1, subject.spec.max_batch).get_metrics_namespace()
+    failures = [] if isinstance(namespace, str) and namespace else [
+        f"get_metrics_namespace() returned {namespace!r}, not a non-empty string"]
+    return _result("handler_metrics_namespace", subject, failures, namespace=repr(namespace))
+
+
+DIRECT_CHECKS = {"handler_results_stable": results_stable, "handler_batch_extremes": batch_extremes,
+                 "handler_num_bytes": num_bytes, "handler_batch_kwargs": batch_kwargs,
+                 "handler_metrics_namespace": metrics_namespace}

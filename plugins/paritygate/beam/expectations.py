@@ -1,0 +1,150 @@
+"""Known upstream non-conformance, from ``fixtures/expectations.toml`` (and an ``expectations.toml`` beside
+the ``--parity-config`` file, when there is one), applied to a check as a *strict* xfail.
+
+An expectation names the checks it makes fail, the Beam versions it holds for (a PEP 440 specifier set
+against the installed apache-beam), the upstream file and line, and how a handler reaches the defect:
+
+    reaches = "beam"                 every handler: the defect is in Beam's RunInference / wrappers / batching
+    reaches = "method:get_num_bytes" the handler's class resolves that method to ``defect`` (not overridden)
+    reaches = "attr:_model_inference_fn"   the handler instance's attribute is ``defect`` (the default fn)
+
+``when`` narrows it to models where the defect shows (``PREDICATES``). Strict: a check it names that passes
+is reported as a failure, so an expectation that no longer holds (Beam fixed it, or a handler overrides the
+method) cannot hide anything.
+"""
+
+import importlib
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from paritygate.config import BUNDLED_CONFIG, tomllib
+
+BUNDLED_EXPECTATIONS = BUNDLED_CONFIG.parent / "expectations.toml"
+FIELDS = {"id", "checks", "beam", "reaches", "defect", "when", "upstream", "reason", "evidence"}
+
+
+class ExpectationError(ValueError):
+    """expectations.toml is malformed; the message names the file, the entry and the key."""
+
+
+def _array_header_bytes(tensor):
+    return sys.getsizeof(np.zeros(tensor.shape[1:], tensor.dtype)[...])  # a view: sys.getsizeof counts no data
+
+
+PREDICATES = {
+    "multi_output": lambda spec, outputs: len(outputs) > 1,
+    "multi_input": lambda spec, outputs: len(spec.inputs) > 1,
+    "batches_of_several": lambda spec, outputs: spec.max_batch > 1,
+    # itemsize counts one value per element: wrong once an element holds more than one value
+    "element_has_several_values": lambda spec, outputs: any(int(np.prod(t.shape[1:])) > 1
+                                                            for t in spec.inputs.values()),
+    # sys.getsizeof of an array view is its header only: wrong once the data outweighs the header
+    "element_exceeds_array_header": lambda spec, outputs: any(
+        int(np.prod(t.shape[1:])) * t.dtype.itemsize > _array_header_bytes(t) for t in spec.inputs.values()),
+}
+
+
+@dataclass(frozen=True)
+class Expectation:
+    id: str
+    checks: tuple
+    beam: str
+    reaches: str
+    upstream: str
+    reason: str
+    defect: str = None
+    when: tuple = field(default_factory=tuple)
+    source: str = ""
+
+    def describe(self):
+        return f"{self.reason} [upstream: apache-beam {self.beam} {self.upstream}; {self.source} '{self.id}']"
+
+    def as_dict(self):
+        return {"id": self.id, "reason": self.reason, "upstream": self.upstream, "beam": self.beam,
+                "reaches": self.reaches, "when": list(self.when), "source": self.source}
+
+    def holds_for_beam(self, version):
+        from packaging.specifiers import SpecifierSet
+
+        return version is not None and SpecifierSet(self.beam).contains(version, prereleases=True)
+
+    def reached_by(self, handler):
+        if self.reaches == "beam":
+            return True
+        kind, _, name = self.reaches.partition(":")
+        target = _resolve(self.defect)
+        if target is None:
+            return False
+        if kind == "method":
+            return getattr(type(handler), name, None) is target
+        return getattr(handler, name, None) is target
+
+    def applies(self, check, spec, output_names, handler, beam_version):
+        return (check in self.checks and self.holds_for_beam(beam_version) and self.reached_by(handler)
+                and all(PREDICATES[w](spec, output_names) for w in self.when))
+
+
+def _resolve(dotted):
+    """``package.module:Class.attr`` -> the object, or None when it cannot be imported (not installed)."""
+    module, _, path = dotted.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in path.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None
+    return obj
+
+
+def load_expectations(path):
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ExpectationError(f"{path}: cannot read expectations: {err}") from err
+    out = []
+    for i, entry in enumerate(doc.get("expectations", [])):
+        where = f"{path}: expectations[{i}] ('{entry.get('id', '?')}')"
+        unknown = set(entry) - FIELDS
+        missing = {"id", "checks", "beam", "reaches", "upstream", "reason"} - set(entry)
+        if unknown or missing:
+            raise ExpectationError(f"{where}: unknown key(s) {sorted(unknown)}, missing key(s) {sorted(missing)}")
+        if entry["reaches"] != "beam" and (not entry["reaches"].startswith(("method:", "attr:"))
+                                           or "defect" not in entry):
+            raise ExpectationError(f"{where}: key 'reaches' must be 'beam', 'method:NAME' or 'attr:NAME' "
+                                   "(the latter two with 'defect' = 'module:Qualified.name')")
+        bad = sorted(set(entry.get("when", ())) - set(PREDICATES))
+        if bad:
+            raise ExpectationError(f"{where}: key 'when': unknown predicate(s) {bad}; known: {sorted(PREDICATES)}")
+        out.append(Expectation(entry["id"], tuple(entry["checks"]), entry["beam"], entry["reaches"],
+                               entry["upstream"], entry["reason"], entry.get("defect"), tuple(entry.get("when", ())),
+                               path.name))
+    return out
+
+
+def expectations_for(config_path=None):
+    """The bundled expectations plus those beside the config file (if it has an expectations.toml)."""
+    paths = [BUNDLED_EXPECTATIONS]
+    if config_path is not None:
+        beside = Path(config_path).resolve().parent / "expectations.toml"
+        if beside.exists() and beside != BUNDLED_EXPECTATIONS.resolve():
+            paths.append(beside)
+    return [e for p in paths if p.exists() for e in load_expectations(p)]
+
+
+def beam_version():
+    try:
+        return metadata.version("apache-beam")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def match(check, subject, expectations):
+    """The expectations that make ``check`` fail for ``subject``'s handler (empty: the check must pass)."""
+    handler = subject.make(1, subject.spec.max_batch)
+    version = beam_version()
+    return [e for e in expectations if e.applies(check, subject.spec, subject.output_names, handler, version)]

@@ -1,0 +1,251 @@
+"""One real Beam pipeline run of a ``Case``: ``Create -> RunInference(handler) -> collect``, on a pinned runner.
+
+The runner is always named (Beam 2.77's default, Prism, downloads a binary; offline that fails). Locally
+FnApiRunner or BundleBasedDirectRunner; ``--parity-beam-runner=DataflowRunner`` (or Flink, Spark) with
+``--parity-beam-option=...`` runs the same pipeline there. Results, batch traces and dead letters come back
+through files written with Beam's FileSystems (a temporary folder locally, ``--temp_location`` elsewhere), and
+metrics through the runner's metrics API, so nothing relies on the pipeline running in this process.
+This module imports apache_beam: import it on first use.
+"""
+
+import pickle
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.ml.inference.base import KeyedModelHandler, MaybeKeyedModelHandler, PredictionResult, RunInference
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from paritygate.beam.contract import HandlerContractError, digest, element_of, normalise_inference
+from paritygate.beam.handlers import BatchTrace, TracedHandler, unkeyed, weight_batching
+from paritygate.strategies import sample_inputs
+
+LOCAL_RUNNERS = ("FnApiRunner", "BundleBasedDirectRunner")
+_RUNNER_PATHS = {"FnApiRunner": "apache_beam.runners.portability.fn_api_runner.FnApiRunner"}
+WRAPPERS = ("plain", "keyed", "maybe_keyed", "maybe_keyed_plain")  # maybe_keyed: keyed input; _plain: unkeyed
+KEY_KINDS = ("unique_str", "unique_int", "unique_tuple", "duplicated_str", "duplicated_int", "duplicated_tuple")
+POISON = "poison"  # a string array where the model takes numbers: any numeric handler must fail on it
+
+
+@dataclass(frozen=True)
+class Case:
+    """One pipeline: ``count`` elements from ``seed``, batched within [min_batch, max_batch]."""
+
+    count: int
+    min_batch: int
+    max_batch: int
+    wrapper: str = "plain"
+    keys: str = "none"  # a KEY_KINDS entry for keyed wrappers; "mixed": every other element keyed
+    seed: int = 0
+    runner: str = "FnApiRunner"
+    poison: int = None  # index of the element replaced by a poison element (dead-letter check)
+    exceptions: bool = False  # RunInference(...).with_exception_handling()
+    weight: int = None  # max_batch_weight, in payload bytes (batch-weight check)
+
+
+@dataclass
+class Emitted:
+    key: object
+    has_key: bool
+    digest: str
+    inference: dict = None  # candidate output name -> array
+    error: str = None  # why the output could not be read as a PredictionResult
+
+
+@dataclass
+class DeadBatch:
+    elements: list  # (key, has_key, digest)
+    error: str
+
+
+@dataclass
+class PipelineRun:
+    case: Case
+    inputs: list  # (key, has_key, digest, example)
+    results: list = field(default_factory=list)  # Emitted
+    traces: list = field(default_factory=list)  # handlers.BatchTrace
+    dead: list = field(default_factory=list)  # DeadBatch
+    metrics: dict = field(default_factory=dict)  # name -> int (counter) or dict (distribution)
+    namespace: str = None
+    error: str = None
+    seconds: float = 0.0
+
+    def example(self, d):
+        return next(ex for _, _, dd, ex in self.inputs if dd == d)
+
+
+# -- elements ----------------------------------------------------------------------------------------
+def _key(kind, i):
+    index = i if kind.startswith("unique") else i // 2
+    return {"str": f"k{index}", "int": index, "tuple": ("k", index)}[kind.rsplit("_", 1)[1]]
+
+
+def poison_element(spec):
+    """An element of the right shape holding strings: no numeric model can run it."""
+    name, tensor = next(iter(spec.inputs.items()))
+    feed = {n: np.zeros(t.shape[1:], t.dtype) for n, t in spec.inputs.items()}
+    feed[name] = np.full(tensor.shape[1:], POISON)
+    return element_of(spec, feed)
+
+
+def case_inputs(spec, case):
+    """The case's elements as (key, has_key, digest, example); examples own their data."""
+    arrays = sample_inputs(spec, case.count, np.random.default_rng(case.seed))
+    out = []
+    for i in range(case.count):
+        example = element_of(spec, {k: np.array(v[i]) for k, v in arrays.items()})
+        if case.poison == i:
+            example = poison_element(spec)
+        keyed = case.keys != "none" and (case.keys != "mixed" or i % 2 == 0)
+        key = (f"k{i}" if case.keys == "mixed" else _key(case.keys, i)) if keyed else None
+        out.append((key, keyed, digest(example), example))
+    return out
+
+
+# -- the pipeline ------------------------------------------------------------------------------------
+def handler_stack(subject, case):
+    inner = subject.make(case.min_batch, case.max_batch)
+    if case.wrapper == "keyed":
+        inner = KeyedModelHandler(inner)
+    elif case.wrapper.startswith("maybe_keyed"):
+        inner = MaybeKeyedModelHandler(inner)
+    return TracedHandler(inner, weight_batching(case.weight) if case.weight else None)
+
+
+def make_pipeline(runner, options):
+    return beam.Pipeline(options=PipelineOptions([f"--runner={_RUNNER_PATHS.get(runner, runner)}", *options]))
+
+
+def output_folder(runner, options):
+    """Where the pipeline's records go: a local temp folder, or ``--temp_location`` on a remote runner."""
+    if runner in LOCAL_RUNNERS:
+        return tempfile.mkdtemp(prefix="paritygate-beam-")
+    temp = PipelineOptions(list(options)).get_all_options().get("temp_location")
+    if not temp:
+        raise HandlerContractError(f"--parity-beam-runner={runner}: results come back through files; pass "
+                                   "--parity-beam-option=--temp_location=<path the workers and this machine share>")
+    return f"{temp.rstrip('/')}/paritygate-{uuid.uuid4().hex}"
+
+
+def run_case(subject, case):
+    """Run ``case`` once (memoised per subject): a PipelineRun with everything the checks need."""
+    memo = subject.cache.setdefault("runs", {})
+    if case not in memo:
+        memo[case] = _run(subject, case)
+    return memo[case]
+
+
+def _run(subject, case):
+    run = PipelineRun(case, case_inputs(subject.spec, case))
+    folder = output_folder(case.runner, subject.options)
+    start = time.perf_counter()
+    try:
+        handler = handler_stack(subject, case)
+        run.namespace = handler.get_metrics_namespace()
+        result = _build_and_run(subject, case, handler, run.inputs, folder)
+        run.metrics = _metrics(result, run.namespace)
+    except Exception as err:  # the pipeline failing is an outcome the checks report
+        run.error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:500] if str(err).strip() else ''}"
+    run.seconds = time.perf_counter() - start
+    for kind, item in _read_records(folder):
+        getattr(run, {"result": "results", "trace": "traces", "dead": "dead"}[kind]).append(item)
+    return run
+
+
+def _build_and_run(subject, case, handler, inputs, folder):
+    p = make_pipeline(case.runner, subject.options)
+    elements = [(key, ex) if keyed else ex for key, keyed, _, ex in inputs]
+    transform = RunInference(handler)
+    pcoll = p | "Elements" >> beam.Create(elements, reshuffle=False)
+    if case.exceptions:
+        out, dlq = pcoll | "RunInference" >> transform.with_exception_handling()
+        _ = dlq.failed_inferences | "DeadRecords" >> beam.Map(_dead_record) | "WriteDead" >> beam.ParDo(
+            WriteRecords(folder))
+    else:
+        out = pcoll | "RunInference" >> transform
+    _ = (out | "Records" >> beam.Map(_ToRecord(subject.spec, subject.output_names))
+         | "WriteRecords" >> beam.ParDo(WriteRecords(folder)))
+    result = p.run()
+    result.wait_until_finish()
+    return result
+
+
+# -- records (run on the workers) --------------------------------------------------------------------
+class _ToRecord:
+    def __init__(self, spec, output_names):
+        self.spec, self.output_names = spec, output_names
+
+    def __call__(self, output):
+        if isinstance(output, BatchTrace):
+            return "trace", output
+        key, has_key = None, False
+        if isinstance(output, tuple) and len(output) == 2 and not isinstance(output, PredictionResult):
+            (key, output), has_key = output, True
+        if not isinstance(output, PredictionResult):
+            return "result", Emitted(key, has_key, None, error=f"output is a {type(output).__name__}, "
+                                                              "not a PredictionResult")
+        try:
+            inference = normalise_inference(self.spec, self.output_names, output.inference)
+            return "result", Emitted(key, has_key, digest(output.example), inference)
+        except HandlerContractError as err:
+            return "result", Emitted(key, has_key, digest(output.example), error=str(err))
+
+
+def _dead_record(dead):
+    batch, (exc_type, exc_repr, _) = dead
+    elements = [(e[0], True, digest(unkeyed(e))) if isinstance(e, tuple) else (None, False, digest(e))
+                for e in batch]
+    return "dead", DeadBatch(elements, f"{getattr(exc_type, '__name__', exc_type)}: {exc_repr[:300]}")
+
+
+class WriteRecords(beam.DoFn):
+    """Each bundle's records to one pickle file under ``folder`` (Beam FileSystems: local, gs://, ...)."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def start_bundle(self):
+        self.records = []
+
+    def process(self, record):
+        self.records.append(record)
+
+    def finish_bundle(self):
+        if self.records:
+            with FileSystems.create(f"{self.folder}/{uuid.uuid4().hex}.pkl") as f:
+                f.write(pickle.dumps(self.records))
+
+
+def _read_records(folder):
+    try:
+        files = FileSystems.match([f"{folder}/*.pkl"])[0].metadata_list
+    except Exception:  # nothing was written (the pipeline failed before any bundle finished)
+        files = []
+    records = []
+    for meta in files:
+        with FileSystems.open(meta.path) as f:
+            records.extend(pickle.loads(f.read()))
+    if files:
+        FileSystems.delete([m.path for m in files])
+    return records
+
+
+def _metrics(result, namespace):
+    """Counters and distributions of the handler's namespace and the suite's, by metric name."""
+    out = {}
+    for kind, items in result.metrics().query().items():
+        for m in items:
+            if m.key.metric.namespace not in (namespace, "paritygate"):
+                continue
+            value = m.committed if m.committed is not None else m.attempted
+            if kind == "distributions":
+                value = {"count": value.count, "sum": value.sum, "min": value.min, "max": value.max}
+            elif kind != "counters":
+                continue
+            name = m.key.metric.name if m.key.metric.namespace != "paritygate" else f"paritygate/{m.key.metric.name}"
+            out[name] = value
+    return out

@@ -1,0 +1,140 @@
+"""paritygate.comparator.task: classification agreement and accuracy ratio (MLPerf 99%), detection matching
+(IoU, class, score tolerance), and which outputs a task reads."""
+
+import numpy as np
+import pytest
+
+from paritygate.comparator.task import (TaskSpecError, classification, classification_output, detection,
+                                        task_metrics)
+from paritygate.comparator.tolerance import DETECTION_IOU, TASK_RATIO, TASK_SOURCE
+from tests.conftest import toy_spec
+
+
+def one_hot(classes, n=5):
+    return np.eye(n, dtype=np.float32)[classes]
+
+
+# -- classification -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("disagreeing, passed", [(0, True), (1, True), (2, False)])
+def test_top1_agreement_at_the_mlperf_ratio(disagreeing, passed):
+    classes = np.arange(100) % 5
+    cand = classes.copy()
+    cand[:disagreeing] = (cand[:disagreeing] + 1) % 5
+    r = classification(toy_spec(task="classification"), {"probs": one_hot(classes)}, {"probs": one_hot(cand)})
+    assert r["top1_agreement"] == (100 - disagreeing) / 100 and r["passed"] is passed
+    assert r["disagreeing_elements"] == list(range(disagreeing))
+    assert (r["samples"], r["min_ratio"], r["source"], r["output"]) == (100, TASK_RATIO, TASK_SOURCE, "probs")
+
+
+def test_accuracy_ratio_against_labels():
+    labels = np.arange(100) % 5
+    ref = labels.copy()
+    ref[:50] = (ref[:50] + 1) % 5  # reference accuracy 0.5
+    cand = ref.copy()
+    cand[50] = (cand[50] + 1) % 5  # agreement 0.99, accuracy 0.49 < 0.99 * 0.5
+    r = classification(toy_spec(task="classification"), {"probs": one_hot(ref)}, {"probs": one_hot(cand)}, labels)
+    assert (r["reference_accuracy"], r["candidate_accuracy"], r["top1_agreement"]) == (0.5, 0.49, 0.99)
+    assert r["passed"] is False
+    cand = ref.copy()
+    cand[0] = labels[0]  # a disagreement that is right: accuracy 0.51 >= 0.495
+    r = classification(toy_spec(task="classification"), {"probs": one_hot(ref)}, {"probs": one_hot(cand)}, labels)
+    assert r["candidate_accuracy"] == 0.51 and r["passed"] is True
+
+
+def test_classification_reads_the_mapped_candidate_output():
+    spec = toy_spec(task="classification", outputs={"probs": "Identity"})
+    r = classification(spec, {"probs": one_hot([1, 2])}, {"Identity": one_hot([1, 3])})
+    assert r["top1_agreement"] == 0.5 and not r["passed"]
+
+
+def test_classification_output_is_the_one_class_score_output():
+    spec = toy_spec(task="classification")
+    assert classification_output(spec, {"logits": np.zeros((2, 3))}) == "logits"
+    assert classification_output(spec, {"probs": np.zeros((2, 3)), "embedding_norm": np.zeros((2, 1))}) == "probs"
+    with pytest.raises(TaskSpecError, match=r"key 'task'.*found 2 among \['a', 'b'\]"):
+        classification_output(spec, {"a": np.zeros((2, 3)), "b": np.zeros((2, 4))})
+
+
+# -- detection ---------------------------------------------------------------------------------------
+BOX = [0.1, 0.1, 0.5, 0.5]  # (y1, x1, y2, x2), area 0.16
+
+
+def detections(boxes, scores, classes):
+    """A batch of two images with the same detections each."""
+    b = np.array([boxes, boxes], np.float32)
+    return {"detection_boxes": b, "detection_scores": np.array([scores, scores], np.float32),
+            "detection_classes": np.array([classes, classes], np.float32),
+            "num_detections": np.array([len(scores)] * 2, np.float32)}
+
+
+def run_detection(ref, cand, **spec_fields):
+    return detection(toy_spec(task="detection", precisions=("fp16",), **spec_fields), "fp16", ref, cand)
+
+
+def test_identical_detections_match():
+    ref = detections([BOX, [0.6, 0.6, 0.9, 0.9]], [0.9, 0.3], [1, 2])
+    r = run_detection(ref, ref)
+    assert r["passed"] and r["reference_detections"] == 2 and r["matched"] == 2  # 0.3 is below min_score
+    assert r["iou_min"] == DETECTION_IOU and r["score_tolerance"]["atol"] == 0.01
+
+
+def test_candidate_order_does_not_matter():
+    ref = detections([BOX, [0.6, 0.6, 0.9, 0.9]], [0.9, 0.8], [1, 2])
+    cand = detections([[0.6, 0.6, 0.9, 0.9], BOX], [0.8, 0.9], [2, 1])
+    assert run_detection(ref, cand)["passed"]
+
+
+def test_iou_at_exactly_half_matches():
+    cand = detections([[0.1, 0.1, 0.5, 0.3]], [0.9], [1])  # half of the reference box: IoU 0.08 / 0.16
+    assert run_detection(detections([BOX], [0.9], [1]), cand)["passed"]
+
+
+@pytest.mark.parametrize("what, cand", [
+    ("shifted box (IoU < 0.5)", detections([[0.1, 0.3, 0.5, 0.7]], [0.9], [1])),
+    ("other class", detections([BOX], [0.9], [2])),
+    ("score beyond tolerance", detections([BOX], [0.85], [1])),
+])
+def test_a_missed_detection_is_reported_with_its_batch_element(what, cand):
+    ref = detections([BOX], [0.9], [1])
+    r = run_detection(ref, cand)
+    assert not r["passed"] and r["matched"] == 0 and r["reference_detections"] == 2
+    assert r["missed"] == [{"batch_element": 0, "detection": 0, "score": pytest.approx(0.9)},
+                           {"batch_element": 1, "detection": 0, "score": pytest.approx(0.9)}]
+
+
+def test_only_the_broken_batch_element_is_reported():
+    ref = detections([BOX], [0.9], [1])
+    cand = {k: v.copy() for k, v in ref.items()}
+    cand["detection_classes"][1, 0] = 3
+    r = run_detection(ref, cand)
+    assert [m["batch_element"] for m in r["missed"]] == [1] and r["matched"] == 1
+
+
+def test_score_within_tolerance_matches():
+    ref = detections([BOX], [0.9], [1])
+    cand = detections([BOX], [0.905], [1])  # |0.005| <= 0.01 + 0.01 * 0.9
+    assert run_detection(ref, cand)["passed"]
+
+
+def test_detection_through_mapped_output_names():
+    ref = detections([BOX], [0.9], [1])
+    cand = {f"out_{k}": v for k, v in ref.items()}
+    mapping = {k: f"out_{k}" for k in ref}
+    assert run_detection(ref, cand, outputs=mapping)["passed"]
+
+
+def test_detection_needs_each_output_once():
+    ref = detections([BOX], [0.9], [1])
+    del ref["detection_scores"]
+    with pytest.raises(TaskSpecError, match=r"key 'task'.*'scores'"):
+        run_detection(ref, ref)
+
+
+# -- dispatch ----------------------------------------------------------------------------------------
+def test_task_metrics_dispatch():
+    probs = {"probs": one_hot([1, 2])}
+    assert task_metrics(toy_spec(task="classification"), "fp16", probs, probs)["metric"] == "classification"
+    ref = detections([BOX], [0.9], [1])
+    assert task_metrics(toy_spec(task="detection"), "fp16", ref, ref)["metric"] == "detection"
+    assert task_metrics(toy_spec(task="regression"), "fp16", probs, probs) is None
+    assert task_metrics(toy_spec(), "fp16", probs, probs) is None

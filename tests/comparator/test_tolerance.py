@@ -1,0 +1,74 @@
+"""paritygate.comparator.tolerance: defaults with their sources, overrides per precision and per output,
+each override's ``source`` naming the config file, its table and the model."""
+
+import pytest
+
+from paritygate.comparator import tolerance as tol_mod
+from paritygate.comparator.tolerance import DEFAULTS, Tolerance, tolerance_for
+from tests.conftest import toy_spec
+
+CONFIG = "/cfg/parity.toml"
+
+
+def spec(tolerances=None):
+    return toy_spec(source=CONFIG, precisions=("fp32", "fp16", "int8"), tolerances=tolerances or {})
+
+
+def test_defaults_and_their_sources():
+    assert DEFAULTS["fp32"] == Tolerance(1e-5, 1e-5, tol_mod.TF_TRT_BASE)
+    assert DEFAULTS["fp16"] == Tolerance(1e-2, 1e-2, tol_mod.TF_TRT_BASE)
+    assert DEFAULTS["int8"] == Tolerance(3e-1, 1e-1, tol_mod.TF_TRT_INT8)
+    assert "tf_trt_integration_test_base.py" in tol_mod.TF_TRT_BASE
+    assert "INT8" in tol_mod.TF_TRT_INT8
+    for t in DEFAULTS.values():
+        assert t.source and t.as_dict() == {"atol": t.atol, "rtol": t.rtol, "source": t.source}
+
+
+def test_every_budget_has_a_named_source():
+    assert tol_mod.COSINE_MIN == 0.997 and "Polygraphy" in tol_mod.COSINE_SOURCE
+    assert tol_mod.TASK_RATIO == 0.99 and "MLPerf" in tol_mod.TASK_SOURCE
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_no_override_gives_the_default(precision):
+    assert tolerance_for(spec(), precision) is DEFAULTS[precision]
+    assert tolerance_for(spec(), precision, "y") is DEFAULTS[precision]
+
+
+def test_per_precision_override_names_the_config():
+    t = tolerance_for(spec({"fp16": {"atol": 0.05, "rtol": 0.02}}), "fp16", "y")
+    assert (t.atol, t.rtol) == (0.05, 0.02)
+    assert t.source == f"{CONFIG} [models.tolerances.fp16] of model 'toy'"
+
+
+def test_partial_per_precision_override_keeps_the_other_default():
+    t = tolerance_for(spec({"fp16": {"atol": 0.05}}), "fp16")
+    assert (t.atol, t.rtol) == (0.05, DEFAULTS["fp16"].rtol)
+    assert CONFIG in t.source
+
+
+def test_override_of_one_precision_leaves_the_others():
+    s = spec({"fp16": {"atol": 0.05}})
+    assert tolerance_for(s, "fp32") is DEFAULTS["fp32"] and tolerance_for(s, "int8") is DEFAULTS["int8"]
+
+
+def test_per_output_override_names_the_output_and_inherits_the_precision_table():
+    s = spec({"int8": {"atol": 0.5, "rtol": 0.2, "outputs": {"z": {"rtol": 0.05}}}})
+    z = tolerance_for(s, "int8", "z")
+    assert (z.atol, z.rtol) == (0.5, 0.05)
+    assert z.source == f"{CONFIG} [models.tolerances.int8.outputs.z] of model 'toy'"
+    y = tolerance_for(s, "int8", "y")  # other outputs: the precision's table
+    assert (y.atol, y.rtol) == (0.5, 0.2) and y.source.endswith("[models.tolerances.int8] of model 'toy'")
+
+
+def test_per_output_override_without_a_precision_table_falls_back_to_the_defaults():
+    s = spec({"fp32": {"outputs": {"y": {"atol": 1e-3}}}})
+    y = tolerance_for(s, "fp32", "y")
+    assert (y.atol, y.rtol) == (1e-3, DEFAULTS["fp32"].rtol) and "outputs.y" in y.source
+    assert tolerance_for(s, "fp32", "z") is DEFAULTS["fp32"]
+    assert tolerance_for(s, "fp32") is DEFAULTS["fp32"]  # no output named: no per-output override
+
+
+def test_zero_tolerance_override_is_honoured():
+    t = tolerance_for(spec({"fp32": {"atol": 0.0, "rtol": 0.0}}), "fp32")
+    assert (t.atol, t.rtol) == (0.0, 0.0)

@@ -1,0 +1,124 @@
+"""Shared fixtures of the suite's own tests: a tiny TF SavedModel, ONNX graphs built with onnx.helper, and
+ModelSpecs / config files made in code.
+
+    parity_cache               session-scoped: $PARITYGATE_CACHE points at a fresh folder, not ~/.cache
+    toy_saved_model            session-scoped SavedModel: x float32 [N, 1] in [-1, 1] -> y = 5x, z = 2x
+    make_onnx(path, *nodes)    an ONNX model over x float32 [N, 1]; nodes default to y = 5x, z = 2x
+    scale(out, k, src="x")     the nodes of out = k * src, for y = 5x variants: make_onnx(p, scale("y", 5.01))
+    toy_spec(reference, ...)   a ModelSpec for the toy model without a config file
+    write_config(folder, ...)  a parity.toml (inline tables) from nested dicts
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from paritygate.config import ModelSpec, TensorSpec
+
+OPSET = 17
+
+
+@pytest.fixture(scope="session")
+def parity_cache(tmp_path_factory):
+    """The artifact cache of this test session (a fresh folder): converted ONNX is built once per session."""
+    with pytest.MonkeyPatch.context() as mp:
+        folder = tmp_path_factory.mktemp("parity-cache")
+        mp.setenv("PARITYGATE_CACHE", str(folder))
+        yield folder
+
+
+# -- TensorFlow ---------------------------------------------------------------------------------------
+def save_toy_model(path, y_scale=5.0, z_scale=2.0, signature="serving_default"):
+    """Save y = y_scale * x and z = z_scale * x (as MatMuls, so INT8 has something to quantize)."""
+    tf = pytest.importorskip("tensorflow")
+    module = tf.Module()
+    module.w = tf.Variable([[y_scale]], dtype=tf.float32)
+    module.v = tf.Variable([[z_scale]], dtype=tf.float32)
+
+    # TF 2.21: decorate a plain function, then attach it to the module (a decorated method fails to save).
+    @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32, name="x")])
+    def serve(x):
+        return {"y": tf.matmul(x, module.w), "z": tf.matmul(x, module.v)}
+
+    module.serve = serve
+    tf.saved_model.save(module, str(path), signatures={signature: serve})
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def toy_saved_model(tmp_path_factory):
+    """SavedModel dir: signature serving_default, x float32 [N, 1] in [-1, 1] -> y = 5x, z = 2x."""
+    return save_toy_model(tmp_path_factory.mktemp("toy") / "saved_model")
+
+
+# -- ONNX -----------------------------------------------------------------------------------------------
+def scale(out, k, src="x"):
+    """Nodes computing ``out = k * src`` in float32 (a Constant and a Mul)."""
+    onnx = pytest.importorskip("onnx")
+    h = onnx.helper
+    const = h.make_node("Constant", [], [f"{out}_k"], value=h.make_tensor(f"{out}_k", onnx.TensorProto.FLOAT, [],
+                                                                          [float(k)]))
+    return [const, h.make_node("Mul", [src, f"{out}_k"], [out])]
+
+
+def make_onnx(path, *nodes, outputs=("y", "z"), inputs=("x",), width=1, initializers=(), ir_version=8):
+    """Save an ONNX model with float32 inputs [N, width] and float32 outputs [N, width]; returns the path.
+
+    ``nodes`` are NodeProtos or lists of them; none means y = 5x, z = 2x (the toy SavedModel's graph)."""
+    onnx = pytest.importorskip("onnx")
+    h = onnx.helper
+    flat = []
+    for n in nodes or (scale("y", 5.0), scale("z", 2.0)):
+        flat.extend(n if isinstance(n, (list, tuple)) else [n])
+
+    def info(name):
+        return h.make_tensor_value_info(name, onnx.TensorProto.FLOAT, ["N", width])
+
+    graph = h.make_graph(flat, Path(path).stem, [info(i) for i in inputs], [info(o) for o in outputs],
+                         list(initializers))
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)])
+    model.ir_version = ir_version
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return Path(path)
+
+
+@pytest.fixture
+def toy_onnx(tmp_path):
+    """y = 5x, z = 2x as ONNX (x float32 [N, 1])."""
+    return make_onnx(tmp_path / "toy.onnx")
+
+
+# -- specs and configs -----------------------------------------------------------------------------------
+def toy_spec(reference="reference", source="parity.toml", **fields):
+    """A ModelSpec for the toy model (x float32 [-1, 1] in [-1, 1]); ``fields`` override any field,
+    ``inputs`` may map name -> (shape, dtype, range)."""
+    inputs = fields.pop("inputs", {"x": ((-1, 1), "float32", (-1.0, 1.0))})
+    base = dict(name="toy", source=Path(source), reference=Path(reference), precisions=("fp32",), max_batch=4,
+                inputs={n: TensorSpec(n, tuple(s), np.dtype(d), tuple(r)) for n, (s, d, r) in inputs.items()})
+    base.update(fields)
+    return ModelSpec(**base)
+
+
+def toml_value(value):
+    """A TOML literal for str / bool / int / float / list / dict (dicts become one-line inline tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value) if np.isfinite(value) else ("nan" if np.isnan(value) else ("inf" if value > 0 else "-inf"))
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"no TOML literal for {type(value).__name__}")
+
+
+def write_config(folder, doc, name="parity.toml"):
+    """Write ``doc`` (top-level keys -> values) as a TOML file in ``folder``; returns its path."""
+    path = Path(folder) / name
+    path.write_text("".join(f"{json.dumps(str(k))} = {toml_value(v)}\n" for k, v in doc.items()))
+    return path
