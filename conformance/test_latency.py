@@ -8,8 +8,9 @@ measures for trtexec's 3 s per row.
 
 import pytest
 
-pytestmark = [pytest.mark.latency, pytest.mark.onnx, pytest.mark.tf,
-              pytest.mark.usefixtures("parity_candidate_available")]
+# Not marked `tf`: without TensorFlow the candidate is still measured (the check notes the missing reference,
+# and fails only the budgets that need it).
+pytestmark = [pytest.mark.latency, pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 
 
 def test_latency(parity_session, parity_case, parity_details):

@@ -13,7 +13,7 @@ from hypothesis import given  # noqa: E402
 
 from paritygate.checks import compare  # noqa: E402
 from paritygate.runtimes import candidate_runner, reference_runner  # noqa: E402
-from paritygate.strategies import feeds  # noqa: E402
+from paritygate.strategies import feeds, with_corner_examples  # noqa: E402
 
 pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 
@@ -47,7 +47,8 @@ def test_property_parity(parity_session, parity_case, parity_details):
         last["result"] = result
         assert result.passed, _explain(spec, precision, feed, result.failures)
 
-    _run_property(prop, last, parity_session, spec, precision, "property_parity", parity_details)
+    _run_property(with_corner_examples(prop, spec), last, parity_session, spec, precision, "property_parity",
+                  parity_details)
 
 
 def test_batch_invariance(parity_session, parity_case, parity_details):
@@ -73,7 +74,8 @@ def test_batch_invariance(parity_session, parity_case, parity_details):
                 assert result.passed, (f"{spec.name} {precision}: batch invariance: {label} differs from the "
                                        "same element alone (batch of 1):\n" + "\n".join(result.failures))
 
-    _run_property(prop, last, parity_session, spec, precision, "batch_invariance", parity_details)
+    _run_property(with_corner_examples(prop, spec), last, parity_session, spec, precision, "batch_invariance",
+                  parity_details)
 
 
 def test_determinism(parity_session, parity_case, parity_details):

@@ -94,6 +94,10 @@ def test_beam_batch_latency(beam_check, parity_model):
 
 
 # -- handler level (direct calls) ----------------------------------------------------------------------
+def test_handler_load_model(beam_check):
+    beam_check("handler_load_model")
+
+
 def test_handler_results_stable(beam_check):
     beam_check("handler_results_stable")
 

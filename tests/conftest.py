@@ -58,9 +58,9 @@ def scale(out, k, src="x"):
     """Nodes computing ``out = k * src`` in float32 (a Constant and a Mul)."""
     onnx = pytest.importorskip("onnx")
     h = onnx.helper
-    const = h.make_node("Constant", [], [f"{out}_k"], value=h.make_tensor(f"{out}_k", onnx.TensorProto.FLOAT, [],
-                                                                          [float(k)]))
-    return [const, h.make_node("Mul", [src, f"{out}_k"], [out])]
+    value = h.make_tensor(f"{out}_k", onnx.TensorProto.FLOAT, [], [float(k)])
+    return [h.make_node("Constant", [], [f"{out}_k"], name=f"{out}_k", value=value),
+            h.make_node("Mul", [src, f"{out}_k"], [out], name=f"{out}_mul")]
 
 
 def make_onnx(path, *nodes, outputs=("y", "z"), inputs=("x",), width=1, initializers=(), ir_version=8):
@@ -96,8 +96,9 @@ def toy_spec(reference="reference", source="parity.toml", **fields):
     """A ModelSpec for the toy model (x float32 [-1, 1] in [-1, 1]); ``fields`` override any field,
     ``inputs`` may map name -> (shape, dtype, range)."""
     inputs = fields.pop("inputs", {"x": ((-1, 1), "float32", (-1.0, 1.0))})
-    base = dict(name="toy", source=Path(source), reference=Path(reference), precisions=("fp32",), max_batch=4,
-                inputs={n: TensorSpec(n, tuple(s), np.dtype(d), tuple(r)) for n, (s, d, r) in inputs.items()})
+    base = {"name": "toy", "source": Path(source), "reference": Path(reference), "precisions": ("fp32",),
+            "max_batch": 4,
+            "inputs": {n: TensorSpec(n, tuple(s), np.dtype(d), tuple(r)) for n, (s, d, r) in inputs.items()}}
     base.update(fields)
     return ModelSpec(**base)
 

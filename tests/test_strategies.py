@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from paritygate import strategies  # noqa: E402
-from paritygate.strategies import FLOAT_PATTERNS, INT_PATTERNS, feeds, sample_inputs  # noqa: E402
-from tests.conftest import toy_spec  # noqa: E402
+from paritygate import strategies
+from paritygate.strategies import FLOAT_PATTERNS, INT_PATTERNS, feeds, sample_inputs
+from tests.conftest import toy_spec
 
 MIXED = toy_spec(max_batch=5, inputs={
     "image": ((-1, 4, 4, 3), "float32", (-1.0, 1.0)),

@@ -97,9 +97,11 @@ def _format_schema_error(path, doc, error):
         name = entry.get("name") if isinstance(entry, dict) else None
         model = f" model '{name}'" if isinstance(name, str) else f" models[{loc[1]}]"
         key = ".".join(str(p) for p in loc[2:])
-        if error.validator in ("required", "additionalProperties") or not key:
-            key = key or "<model table>"
-        return f"{path}:{model}: key '{key}': {_explain(error)}"
+        if error.validator == "required":  # name the missing key itself, e.g. 'inputs.image.dtype'
+            missing = error.message.split("'")[1]
+            key = f"{key}.{missing}" if key else missing
+            return f"{path}:{model}: key '{key}': required but missing"
+        return f"{path}:{model}: key '{key or '<model table>'}': {_explain(error)}"
     return f"{path}: key '{_key_path(error)}': {_explain(error)}"
 
 

@@ -69,6 +69,11 @@ def pytest_configure(config):
         rootdir=str(config.rootpath),
     )
     config.stash[SESSION_KEY] = session
+    if not session.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected
+        try:
+            session.models
+        except ConfigError as err:
+            raise pytest.UsageError(str(err)) from err
     if session.report_dir is not None:
         try:
             session.check_report_dir()

@@ -1,6 +1,7 @@
 """The one ParitySession of a pytest run: config, runtime choice, recorded checks, the report."""
 
 import json
+import math
 import os
 import platform
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from paritygate import gpu as _gpu
 from paritygate.config import BUNDLED_CONFIG, load_config
+from paritygate.lazy import available
 
 STATUSES = ("pass", "fail", "skip", "xfail", "error")
 _WORKER_KEY = "paritygate_checks"
@@ -68,9 +70,14 @@ class ParitySession:
     def models(self):
         """The ModelSpecs under test; raises ConfigError with a one-line message."""
         if self._models is None:
+            check_files = True
             if self.is_bundled:
-                _ensure_zoo_built()
-            self._models = load_config(self.config_path)
+                # The zoo's SavedModels are rebuilt from committed weights, which needs TensorFlow; without it
+                # the models are still listed (collection works) and their TF-needing tests skip.
+                check_files = available("tensorflow")
+                if check_files:
+                    _ensure_zoo_built()
+            self._models = load_config(self.config_path, check_files=check_files)
         return self._models
 
     @property
@@ -205,7 +212,19 @@ def _short_failure(report):
 
 
 def _jsonable(obj):
-    return json.loads(json.dumps(obj, default=_default))
+    """Plain JSON (strict: no NaN/Infinity tokens, which jq and browsers reject): non-finite floats become
+    the strings "nan", "inf" and "-inf"."""
+    return _finite(json.loads(json.dumps(obj, default=_default)))
+
+
+def _finite(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _default(obj):

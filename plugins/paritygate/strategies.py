@@ -83,6 +83,30 @@ def sample_inputs(spec, count, rng):
     return {name: _fill("uniform", t, t.with_batch(count), rng) for name, t in spec.inputs.items()}
 
 
+def corner_feeds(spec):
+    """Feeds Hypothesis always tries first: every input at its low bound, its high bound, and zero (clipped
+    into range), at the largest batch. Defects at the edges of the valid range are then found every run."""
+    batch = spec.max_batch
+    corners = []
+    for value in ("low", "high", "zero"):
+        feed = {}
+        for name, t in spec.inputs.items():
+            low, high = t.range
+            v = {"low": low, "high": high, "zero": min(max(0, low), high)}[value]
+            feed[name] = np.full(t.with_batch(batch), v, dtype=t.dtype)
+        corners.append(feed)
+    return corners
+
+
+def with_corner_examples(prop, spec, argname="feed"):
+    """Decorate a Hypothesis test with ``corner_feeds(spec)`` as explicit examples."""
+    from hypothesis import example
+
+    for feed in corner_feeds(spec):
+        prop = example(**{argname: feed})(prop)
+    return prop
+
+
 def feeds(spec, batch_sizes=None):
     """A Hypothesis strategy of feeds (input name -> array) for ``spec``, batch in 1..max_batch."""
     from hypothesis import strategies as st

@@ -7,8 +7,14 @@ import time
 import numpy as np
 import pytest
 
-from paritygate.comparator.compare import (OutputMismatchError, _p99, compare_array, compare_outputs, cosine_ok,
-                                           pair_outputs)
+from paritygate.comparator.compare import (
+    OutputMismatchError,
+    _p99,
+    compare_array,
+    compare_outputs,
+    cosine_ok,
+    pair_outputs,
+)
 from paritygate.comparator.tolerance import DEFAULTS, Tolerance
 from tests.conftest import toy_spec
 

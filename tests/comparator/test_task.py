@@ -4,8 +4,7 @@
 import numpy as np
 import pytest
 
-from paritygate.comparator.task import (TaskSpecError, classification, classification_output, detection,
-                                        task_metrics)
+from paritygate.comparator.task import TaskSpecError, classification, classification_output, detection, task_metrics
 from paritygate.comparator.tolerance import DETECTION_IOU, TASK_RATIO, TASK_SOURCE
 from tests.conftest import toy_spec
 

@@ -4,11 +4,15 @@ agreement with fixtures/parity.toml and fixtures/zoo/models.py. No TensorFlow ne
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from fixtures.zoo import models
 

@@ -2,8 +2,8 @@
 
 A pipeline run costs 0.2-1 s, so pipeline properties run far fewer examples than the profile's
 ``max_examples``: ``pipeline_examples()`` = max_examples // 5 (ci: 25 -> 5, dev: 10 -> 2, nightly: 400 -> 80),
-after two explicit cases every property always runs (2 * max_batch + 1 elements, batches in [1, max_batch],
-plain and keyed), and without shrinking (each shrink step would be another pipeline). Every property over
+after two explicit cases every property always runs (``explicit_cases``: plain, and keyed with batches of
+exactly max_batch), and without shrinking (each shrink step would be another pipeline). Every property over
 a model draws the same cases (one seed per process, or the profile's derandomised seed), and
 ``pipeline.run_case`` memoises runs, so the exactly-once, pairing, batch-bound and metric checks share
 their pipelines.
@@ -51,12 +51,14 @@ def cases(spec, runners, wrappers=WRAPPERS, poison=False):
 
 
 def explicit_cases(spec, runners, poison=False):
-    """The cases every property runs first: more elements than one batch holds, plain and keyed."""
-    n = max_count(spec)
-    where = n // 2 if poison else None
-    return [Case(n, 1, spec.max_batch, "plain", runner=runners[0], poison=where, exceptions=poison),
-            Case(n, 1, spec.max_batch, "keyed", "unique_str", seed=1, runner=runners[-1], poison=where,
-                 exceptions=poison)]
+    """The cases every property runs first: plain, 2*max_batch+1 elements in batches growing from 1
+    (BatchElements' estimator starts at min_batch_size and at most doubles), and keyed, 4*max_batch+1 elements
+    in batches fixed at max_batch (a handler that drops max_batch_size gets batches past it here)."""
+    n, m = max_count(spec), 4 * spec.max_batch + 1
+    return [Case(n, 1, spec.max_batch, "plain", runner=runners[0], poison=n // 2 if poison else None,
+                 exceptions=poison),
+            Case(m, spec.max_batch, spec.max_batch, "keyed", "unique_str", seed=1, runner=runners[-1],
+                 poison=m // 2 if poison else None, exceptions=poison)]
 
 
 def pipeline_examples(divisor=PIPELINE_EXAMPLES_DIVISOR):

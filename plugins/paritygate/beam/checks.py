@@ -5,7 +5,8 @@
                       than it had elements (KeyedModelHandler zips keys with results and drops the rest)
     pairing           each result's example is its own input, its key stays with it, and its inference matches
                       the native TF reference for that element within the handler's precision policy
-    batch_bounds      batch sizes within the factory's max_batch_size and the model's max_batch;
+    batch_bounds      batch sizes within the factory's max_batch_size and the model's max_batch, and (local
+                      runners: one bundle) no more than one short batch below its min_batch_size;
                       ``num_inferences`` equals the element count
     metric_bytes      ``inference_request_batch_byte_size`` at least the batch's payload, for every batch
     dead_letter       with ``with_exception_handling()`` a failing element lands in the dead-letter output, and
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from paritygate.beam.contract import LOCAL_RUNNERS
 from paritygate.comparator.compare import OutputMismatchError, compare_outputs
 
 MAX_LISTED = 8  # failures listed per check; the count says how many there were
@@ -135,6 +137,10 @@ def batch_bounds_failures(subject, run):
                 for s in sizes if s > case.max_batch]
     failures += [f"a batch of {s} exceeds the model's max_batch={spec.max_batch} ({spec.where('max_batch')})"
                  for s in sizes if s > spec.max_batch]
+    short = [s for s in sizes if s < case.min_batch]
+    if case.runner in LOCAL_RUNNERS and len(short) > 1:  # one bundle here: BatchElements flushes one remainder
+        failures.append(f"{len(short)} batches {short} are smaller than min_batch_size={case.min_batch} given to "
+                        "the factory (BatchElements flushes at most one short remainder per bundle)")
     metric = run.metrics.get("inference_request_batch_size")
     if metric is None:
         failures.append("RunInference reported no inference_request_batch_size metric")

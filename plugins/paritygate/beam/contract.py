@@ -24,6 +24,7 @@ import numpy as np
 from paritygate.config import PRECISIONS
 
 PRECISION_ATTR = "paritygate_precision"
+LOCAL_RUNNERS = ("FnApiRunner", "BundleBasedDirectRunner")  # pinned: Beam 2.77's default (Prism) downloads a binary
 DEFAULT_PRECISION = "fp32"
 
 

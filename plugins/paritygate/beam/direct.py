@@ -1,5 +1,7 @@
 """Handler-level checks: direct calls to the handler the factory returns, no pipeline.
 
+    handler_load_model        ``load_model`` succeeds, returns a weakly referenceable model (Beam's shared cache
+                              needs it) and leaves no file open (a leak per load, per worker)
     handler_results_stable    ``load_model`` once, then ``run_inference`` on consecutive batches: results already
                               returned do not change after later calls (no views into a reused output buffer)
     handler_batch_extremes    batches of 1 and of max_batch: one result per element, in order, each example its own
@@ -10,6 +12,10 @@
                               ``beam.BatchElements`` accepts it
     handler_metrics_namespace ``get_metrics_namespace`` is a non-empty string
 """
+
+import gc
+import warnings
+import weakref
 
 import numpy as np
 
@@ -43,12 +49,44 @@ def _inference(subject, result):
 
 
 def _loaded(subject, name):
-    """(handler, model, None), or (None, None, failed result) when load_model raises."""
+    """(handler, model, None), or (None, None, failed result) when load_model raises. A file load_model
+    leaves open is reported by handler_load_model, not by every check."""
     handler = subject.make(1, subject.spec.max_batch)
     try:
-        return handler, handler.load_model(), None
-    except Exception as err:  # the handler's own error type varies
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            return handler, handler.load_model(), None
+    except Exception as err:  # noqa: BLE001 - the handler's own error type varies
         return None, None, _result(name, subject, [f"load_model raised {type(err).__name__}: {err}"])
+
+
+def load_model(subject):
+    """load_model succeeds, returns what Beam's shared model cache can hold (it keeps a weak reference:
+    apache_beam/utils/shared.py:136), and leaves no file or socket open (Python's ResourceWarning)."""
+    handler = subject.make(1, subject.spec.max_batch)
+    failures = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        try:
+            model = handler.load_model()
+        except Exception as err:  # noqa: BLE001 - the handler's own error type varies
+            failures.append(f"load_model raised {type(err).__name__}: {err}")
+        else:
+            failures += _weakref_problem(model)
+            del model
+        gc.collect()
+    failures += [f"load_model left a resource open: {w.message}" for w in caught
+                 if issubclass(w.category, ResourceWarning)]
+    return _result("handler_load_model", subject, failures)
+
+
+def _weakref_problem(model):
+    try:
+        weakref.ref(model)
+    except TypeError:
+        return [f"load_model returned a {type(model).__name__}, which cannot be weakly referenced: RunInference's "
+                "shared model cache fails on it (TypeError in DoFn.setup); return an object, not a tuple/list/dict"]
+    return []
 
 
 def results_stable(subject):
@@ -61,7 +99,7 @@ def results_stable(subject):
     for i, n in enumerate(sizes):
         try:
             calls.append((n, *_call(subject, handler, model, batch_of(spec, n, seed=100 + i))))
-        except Exception as err:  # the handler's own error type varies
+        except Exception as err:  # noqa: BLE001 - the handler's own error type varies
             failures.append(f"call {i + 1} (batch of {n}) raised {type(err).__name__}: {err}")
     for i, (n, results, snapshot) in enumerate(calls[:-1]):
         for j, (result, before) in enumerate(zip(results, snapshot)):
@@ -88,7 +126,7 @@ def batch_extremes(subject):
         batch = batch_of(spec, n, seed=200 + n)
         try:
             results, inferences = _call(subject, handler, model, batch)
-        except Exception as err:  # the handler's own error type varies
+        except Exception as err:  # noqa: BLE001 - the handler's own error type varies
             failures.append(f"a batch of {n} raised {type(err).__name__}: {err}")
             continue
         failures += _batch_problems(subject, n, batch, results, inferences)
@@ -131,7 +169,7 @@ def num_bytes(subject):
                         ("arrays as Beam's coder delivers them", [beam_decoded(e) for e in owned])):
         try:
             value = handler.get_num_bytes(batch)
-        except Exception as err:  # the handler's own error type varies
+        except Exception as err:  # noqa: BLE001 - the handler's own error type varies
             failures.append(f"get_num_bytes raised {type(err).__name__}: {err} ({form})")
             continue
         reported[form] = value
@@ -155,7 +193,7 @@ def batch_kwargs(subject):
                             f"min/max {got[0]}/{got[1]}")
         try:
             beam.BatchElements(**kwargs)
-        except Exception as err:  # the kwargs are the handler's; BatchElements' complaint says which one
+        except Exception as err:  # noqa: BLE001 - BatchElements' complaint names the bad kwarg
             failures.append(f"beam.BatchElements(**batch_elements_kwargs()) for ({low}, {high}) raised "
                             f"{type(err).__name__}: {err}")
     return _result("handler_batch_kwargs", subject, failures, batch_elements_kwargs=seen)
@@ -168,6 +206,6 @@ def metrics_namespace(subject):
     return _result("handler_metrics_namespace", subject, failures, namespace=repr(namespace))
 
 
-DIRECT_CHECKS = {"handler_results_stable": results_stable, "handler_batch_extremes": batch_extremes,
+DIRECT_CHECKS = {"handler_load_model": load_model, "handler_results_stable": results_stable, "handler_batch_extremes": batch_extremes,
                  "handler_num_bytes": num_bytes, "handler_batch_kwargs": batch_kwargs,
                  "handler_metrics_namespace": metrics_namespace}

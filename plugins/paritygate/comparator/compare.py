@@ -58,6 +58,10 @@ def pair_outputs(spec, ref_names, cand_names):
                 f"{spec.where('outputs')}: reference output '{ref}' has no candidate output '{cand}'; "
                 f"candidate outputs are {sorted(cand_names)} (map names in [models.outputs])")
         mapping[ref] = cand
+    shared = sorted({c for c in mapping.values() if list(mapping.values()).count(c) > 1})
+    if shared:
+        raise OutputMismatchError(f"{spec.where('outputs')}: candidate output(s) {shared} are paired with more "
+                                  "than one reference output; each reference output needs its own")
     unknown = sorted(set(spec.outputs) - set(ref_names))
     extra = sorted(set(cand_names) - set(mapping.values()))
     if unknown:
@@ -82,23 +86,20 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
     work = np.result_type(ref.dtype, cand.dtype, np.float32)  # float32 math for float32 outputs (as isclose)
     r = ref.astype(work, copy=False).ravel()
     c = cand.astype(work, copy=False).ravel()
-    all_finite = bool(np.isfinite(r).all() and np.isfinite(c).all())
-    if all_finite:
-        both = None
-        nonfinite_bad = None
-        diff = np.subtract(c, r)
-        np.abs(diff, out=diff)
-        absref = np.abs(r)
-    else:
+    nonfinite_bad = None
+    finite = None  # None: every element finite (the fast path)
+    if not (np.isfinite(r).all() and np.isfinite(c).all()):
         r_fin, c_fin = np.isfinite(r), np.isfinite(c)
-        both = r_fin & c_fin
+        finite = r_fin & c_fin
         # Non-finite rules: a non-finite candidate where the reference is finite always fails; a non-finite
         # reference passes only where the candidate holds the same value (NaN for NaN, +Inf for +Inf).
         same_nonfinite = ~r_fin & ((np.isnan(r) & np.isnan(c)) | (r == c))
-        nonfinite_bad = ~both & ~same_nonfinite
-        diff = np.subtract(c, r, where=both, out=np.zeros_like(r))  # not `c - r`: inf - inf warns
-        np.abs(diff, out=diff)
-        absref = np.abs(r, where=both, out=np.zeros_like(r))
+        nonfinite_bad = ~finite & ~same_nonfinite
+        # Zero the non-finite positions: they then add nothing to differences, norms or dot products.
+        r, c = np.where(finite, r, work.type(0)), np.where(finite, c, work.type(0))
+    diff = np.subtract(c, r)
+    np.abs(diff, out=diff)
+    absref = np.abs(r)
     limit = absref * work.type(tol.rtol)
     limit += work.type(tol.atol)
     bad = diff > limit
@@ -107,16 +108,18 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
     out.mismatches = int(np.count_nonzero(bad))
     out.nonfinite_mismatches = 0 if nonfinite_bad is None else int(np.count_nonzero(nonfinite_bad))
     out.passed = out.mismatches == 0
-    d = diff if both is None else diff[both]
-    a = absref if both is None else absref[both]
-    if d.size:
-        rel = np.divide(d, a, out=np.where(d > 0, work.type(np.inf), work.type(0)), where=a > 0)  # no float64 temp
+    n_finite = diff.size if finite is None else int(np.count_nonzero(finite))
+    if n_finite:
+        rel = np.divide(diff, absref, out=np.where(diff > 0, work.type(np.inf), work.type(0)), where=absref > 0)
         finite_rel = rel[np.isfinite(rel)]
-        out.max_abs, out.mean_abs, out.p99_abs = float(d.max()), float(d.mean(dtype=np.float64)), _p99(d)
+        out.max_abs = float(diff.max())
+        out.mean_abs = float(diff.sum(dtype=np.float64) / n_finite)
         out.max_rel = float(rel.max())
-        out.mean_rel = float(finite_rel.mean(dtype=np.float64)) if finite_rel.size else 0.0
-        out.p99_rel = _p99(rel)
-        out.cosine = _cosine(r if both is None else r[both], c if both is None else c[both])
+        out.mean_rel = float(finite_rel.sum(dtype=np.float64) / finite_rel.size) if finite_rel.size else 0.0
+        # p99 over the finite elements only (the zeroed positions would shift it)
+        out.p99_abs = _p99(diff if finite is None else diff[finite])
+        out.p99_rel = _p99(rel if finite is None else rel[finite])
+        out.cosine = _cosine(r, c)
     if out.mismatches:
         score = (diff - limit).astype(np.float64)
         if nonfinite_bad is not None:
@@ -124,7 +127,7 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
         flat = int(np.argmax(score))
         index = np.unravel_index(flat, ref.shape)
         out.worst = {"index": [int(i) for i in index], "batch_element": int(index[0]) if ref.ndim else 0,
-                     "reference": float(r[flat]), "candidate": float(c[flat])}
+                     "reference": float(ref.ravel()[flat]), "candidate": float(cand.ravel()[flat])}
         if ref.ndim:
             per_row = bad.reshape(ref.shape[0], -1).any(axis=1)
             out.failing_batch_elements = [int(i) for i in np.flatnonzero(per_row)]

@@ -7,12 +7,43 @@ precision (candidate and TF reference), as ``conformance/test_latency.py`` runs 
 
 from paritygate.latency.budgets import Budgets, PercentileBudget, SpeedupBudget, budgets_for
 from paritygate.latency.check import LatencyResult, latency_check, latency_row, measure_runner, overhead_failures
-from paritygate.latency.harness import (OVERHEAD_LIMIT, PERCENTILE_METHOD, PROFILE_ENV, PROFILES, LatencyError,
-                                        Profile, Timing, load_profile, loop_overhead_ns, measure, percentile,
-                                        summarize)
+from paritygate.latency.harness import (
+    OVERHEAD_LIMIT,
+    PERCENTILE_METHOD,
+    PROFILE_ENV,
+    PROFILES,
+    LatencyError,
+    Profile,
+    Timing,
+    load_profile,
+    loop_overhead_ns,
+    measure,
+    percentile,
+    summarize,
+)
 from paritygate.latency.machine import machine_info
 
-__all__ = ["Budgets", "LatencyError", "LatencyResult", "OVERHEAD_LIMIT", "PERCENTILE_METHOD", "PROFILES",
-           "PROFILE_ENV", "PercentileBudget", "Profile", "SpeedupBudget", "Timing", "budgets_for", "latency_check",
-           "latency_row", "load_profile", "loop_overhead_ns", "machine_info", "measure", "measure_runner",
-           "overhead_failures", "percentile", "summarize"]
+__all__ = [
+    "OVERHEAD_LIMIT",
+    "PERCENTILE_METHOD",
+    "PROFILES",
+    "PROFILE_ENV",
+    "Budgets",
+    "LatencyError",
+    "LatencyResult",
+    "PercentileBudget",
+    "Profile",
+    "SpeedupBudget",
+    "Timing",
+    "budgets_for",
+    "latency_check",
+    "latency_row",
+    "load_profile",
+    "loop_overhead_ns",
+    "machine_info",
+    "measure",
+    "measure_runner",
+    "overhead_failures",
+    "percentile",
+    "summarize",
+]

@@ -3,7 +3,8 @@
 Keys (config_schema.json enforces the pattern):
   ``<fp32|fp16|int8|reference>_batch<N>_p<50|90|99>_ms``: that percentile of the row's latency at batch N
       must not exceed the value (the row's metric: the runner's own end-to-end time where it reports one,
-      else wall time around ``runner.infer``).
+      else wall time around ``runner.infer``). ``reference_*`` keys gate the TF reference's rows, which the
+      check of every precision of the model carries (measured once per run and shared).
   ``<fp32|fp16|int8>_speedup_vs_reference_min``: at every batch size measured, the TF reference's p50
       divided by the candidate's p50, both measured in the same run, must be at least the value.
 """

@@ -7,8 +7,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from paritygate.latency.budgets import budgets_for, evaluate, unmeasurable
-from paritygate.latency.harness import (OVERHEAD_LIMIT, PERCENTILE_METHOD, LatencyError, cdf_points, load_profile,
-                                        measure, summarize)
+from paritygate.latency.harness import (
+    OVERHEAD_LIMIT,
+    PERCENTILE_METHOD,
+    LatencyError,
+    cdf_points,
+    load_profile,
+    measure,
+    summarize,
+)
 from paritygate.latency.machine import load_average, load_note, machine_info
 from paritygate.lazy import available, missing_reason
 

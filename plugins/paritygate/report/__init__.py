@@ -20,7 +20,7 @@ def write_report(session, folder):
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     data = report_dict(session)
-    (folder / "parity-report.json").write_text(json.dumps(data, indent=1, allow_nan=True) + "\n")
+    (folder / "parity-report.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     (folder / "parity-report.md").write_text(render_markdown(data))
     (folder / "parity-report.html").write_text(render_html(data))
     return folder

@@ -49,7 +49,7 @@ def _plots(check):
         fig, ax = plt.subplots(figsize=(5, 3))
         for r in rows:
             xs = sorted(r.get("samples_ms", []))
-            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=f"batch {r['batch']}")
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=f"{r.get('runtime', '')} batch {r['batch']}")
         ax.set_xlabel("ms")
         ax.set_ylabel("CDF")
         ax.legend()

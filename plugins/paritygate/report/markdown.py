@@ -3,21 +3,26 @@
 ICON = {"pass": "✅ pass", "fail": "❌ fail", "error": "💥 error", "skip": "⏭️ skip", "xfail": "⚠️ xfail"}
 
 
+def _num(value, spec=".3g"):
+    """Format a statistic; non-finite values arrive as the strings "nan"/"inf" (strict JSON)."""
+    return format(value, spec) if isinstance(value, (int, float)) else str(value)
+
+
 def _stat_cell(check):
     outs = check["details"].get("outputs") or []
     worst = [o for o in outs if not o.get("passed", True)] or outs
     if not worst:
         return ""
-    o = max(worst, key=lambda o: o.get("max_abs", 0))
+    o = max(worst, key=lambda o: o.get("max_abs", 0) if isinstance(o.get("max_abs", 0), (int, float)) else 1e300)
     tol = o.get("tolerance", {})
-    return (f"`{o['output']}` max abs {o.get('max_abs', 0):.3g}, p99 abs {o.get('p99_abs', 0):.3g}, "
-            f"cos {o.get('cosine', 1):.5f}, {o.get('mismatches', 0)}/{o.get('elements', 0)} out of "
+    return (f"`{o['output']}` max abs {_num(o.get('max_abs', 0))}, p99 abs {_num(o.get('p99_abs', 0))}, "
+            f"cos {_num(o.get('cosine', 1), '.5f')}, {o.get('mismatches', 0)}/{o.get('elements', 0)} out of "
             f"atol {tol.get('atol', 0):g}/rtol {tol.get('rtol', 0):g}")
 
 
 def _note(check):
     d = check["details"]
-    text = d.get("message") or d.get("reason") or ""
+    text = d.get("message") or d.get("reason") or d.get("note") or ""
     text = text.replace("\n", " ").replace("|", "\\|")
     return text if len(text) <= 240 else text[:240] + "… (full text in parity-report.json)"
 
@@ -39,13 +44,16 @@ def render_markdown(data):
                      f"{_stat_cell(c)} | {_note(c)} |")
     latency = [c for c in checks if c["details"].get("latency")]
     if latency:
-        lines += ["", "## Latency", "", "| model | precision | batch | p50 ms | p90 ms | p99 ms | budget | status |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["", "## Latency", "",
+                  "| model | precision | runtime | batch | p50 ms | p90 ms | p99 ms | budget | within budget |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for c in latency:
             for row in c["details"]["latency"]:
-                lines.append(f"| {c['model']} | {c['precision'] or '—'} | {row.get('batch')} | "
-                             f"{row.get('p50_ms', 0):.3f} | {row.get('p90_ms', 0):.3f} | {row.get('p99_ms', 0):.3f} | "
-                             f"{row.get('budget', '—')} | {ICON[c['status']]} |")
+                within = row.get("within_budget")
+                lines.append(f"| {c['model']} | {c['precision'] or '—'} | {row.get('runtime', '—')} | "
+                             f"{row.get('batch')} | {_num(row.get('p50_ms', 0), '.3f')} | "
+                             f"{_num(row.get('p90_ms', 0), '.3f')} | {_num(row.get('p99_ms', 0), '.3f')} | "
+                             f"{row.get('budget') or '—'} | {'—' if within is None else ('yes' if within else 'NO')} |")
     repro = [(c, c["details"]["reproducer"]) for c in checks if c["details"].get("reproducer")]
     if repro:
         lines += ["", "## Reproducers", ""]

@@ -3,6 +3,7 @@
 fp32 converts a real SavedModel with tf2onnx (once per session); fp16 keeps float32 I/O and the FP32-kept op
 list; int8 has Q/DQ nodes and refuses bad calibration data naming the file and the array."""
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -54,7 +55,7 @@ def toy(toy_saved_model, calibration, parity_cache):
 # -- fp32 --------------------------------------------------------------------------------------------
 @pytest.mark.tf
 def test_fp32_converts_the_saved_model_with_tf2onnx(toy, parity_cache):
-    spec, path, builds = toy
+    _, path, builds = toy
     assert builds == 1 and path.parent == parity_cache / "onnx" and path.name.startswith("toy-fp32-")
     model = loader.load_checked(path)
     assert [i.name for i in model.graph.input] == ["x"] and [o.name for o in model.graph.output] == ["y", "z"]
@@ -166,6 +167,29 @@ def test_fp16_keeps_the_listed_ops_in_float32(tmp_path, parity_cache):
     assert elem_types(model)[softmax.input[0]] == FLOAT16
 
 
+def test_fp16_of_weights_below_the_float16_range_builds_without_warnings(tmp_path, parity_cache):
+    # the suite (and users' -W error) turns warnings into errors: clamping tiny weights is expected, not an error
+    path = make_onnx(tmp_path / "tiny.onnx", scale("y", 5.0), scale("z", 8.9e-8))
+    out = run(loader.fp16_onnx(toy_spec(onnx=path)), {"x": X})
+    np.testing.assert_allclose(out["y"], 5 * X, rtol=1e-3)
+    np.testing.assert_allclose(out["z"], 8.9e-8 * X, atol=1e-7)  # clamped to float16 1e-7: 1.19e-7
+
+
+def test_fp16_of_a_graph_with_unnamed_nodes_is_valid(tmp_path, parity_cache):
+    path = make_onnx(tmp_path / "unnamed.onnx")
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        node.name = ""  # valid ONNX; onnxconverter-common names its Casts after the nodes
+    onnx.save(model, str(path))
+    fp16 = loader.fp16_onnx(toy_spec(onnx=path))
+    loader.load_checked(fp16)
+    names = [n.name for n in onnx.load(str(fp16)).graph.node]
+    assert len(names) == len(set(names))
+    out = run(fp16, {"x": X})
+    np.testing.assert_allclose(out["y"], 5 * X, rtol=1e-3)
+    np.testing.assert_allclose(out["z"], 2 * X, rtol=1e-3)
+
+
 def test_fp16_key_changes_with_the_fp32_source(tmp_path, parity_cache):
     a = loader.fp16_onnx(toy_spec(onnx=make_onnx(tmp_path / "a.onnx")))
     b = loader.fp16_onnx(toy_spec(onnx=make_onnx(tmp_path / "b.onnx", scale("y", 5.5), scale("z", 2.0))))
@@ -194,7 +218,7 @@ def test_int8_key_changes_with_the_calibration_data(toy, tmp_path):
     first = loader.int8_onnx(spec)
     other = tmp_path / "calib2.npz"
     np.savez(other, x=np.linspace(-1, 1, 16, dtype=np.float32).reshape(16, 1))
-    second = loader.int8_onnx(toy_spec(**{**spec.__dict__, "calibration": other}))
+    second = loader.int8_onnx(dataclasses.replace(spec, calibration=other))
     assert second != first
 
 

@@ -7,6 +7,7 @@ int8: explicit Q/DQ ONNX from onnxruntime.quantization.quantize_static, calibrat
 
 import subprocess
 import sys
+import warnings
 from importlib import metadata
 from pathlib import Path
 
@@ -81,16 +82,36 @@ def _quiet_env():
 def fp16_onnx(spec, keep_fp32=FP16_KEEP_FP32):
     src = fp32_onnx(spec)
     key = key_of(src=hash_path(src), keep=sorted(keep_fp32), occ=_version("onnxconverter-common"),
-                 onnx=_version("onnx"))
+                 onnx=_version("onnx"), io="float32-outputs-restored")
 
     def build(out):
         from onnxconverter_common import float16
 
-        model = float16.convert_float_to_float16(load_checked(src), keep_io_types=True,
-                                                 op_block_list=list(keep_fp32) + list(float16.DEFAULT_OP_BLOCK_LIST))
-        onnx.save(model, str(out))
+        source = load_checked(src)
+        for i, node in enumerate(source.graph.node):  # the converter names its Casts after nodes: "" collides
+            node.name = node.name or f"{node.op_type}__{i}"
+        floats = {o.name for o in source.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+        with warnings.catch_warnings():  # weights beyond float16 are clamped by design; parity measures the effect
+            warnings.filterwarnings("ignore", r"the float32 number .* will be truncated to", UserWarning)
+            model = float16.convert_float_to_float16(
+                source, keep_io_types=True, op_block_list=list(keep_fp32) + list(float16.DEFAULT_OP_BLOCK_LIST))
+        onnx.save(_restore_float32_outputs(model, floats), str(out))
 
     return cached_file("onnx", f"{spec.name}-fp16-{key}", ".onnx", build)
+
+
+def _restore_float32_outputs(model, names):
+    """keep_io_types leaves a graph output float16 when a kept-FP32 op (e.g. the final Softmax) produces it:
+    cast those outputs back to float32, so that every artifact's I/O stay float32."""
+    for out in model.graph.output:
+        if out.name in names and out.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16:
+            half = f"{out.name}_fp16"
+            for node in model.graph.node:
+                node.input[:] = [half if i == out.name else i for i in node.input]
+                node.output[:] = [half if o == out.name else o for o in node.output]
+            model.graph.node.append(onnx.helper.make_node("Cast", [half], [out.name], to=onnx.TensorProto.FLOAT))
+            out.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return model
 
 
 def load_calibration(spec):

@@ -1,0 +1,89 @@
+"""paritygate.backend.tf.runner: the native TF reference over a SavedModel signature or a .keras file; every
+error names the model file. Also checks the shared `toy_saved_model` fixture itself."""
+
+import numpy as np
+import pytest
+
+from paritygate.backend.base import RunnerError
+from paritygate.backend.tf.runner import TfRunner
+from tests.conftest import save_toy_model
+
+pytestmark = pytest.mark.tf
+tf = pytest.importorskip("tensorflow")
+
+X = np.array([[-1.0], [0.0], [0.5], [1.0]], np.float32)
+
+
+def test_toy_saved_model_computes_5x_and_2x(toy_saved_model):
+    with TfRunner(toy_saved_model) as runner:
+        assert runner.is_active and runner.name == "tf:saved_model"
+        assert runner.input_metadata() == {"x": (np.dtype(np.float32), (-1, 1))}
+        assert runner.output_names == ["y", "z"]
+        out = runner.infer({"x": X})
+        assert runner.last_inference_time > 0
+    assert not runner.is_active
+    assert set(out) == {"y", "z"} and all(isinstance(v, np.ndarray) for v in out.values())
+    np.testing.assert_array_equal(out["y"], 5 * X)
+    np.testing.assert_array_equal(out["z"], 2 * X)
+
+
+def test_missing_signature_lists_the_available_ones(tmp_path):
+    path = save_toy_model(tmp_path / "serve_only", signature="serve")
+    with pytest.raises(RunnerError, match=rf"^{path}: SavedModel has no signature 'serving_default'; "
+                                          r"it has \['serve'\]"):
+        TfRunner(path).activate()
+    with TfRunner(path, signature="serve") as runner:
+        np.testing.assert_array_equal(runner.infer({"x": X})["y"], 5 * X)
+
+
+def test_not_a_saved_model_directory(tmp_path):
+    with pytest.raises(RunnerError, match=rf"^{tmp_path}: not a TensorFlow SavedModel \(no saved_model.pb\)"):
+        TfRunner(tmp_path).activate()
+    with pytest.raises(RunnerError, match="not a TensorFlow SavedModel"):
+        TfRunner(tmp_path / "missing").activate()
+
+
+def test_corrupt_saved_model(tmp_path):
+    (tmp_path / "saved_model.pb").write_bytes(b"\x01\x02 not a proto")
+    with pytest.raises(RunnerError, match=rf"^{tmp_path}: cannot load SavedModel"):
+        TfRunner(tmp_path).activate()
+
+
+def test_infer_errors_name_the_model(toy_saved_model):
+    runner = TfRunner(toy_saved_model)
+    with pytest.raises(RunnerError, match=r"infer\(\) called before activate\(\)"):
+        runner.infer({"x": X})
+    with runner:
+        with pytest.raises(RunnerError, match=rf"^{toy_saved_model}: feed is missing input\(s\) \['x'\]"):
+            runner.infer({"w": X})
+        with pytest.raises(RunnerError, match=rf"^{toy_saved_model}: signature 'serving_default' failed on inputs "
+                                              r".*'x': \('float32', \(4, 3\)\)"):
+            runner.infer({"x": np.zeros((4, 3), np.float32)})
+        with pytest.raises(TypeError, match="dict of input name -> numpy.ndarray"):
+            runner.infer({"x": [[1.0]]})
+
+
+@pytest.fixture(scope="module")
+def keras_model(tmp_path_factory):
+    keras = pytest.importorskip("keras")
+    x = keras.Input(shape=(1,), name="x")
+    y = keras.layers.Dense(1, use_bias=False, kernel_initializer=keras.initializers.Constant(5.0), name="y")(x)
+    path = tmp_path_factory.mktemp("keras") / "times5.keras"
+    keras.Model(x, y).save(path)
+    return path
+
+
+def test_keras_model_loads_and_runs(keras_model):
+    with TfRunner(keras_model) as runner:
+        assert runner.input_metadata() == {"x": (np.dtype(np.float32), (-1, 1))}
+        assert runner.output_names == ["y"]
+        out = runner.infer({"x": X})
+    assert list(out) == ["y"]
+    np.testing.assert_allclose(out["y"], 5 * X)
+
+
+def test_corrupt_keras_file(tmp_path):
+    bad = tmp_path / "bad.keras"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(RunnerError, match=rf"^{bad}: cannot load Keras model"):
+        TfRunner(bad).activate()

@@ -1,0 +1,77 @@
+"""End to end (pytester): conformance/test_runinference.py over a temporary config whose handler module sits
+beside it, with a correct handler, a handler that drops an element, and a model without a beam table."""
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("apache_beam")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("tensorflow")
+pytest.importorskip("onnx")  # before pytester snapshots sys.modules: re-importing onnx's extension aborts
+
+from tests.conftest import make_onnx, write_config
+
+pytestmark = [pytest.mark.beam, pytest.mark.tf, pytest.mark.onnx, pytest.mark.slow]
+
+CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance" / "test_runinference.py"
+
+HANDLERS = textwrap.dedent('''
+    import numpy as np
+    from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+    ONNX = __file__.replace("handlers.py", "toy.onnx")
+
+    class Toy(ModelHandler):
+        def load_model(self):
+            import onnxruntime as ort
+            return ort.InferenceSession(ONNX, providers=["CPUExecutionProvider"])
+
+        def run_inference(self, batch, model, inference_args=None):
+            y, z = model.run(["y", "z"], {"x": np.stack(batch)})
+            return [PredictionResult(x, {"y": y[i], "z": z[i]}) for i, x in enumerate(batch)]
+
+        def get_num_bytes(self, batch):
+            return sum(x.nbytes for x in batch)
+
+    class Drops(Toy):
+        def run_inference(self, batch, model, inference_args=None):
+            return super().run_inference(batch, model, inference_args)[:-1]
+
+    def correct(min_batch_size, max_batch_size):
+        return Toy(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+
+    def drops(min_batch_size, max_batch_size):
+        return Drops(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+''')
+
+
+def _model(name, reference, beam=None):
+    table = {"name": name, "reference": str(reference), "precisions": ["fp32"], "max_batch": 4,
+             "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}
+    return {**table, "beam": beam} if beam else table
+
+
+def test_conformance_file_over_a_temporary_config(pytester, toy_saved_model, monkeypatch):
+    make_onnx(pytester.path / "toy.onnx")
+    (pytester.path / "handlers.py").write_text(HANDLERS)
+    config = write_config(pytester.path, {"models": [
+        _model("good", toy_saved_model, {"handler": "handlers:correct", "batch_latency_p99_ms": 1000.0}),
+        _model("bad", toy_saved_model, {"handler": "handlers:drops"}),
+        _model("plain", toy_saved_model)]})
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
+    result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={config}", "-p", "no:cacheprovider",
+                                           f"--parity-report={pytester.path / 'report'}", "-rfEs")
+    # 14 checks a model. good: 12 pass, 2 Beam-level xfails. bad: exactly_once, dead_letter, batch_extremes fail,
+    # latency is skipped (no budget), 2 xfails, 8 pass. plain: all 14 skipped for want of a [models.beam] table
+    result.assert_outcomes(passed=12 + 8, failed=3, xfailed=2 + 2, skipped=1 + 14)
+    result.stdout.fnmatch_lines(["*lost: element #*", "*FAILED*test_beam_exactly_once[[]bad[]]*",
+                                 "*SKIPPED*model 'plain' has no [[]models.beam[]] table*key 'beam.handler'*"])
+    report = json.loads((pytester.path / "report" / "parity-report.json").read_text())
+    by = {(c["model"], c["check"]): c for c in report["checks"]}
+    assert by[("good", "beam_batch_weight")]["status"] == "xfail"
+    assert by[("bad", "beam_exactly_once")]["status"] == "fail"
+    (row,) = by[("good", "beam_batch_latency")]["details"]["latency"]
+    assert row["batch"] == "all" and row["budget"] == 1000.0 and len(row["samples_ms"]) == 40

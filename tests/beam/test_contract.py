@@ -1,0 +1,109 @@
+"""The handler contract: loading ``module:callable``, the handler's precision, normalising results."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("apache_beam")
+
+from paritygate.beam import contract
+from paritygate.beam.contract import HandlerContractError
+from tests.conftest import toy_spec
+
+pytestmark = [pytest.mark.beam]
+
+
+def test_importing_the_package_imports_no_beam():
+    code = ("import sys, paritygate.beam, paritygate.beam.contract, paritygate.beam.expectations, "
+            "paritygate.beam.checks, paritygate.beam.direct; "
+            "print(sorted(m for m in ('apache_beam', 'tensorflow', 'onnxruntime') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_load_factory_names_the_config_key(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "my_handlers.py").write_text("def good(min_batch_size, max_batch_size):\n    return 1\nbad = 3\n")
+    assert contract.load_factory(toy_spec(beam={"handler": "my_handlers:good"})).__name__ == "good"
+    with pytest.raises(HandlerContractError, match=r"key 'beam.handler': 'my_handlers' has no callable 'bad'"):
+        contract.load_factory(toy_spec(beam={"handler": "my_handlers:bad"}))
+    with pytest.raises(HandlerContractError, match="cannot import module 'nowhere_handlers'"):
+        contract.load_factory(toy_spec(beam={"handler": "nowhere_handlers:x"}))
+
+
+def test_make_handler_wants_an_unkeyed_model_handler():
+    from apache_beam.ml.inference.base import KeyedModelHandler
+
+    from tests.beam.toy_handlers import ToyHandler
+
+    spec = toy_spec(beam={"handler": "m:f"})
+    with pytest.raises(HandlerContractError, match="returned int, not an apache_beam ModelHandler"):
+        contract.make_handler(spec, lambda **kw: 3, 1, 4)
+    with pytest.raises(HandlerContractError, match="return the unkeyed handler"):
+        contract.make_handler(spec, lambda **kw: KeyedModelHandler(ToyHandler("x.onnx")), 1, 4)
+
+
+def test_precision_is_fp32_unless_declared():
+    class H:
+        pass
+
+    spec = toy_spec(precisions=("fp32", "fp16"), beam={"handler": "m:f"})
+    assert contract.declared_precision(spec, H(), lambda: None) == "fp32"
+    h = H()
+    h.paritygate_precision = "fp16"
+    assert contract.declared_precision(spec, h, lambda: None) == "fp16"
+
+    def factory():
+        pass
+
+    factory.paritygate_precision = "int8"
+    with pytest.raises(HandlerContractError, match="which the model's precisions"):
+        contract.declared_precision(spec, H(), factory)
+    h.paritygate_precision = "bf16"
+    with pytest.raises(HandlerContractError, match="expected one of"):
+        contract.declared_precision(spec, h, factory)
+
+
+def test_normalise_inference_accepts_array_dict_and_sequence():
+    spec = toy_spec(outputs={"y": "y_out"})
+    y, z = np.float32([5.0]), np.float32([2.0])
+    assert contract.normalise_inference(spec, ["y"], y) == {"y_out": y}
+    assert contract.normalise_inference(spec, ["y", "z"], {"y_out": y, "z": z}) == {"y_out": y, "z": z}
+    assert contract.normalise_inference(spec, ["y", "z"], (y, z)) == {"y_out": y, "z": z}
+    assert contract.normalise_inference(spec, ["y", "z"], [y, z])["z"] is not z  # a copy
+    with pytest.raises(HandlerContractError, match="list of 1 item"):
+        contract.normalise_inference(spec, ["y", "z"], [y])
+    with pytest.raises(HandlerContractError, match="inference is a str"):
+        contract.normalise_inference(spec, ["y"], "nope")
+
+
+def test_normalise_inference_reads_tensorflow_tensors():
+    tf = pytest.importorskip("tensorflow")
+    out = contract.normalise_inference(toy_spec(), ["y"], tf.constant([1.0, 2.0]))
+    assert isinstance(out["y"], np.ndarray) and out["y"].tolist() == [1.0, 2.0]
+
+
+def test_digest_and_payload_of_elements():
+    a = np.arange(4, dtype=np.float32)
+    assert contract.digest(a) == contract.digest(a.copy()) != contract.digest(a.astype(np.float64))
+    assert contract.digest({"a": a, "b": a}) != contract.digest({"a": a, "c": a})
+    assert contract.payload_bytes(a) == 16 and contract.payload_bytes({"a": a, "b": a[:1]}) == 20
+
+
+def test_references_are_batched_and_memoised():
+    calls = []
+
+    def reference(feed):
+        calls.append(len(feed["x"]))
+        return {"y": feed["x"] * 5}
+
+    spec = toy_spec(max_batch=2)
+    subject = contract.HandlerUnderTest(spec, None, reference, ["y"])
+    elements = [np.float32([i]) for i in range(3)]
+    refs = subject.references(elements + elements[:1])
+    assert [r["y"].tolist() for r in refs] == [[0.0], [5.0], [10.0], [0.0]]
+    assert calls == [2, 1]
+    subject.references(elements)
+    assert calls == [2, 1]

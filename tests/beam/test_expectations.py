@@ -1,0 +1,167 @@
+"""expectations.toml: loading, matching, and the evidence: each upstream defect makes its check really fail,
+on CPU, with Beam's own handlers over small models made here."""
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("apache_beam")
+pytest.importorskip("onnxruntime")
+
+from paritygate.beam import checks, direct, expectations
+from paritygate.beam.contract import HandlerUnderTest
+from paritygate.beam.expectations import ExpectationError, expectations_for, load_expectations, match
+from tests.beam import toy_handlers as toys
+from tests.conftest import make_onnx, scale, toy_spec
+
+pytestmark = [pytest.mark.beam, pytest.mark.onnx]
+
+KNOWN = expectations_for()
+ALL_CHECKS = {*checks.PIPELINE_CHECKS, *direct.DIRECT_CHECKS, "beam_batch_latency"}
+
+
+def _ids(check, subject):
+    return {e.id for e in match(check, subject, KNOWN)}
+
+
+# -- the file itself ---------------------------------------------------------------------------------
+def test_every_expectation_names_real_checks_and_upstream_lines():
+    import apache_beam
+
+    beam_root = Path(apache_beam.__file__).parent.parent
+    assert len({e.id for e in KNOWN}) == len(KNOWN)
+    for e in KNOWN:
+        assert set(e.checks) <= ALL_CHECKS, e.id
+        assert e.defect is None or expectations._resolve(e.defect) is not None, e.id
+        for path, line in re.findall(r"(apache_beam/[\w/]+\.py):(\d+)", e.upstream):
+            lines = (beam_root / path).read_text().splitlines()
+            assert int(line) <= len(lines), (e.id, path, line)
+
+
+def test_malformed_expectations_are_refused(tmp_path):
+    path = tmp_path / "expectations.toml"
+    path.write_text('[[expectations]]\nid = "x"\nchecks = ["beam_pairing"]\nbeam = ">=2"\nreaches = "method:f"\n'
+                    'upstream = "a.py:1"\nreason = "r"\n')
+    with pytest.raises(ExpectationError, match="'reaches' must be"):
+        load_expectations(path)
+    path.write_text(path.read_text().replace('"method:f"', '"beam"') + 'when = ["sometimes"]\n')
+    with pytest.raises(ExpectationError, match=r"unknown predicate\(s\) \['sometimes'\]"):
+        load_expectations(path)
+    path.write_text(path.read_text().replace('when = ["sometimes"]', 'colour = "red"'))
+    with pytest.raises(ExpectationError, match=r"unknown key\(s\) \['colour'\]"):
+        load_expectations(path)
+
+
+def test_an_expectation_beside_the_config_is_added(tmp_path):
+    (tmp_path / "expectations.toml").write_text(
+        '[[expectations]]\nid = "mine"\nchecks = ["beam_pairing"]\nbeam = ">=0"\nreaches = "beam"\n'
+        'upstream = "x.py:1"\nreason = "r"\n')
+    found = expectations_for(tmp_path / "parity.toml")
+    assert [e.id for e in found] == [e.id for e in KNOWN] + ["mine"]
+
+
+def test_an_overriding_subclass_or_another_beam_version_escapes(toy_onnx_path):
+    from apache_beam.ml.inference.onnx_inference import OnnxModelHandlerNumpy
+
+    class Fixed(OnnxModelHandlerNumpy):
+        def get_num_bytes(self, batch):
+            return sum(x.nbytes for x in batch)
+
+    (e,) = [e for e in KNOWN if e.id == "onnx-numpy-num-bytes"]
+    spec = toy_spec(inputs={"x": ((-1, 4), "float32", (-1.0, 1.0))})
+    assert e.applies("handler_num_bytes", spec, ["y"], OnnxModelHandlerNumpy(str(toy_onnx_path)), "2.77.0")
+    assert not e.applies("handler_num_bytes", spec, ["y"], Fixed(str(toy_onnx_path)), "2.77.0")
+    assert not e.applies("handler_num_bytes", spec, ["y"], OnnxModelHandlerNumpy(str(toy_onnx_path)), "2.78.0")
+    assert not e.applies("handler_num_bytes", toy_spec(), ["y"], OnnxModelHandlerNumpy(str(toy_onnx_path)), "2.77.0")
+
+
+# -- evidence: Beam's handlers really fail these checks ----------------------------------------------
+def _onnx_factory(path, min_batch_size, max_batch_size):
+    from apache_beam.ml.inference.onnx_inference import OnnxModelHandlerNumpy
+
+    return OnnxModelHandlerNumpy(str(path), providers=["CPUExecutionProvider"], min_batch_size=min_batch_size,
+                                 max_batch_size=max_batch_size)
+
+
+@pytest.fixture(scope="module")
+def wide_onnx(tmp_path_factory):
+    """y = 5x, z = 2x over x float32 [N, 4]."""
+    return make_onnx(tmp_path_factory.mktemp("wide") / "wide.onnx", scale("y", 5.0), scale("z", 2.0), width=4)
+
+
+def _unreferenced(spec, factory):
+    """A subject for checks that never consult the reference (bytes, loading)."""
+    return HandlerUnderTest(spec, factory, None, ["y", "z"])
+
+
+def test_onnx_numpy_num_bytes(wide_onnx):
+    spec = toy_spec(inputs={"x": ((-1, 4), "float32", (-1.0, 1.0))}, beam={"handler": "m:onnx"})
+    subject = _unreferenced(spec, functools.partial(_onnx_factory, wide_onnx))
+    result = direct.num_bytes(subject)
+    assert "= 16, below the 64 bytes" in result.failures[0]  # 4 elements x itemsize 4, of 4 x 16 bytes
+    assert not checks.metric_bytes(subject).passed
+    assert _ids("handler_num_bytes", subject) == _ids("beam_metric_bytes", subject) == {"onnx-numpy-num-bytes"}
+
+
+@pytest.mark.tf
+def test_onnx_numpy_first_output(toy_subject):
+    subject = toy_subject(_onnx_factory)
+    assert "inference has outputs ['y'], the reference has ['y', 'z']" in checks.pairing(subject).failures[0]
+    assert not direct.batch_extremes(subject).passed
+    assert _ids("beam_pairing", subject) == _ids("handler_batch_extremes", subject) == {"onnx-numpy-first-output"}
+    assert direct.results_stable(subject).passed and not _ids("handler_results_stable", subject)
+
+
+def test_onnx_load_model_leaks_file(toy_onnx_path):
+    subject = _unreferenced(toy_spec(beam={"handler": "m:onnx"}), functools.partial(_onnx_factory, toy_onnx_path))
+    (failure,) = direct.load_model(subject).failures
+    assert failure.startswith("load_model left a resource open: unclosed file") and str(toy_onnx_path) in failure
+    assert _ids("handler_load_model", subject) == {"onnx-load-model-leaks-file"}
+    assert direct.load_model(_unreferenced(subject.spec, functools.partial(toys.correct, toy_onnx_path))).passed
+
+
+@pytest.mark.tf
+def test_tf_numpy_num_bytes(tmp_path):
+    pytest.importorskip("tensorflow_hub", reason="Beam 2.77's tensorflow_inference imports tensorflow_hub")
+    keras = pytest.importorskip("keras")
+    from apache_beam.ml.inference.tensorflow_inference import TFModelHandlerNumpy
+
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(1, name="y")])
+    model.save(tmp_path / "wide.keras")
+
+    def factory(min_batch_size, max_batch_size):
+        return TFModelHandlerNumpy(str(tmp_path / "wide.keras"), min_batch_size=min_batch_size,
+                                   max_batch_size=max_batch_size)
+
+    spec = toy_spec(inputs={"x": ((-1, 64), "float32", (-1.0, 1.0))}, beam={"handler": "m:tf"})
+    subject = HandlerUnderTest(spec, factory, None, ["y"])
+    result = direct.num_bytes(subject)
+    assert len(result.failures) == 1 and "as Beam's coder delivers them" in result.failures[0]  # views: header only
+    assert not checks.metric_bytes(subject).passed
+    assert _ids("handler_num_bytes", subject) == _ids("beam_metric_bytes", subject) == {"tf-numpy-num-bytes"}
+
+
+def test_tensorrt_num_bytes():
+    from apache_beam.ml.inference.tensorrt_inference import TensorRTEngineHandlerNumPy
+
+    def factory(min_batch_size, max_batch_size):  # get_num_bytes needs no engine, no GPU
+        return TensorRTEngineHandlerNumPy(min_batch_size=min_batch_size, max_batch_size=max_batch_size,
+                                          engine_path="unused.plan")
+
+    spec = toy_spec(inputs={"x": ((-1, 4), "float32", (-1.0, 1.0))}, beam={"handler": "m:trt"})
+    subject = HandlerUnderTest(spec, factory, None, ["y"])
+    assert "= 16, below the 64 bytes" in direct.num_bytes(subject).failures[0]
+    assert _ids("handler_num_bytes", subject) == {"trt-num-bytes"}
+    assert "trt-aliased-outputs" in _ids("handler_results_stable", subject)
+
+
+def test_every_handler_meets_the_beam_level_defects(toy_onnx_path):
+    subject = _unreferenced(toy_spec(beam={"handler": "m:f"}), functools.partial(toys.correct, toy_onnx_path))
+    assert "BatchElements.__init__() got an unexpected keyword argument 'max_batch_weight'" in \
+        checks.batch_weight(subject).failures[0]
+    assert _ids("beam_batch_weight", subject) == {"beam-max-batch-weight"}
+    assert _ids("beam_maybe_keyed_mixed", subject) == {"beam-maybe-keyed-mixed"}
+    assert not _ids("beam_maybe_keyed_mixed", _unreferenced(toy_spec(max_batch=1, beam={"handler": "m:f"}),
+                                                            subject.factory))

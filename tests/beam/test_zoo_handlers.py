@@ -1,0 +1,53 @@
+"""fixtures/zoo_handlers.py: the bundled models' factories return Beam's own handlers, and the other Beam
+handler for each single-input model (TF on .keras, ONNX) is conformant but for its known upstream defects."""
+
+import pytest
+
+pytest.importorskip("apache_beam")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("tensorflow_hub", reason="Beam 2.77's tensorflow_inference imports tensorflow_hub")
+
+from paritygate.beam import checks, direct
+from paritygate.beam.expectations import expectations_for, match
+
+pytestmark = [pytest.mark.beam, pytest.mark.tf, pytest.mark.onnx, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def zoo(parity_session):
+    if not parity_session.is_bundled:
+        pytest.skip("the zoo handlers belong to the bundled config")
+    specs = {m.name: m for m in parity_session.models}
+    import zoo_handlers  # beside fixtures/parity.toml: importable once the config is loaded
+
+    return specs, zoo_handlers
+
+
+def _subject(parity_session, spec, factory):
+    from paritygate.beam.contract import HandlerUnderTest
+    from paritygate.runtimes import reference_runner
+
+    return HandlerUnderTest.from_spec(spec, reference_runner(parity_session, spec), factory=factory)
+
+
+def test_the_configured_factories_return_beams_own_handlers(zoo):
+    from apache_beam.ml.inference.onnx_inference import OnnxModelHandlerNumpy
+    from apache_beam.ml.inference.tensorflow_inference import TFModelHandlerNumpy
+
+    specs, handlers = zoo
+    made = {name: getattr(handlers, name)(min_batch_size=2, max_batch_size=3) for name in specs}
+    assert type(made["linear"]) is OnnxModelHandlerNumpy and type(made["ssd"]) is OnnxModelHandlerNumpy
+    assert type(made["mobilenet"]) is TFModelHandlerNumpy and isinstance(made["bert"], TFModelHandlerNumpy)
+    assert all(h.batch_elements_kwargs() == {"min_batch_size": 2, "max_batch_size": 3} for h in made.values())
+    assert {m.beam["handler"] for m in specs.values()} == {f"zoo_handlers:{n}" for n in specs}
+
+
+@pytest.mark.parametrize("model,factory", [("linear", "linear_keras"), ("mobilenet", "mobilenet_onnx"),
+                                           ("ssd", "ssd_keras")])
+def test_the_other_beam_handler_fails_only_where_expected(parity_session, zoo, model, factory):
+    specs, handlers = zoo
+    subject = _subject(parity_session, specs[model], getattr(handlers, factory))
+    known = expectations_for()
+    for name, check in {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS}.items():
+        result, expected = check(subject), match(name, subject, known)
+        assert result.passed != bool(expected), (name, result.failures, [e.id for e in expected])

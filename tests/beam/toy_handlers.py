@@ -1,0 +1,115 @@
+"""Real Beam ModelHandlers over the toy model (y = 5x, z = 2x; x float32 [N, width]) run by ONNX Runtime:
+one correct handler and one subclass per deliberate defect. Each factory takes the ONNX path first:
+``functools.partial(factory, path)`` is a ``[models.beam] handler`` factory.
+"""
+
+import time
+
+import numpy as np
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+SLOW_SECONDS = 0.05  # SlowHandler's extra wall time per batch
+
+
+class ToyHandler(ModelHandler):
+    """Correct: one PredictionResult per element, in order, fresh arrays, honest byte count."""
+
+    def __init__(self, onnx_path, min_batch_size=None, max_batch_size=None):
+        super().__init__(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+        self.onnx_path = str(onnx_path)
+
+    def load_model(self):
+        import onnxruntime as ort
+
+        return ort.InferenceSession(self.onnx_path, providers=["CPUExecutionProvider"])
+
+    def outputs(self, batch, session):
+        y, z = session.run(["y", "z"], {"x": np.stack(batch).astype(np.float32)})
+        return y, z
+
+    def run_inference(self, batch, model, inference_args=None):
+        y, z = self.outputs(batch, model)
+        return [PredictionResult(x, {"y": y[i], "z": z[i]}) for i, x in enumerate(batch)]
+
+    def get_num_bytes(self, batch):
+        return sum(int(x.nbytes) for x in batch)
+
+    def get_metrics_namespace(self):
+        return "paritygate_toy"
+
+
+class DropsElement(ToyHandler):
+    def run_inference(self, batch, model, inference_args=None):
+        return super().run_inference(batch, model, inference_args)[:-1]
+
+
+class MisalignsResults(ToyHandler):
+    """Examples in order, inferences rotated by one within the batch."""
+
+    def run_inference(self, batch, model, inference_args=None):
+        results = super().run_inference(batch, model, inference_args)
+        shifted = results[1:] + results[:1]
+        return [PredictionResult(r.example, s.inference) for r, s in zip(results, shifted)]
+
+
+class AliasesOutput(ToyHandler):
+    """Writes every batch into one preallocated buffer and returns views into it."""
+
+    def load_model(self):
+        session = super().load_model()
+        session.paritygate_buffer = {"y": np.zeros((64, 1), np.float32), "z": np.zeros((64, 1), np.float32)}
+        return session
+
+    def run_inference(self, batch, model, inference_args=None):
+        y, z = self.outputs(batch, model)
+        buf = model.paritygate_buffer
+        buf["y"][:len(batch)], buf["z"][:len(batch)] = y, z
+        return [PredictionResult(x, {"y": buf["y"][i], "z": buf["z"][i]}) for i, x in enumerate(batch)]
+
+
+class DuplicatesResult(ToyHandler):
+    def run_inference(self, batch, model, inference_args=None):
+        results = super().run_inference(batch, model, inference_args)
+        return results + results[:1]
+
+
+class SlowHandler(ToyHandler):
+    def run_inference(self, batch, model, inference_args=None):
+        time.sleep(SLOW_SECONDS)
+        return super().run_inference(batch, model, inference_args)
+
+
+class MisreportsBytes(ToyHandler):
+    def get_num_bytes(self, batch):
+        return len(batch)
+
+
+class FailsOnBatchOfOne(ToyHandler):
+    def run_inference(self, batch, model, inference_args=None):
+        if len(batch) == 1:
+            raise ValueError("a batch of one")
+        return super().run_inference(batch, model, inference_args)
+
+
+class ReturnsLists(ToyHandler):
+    """Correct too: a lazy generator of results whose inference is a list in the reference's output order."""
+
+    def run_inference(self, batch, model, inference_args=None):
+        y, z = self.outputs(batch, model)
+        return (PredictionResult(x, [y[i], z[i]]) for i, x in enumerate(batch))
+
+
+def correct(onnx_path, min_batch_size, max_batch_size):
+    return ToyHandler(onnx_path, min_batch_size, max_batch_size)
+
+
+def ignores_max_batch_size(onnx_path, min_batch_size, max_batch_size):
+    return ToyHandler(onnx_path, min_batch_size=min_batch_size)
+
+
+def factory_of(cls):
+    def factory(onnx_path, min_batch_size, max_batch_size):
+        return cls(onnx_path, min_batch_size, max_batch_size)
+
+    factory.__name__ = factory.__qualname__ = cls.__name__
+    return factory

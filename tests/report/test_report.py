@@ -1,0 +1,152 @@
+"""paritygate.report: parity-report.json (schema 1), .md and a self-contained .html with plots; through the
+plugin (pytester): written also when checks fail, and an unwritable --parity-report fails the run early."""
+
+import base64
+import json
+import re
+
+import numpy as np
+import pytest
+
+from paritygate.checks import compare
+from paritygate.report import SCHEMA, write_report
+from paritygate.session import ParitySession
+from tests.conftest import toy_spec, write_config
+
+ENV_KEYS = {"python", "tensorflow", "onnxruntime", "tensorrt", "apache-beam", "gpu"}
+X = np.linspace(-1, 1, 64, dtype=np.float32).reshape(16, 4)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    s = ParitySession(config_path=tmp_path_factory.mktemp("cfg") / "parity.toml", runtime="onnxruntime")
+    spec = toy_spec(precisions=("fp32", "fp16"))
+    ok = compare(spec, "fp16", {"y": 5 * X}, {"y": (5 * X).astype(np.float16)}, compare_task=False)
+    bad = compare(spec, "fp32", {"y": 5 * X}, {"y": 5 * X + 1e-3}, compare_task=False)
+    s.record("toy", "fp16", "parity", "pass", ok.details())
+    s.record("toy", "fp32", "parity", "fail", bad.details(message="toy fp32: y | z mismatch\nsecond line <b>"))
+    s.record("zeta", None, "goldens", "skip", {"reason": "no goldens | run --update-goldens"})
+    s.record("alpha", "fp32", "latency", "pass", {"latency": [{"batch": 1, "p50_ms": 1.0, "p90_ms": 1.5,
+                                                               "p99_ms": 2.0, "budget": 3.0,
+                                                               "samples_ms": [1.0, 1.2, 2.0]}]})
+    return s
+
+
+@pytest.fixture(scope="module")
+def report(session, tmp_path_factory):
+    """The report folder, written once for this module (plots take a second to draw)."""
+    return write_report(session, tmp_path_factory.mktemp("out") / "report")  # missing folders are made
+
+
+def test_json_report(session, report):
+    data = json.loads((report / "parity-report.json").read_text())
+    assert data["schema"] == SCHEMA == 1
+    assert ENV_KEYS <= set(data["environment"])
+    assert data["environment"]["python"] and data["environment"]["onnxruntime"]
+    assert data["runtime"] == "onnxruntime" and data["config"] == str(session.config_path)
+    assert data["device_class"] == session.device_class
+    checks = data["checks"]
+    assert [(c["model"], c["precision"], c["check"], c["status"]) for c in checks] == [
+        ("alpha", "fp32", "latency", "pass"), ("toy", "fp16", "parity", "pass"), ("toy", "fp32", "parity", "fail"),
+        ("zeta", None, "goldens", "skip")]  # sorted by model, precision, check
+    for c in checks:
+        assert set(c) == {"model", "precision", "check", "status", "details"}
+    (y,) = checks[2]["details"]["outputs"]
+    assert y["output"] == "y" and y["passed"] is False and y["mismatches"] == 64
+    assert y["tolerance"]["source"] and len(y["error_histogram"]["counts"]) == len(y["error_histogram"]["edges"]) - 1
+
+
+def test_markdown_report(report):
+    md = (report / "parity-report.md").read_text()
+    assert md.startswith("# Parity report")
+    assert "Runtime **onnxruntime**" in md
+    rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| model")]
+    table = [r for r in rows if r.count("|") - r.count("\\|") == 7]
+    assert [r.split(" | ")[:4] for r in table] == [["| alpha", "fp32", "latency", "✅ pass"],
+                                                   ["| toy", "fp16", "parity", "✅ pass"],
+                                                   ["| toy", "fp32", "parity", "❌ fail"],
+                                                   ["| zeta", "—", "goldens", "⏭️ skip"]]
+    fail = table[2]
+    assert "y \\| z mismatch second line" in fail  # pipes escaped, newlines flattened
+    assert "no goldens \\| run --update-goldens" in table[3]
+    assert "`y` max abs" in fail and "64/64 out of atol 1e-05/rtol 1e-05" in fail
+    assert "## Latency" in md and "| alpha | fp32 | — | 1 | 1.000 | 1.500 | 2.000 | 3.0 | — |" in md
+
+
+def test_markdown_truncates_long_messages(tmp_path):
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s.record("long", "fp32", "parity", "fail", {"message": "x" * 1000})
+    md = (write_report(s, tmp_path) / "parity-report.md").read_text()
+    (row,) = [line for line in md.splitlines() if line.startswith("| long")]
+    assert "x" * 240 + "… (full text in parity-report.json)" in row and "x" * 241 not in row
+
+
+def test_html_report_is_self_contained_with_plots(report):
+    html = (report / "parity-report.html").read_text()
+    assert html.startswith("<!doctype html>")
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html) and "<link" not in html
+    images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(images) == 3  # two outputs with error histograms, one latency CDF
+    for png in images:
+        assert base64.b64decode(png).startswith(b"\x89PNG\r\n\x1a\n")
+    assert "&lt;b&gt;" in html and "<b>onnxruntime</b>" in html  # messages are escaped, the layout is not
+    assert "tolerance from" in html
+
+
+def test_html_without_plot_data_has_no_images(tmp_path):
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s.record("toy", "fp32", "parity", "error", {"message": "boom"})
+    html = (write_report(s, tmp_path) / "parity-report.html").read_text()
+    assert "<img" not in html and "boom" in html and "class=error" in html
+
+
+def test_empty_session(tmp_path):
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    folder = write_report(s, tmp_path)
+    assert json.loads((folder / "parity-report.json").read_text())["checks"] == []
+    assert "no checks ran" in (folder / "parity-report.md").read_text()
+
+
+# -- through the plugin ---------------------------------------------------------------------------
+CONFORMANCE = """
+def test_parity(parity_model, parity_details):
+    parity_details["outputs"] = []
+    assert parity_model.name == "good", f"{parity_model.name}: y | z differ"
+"""
+
+
+@pytest.fixture
+def inner(pytester):
+    (pytester.path / "ref").mkdir()
+    model = {"precisions": ["fp32"], "reference": "ref", "max_batch": 2,
+             "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}
+    config = write_config(pytester.path, {"models": [dict(model, name="good"), dict(model, name="bad")]})
+    pytester.makepyfile(test_conformance=CONFORMANCE)
+    return config
+
+
+def test_report_is_written_when_checks_fail(pytester, inner):
+    out = pytester.path / "report"
+    result = pytester.runpytest(f"--parity-config={inner}", f"--parity-report={out}", "--parity-runtime=onnxruntime")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["paritygate: runtime onnxruntime, 2 checks: 1 pass, 1 fail",
+                                 f"paritygate: report written to {out}"])
+    data = json.loads((out / "parity-report.json").read_text())
+    assert [(c["model"], c["precision"], c["check"], c["status"]) for c in data["checks"]] == [
+        ("bad", None, "parity", "fail"), ("good", None, "parity", "pass")]
+    assert "bad: y | z differ" in data["checks"][0]["details"]["message"]
+    assert data["checks"][0]["details"]["nodeid"] == "test_conformance.py::test_parity[bad]"
+    assert "bad: y \\| z differ" in (out / "parity-report.md").read_text()
+    assert (out / "parity-report.html").stat().st_size > 0
+
+
+def test_unwritable_report_folder_fails_the_run_early(pytester, inner):
+    blocker = pytester.path / "file.txt"
+    blocker.write_text("a regular file, not a folder")
+    result = pytester.runpytest(f"--parity-config={inner}", f"--parity-report={blocker / 'sub'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    output = "\n".join(result.outlines + result.errlines)
+    assert f"--parity-report={blocker / 'sub'}: report folder is not writable" in output
+    assert "passed" not in output and "failed" not in output  # no test ran
+    assert "Traceback" not in output
