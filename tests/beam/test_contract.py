@@ -79,6 +79,7 @@ def test_normalise_inference_accepts_array_dict_and_sequence():
         contract.normalise_inference(spec, ["y"], "nope")
 
 
+@pytest.mark.tf
 def test_normalise_inference_reads_tensorflow_tensors():
     tf = pytest.importorskip("tensorflow")
     out = contract.normalise_inference(toy_spec(), ["y"], tf.constant([1.0, 2.0]))

@@ -270,8 +270,8 @@ def maybe_keyed_mixed(subject):
     from paritygate.beam.pipeline import Case
 
     spec = subject.spec
-    case = Case(2 * spec.max_batch + 1, 1, spec.max_batch, "maybe_keyed", "mixed",
-                runner=subject.runner or "FnApiRunner")
+    case = Case(2 * spec.max_batch + 1, spec.max_batch, spec.max_batch, "maybe_keyed", "mixed",
+                runner=subject.runner or "FnApiRunner")  # full batches: each mixes keyed and unkeyed elements
     return _single("beam_maybe_keyed_mixed", subject, case,
                    lambda run: exactly_once_failures(run) + pairing_failures(subject, run))
 

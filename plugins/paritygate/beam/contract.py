@@ -58,7 +58,13 @@ def make_handler(spec, factory, min_batch_size, max_batch_size):
     from apache_beam.ml.inference.base import KeyedModelHandler, MaybeKeyedModelHandler, ModelHandler
 
     where = spec.where("beam.handler")
-    handler = factory(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+    try:
+        handler = factory(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+    except ImportError as err:
+        hint = (" (Beam 2.77's tensorflow_inference imports tensorflow_hub, which needs tf_keras under Keras 3: "
+                "pip install --no-deps tensorflow-hub tf-keras)" if err.name in ("tensorflow_hub", "tf_keras") else "")
+        raise HandlerContractError(f"{where}: {handler_path(spec)} needs a module that is not installed: "
+                                   f"{err}{hint}") from err
     if not isinstance(handler, ModelHandler):
         raise HandlerContractError(f"{where}: {handler_path(spec)}(min_batch_size=..., max_batch_size=...) returned "
                                    f"{type(handler).__name__}, not an apache_beam ModelHandler")
@@ -118,8 +124,13 @@ def payload_bytes(example):
     return len(pickle.dumps(example))
 
 
-def unkey(element, keyed):
-    return element[1] if keyed else element
+def beam_decoded(element):
+    """``element`` as Beam hands it over behind a fusion break or from beam.Create: through its default coder
+    (FastPrimitivesCoder, pickling arrays), arrays come back as views on the decoded bytes."""
+    from apache_beam.coders import registry
+
+    coder = registry.get_coder(object)
+    return coder.decode(coder.encode(element))
 
 
 # -- results -----------------------------------------------------------------------------------------

@@ -20,7 +20,14 @@ import weakref
 import numpy as np
 
 from paritygate.beam.checks import BeamCheckResult, compare_element
-from paritygate.beam.contract import HandlerContractError, digest, element_of, normalise_inference, payload_bytes
+from paritygate.beam.contract import (
+    HandlerContractError,
+    beam_decoded,
+    digest,
+    element_of,
+    normalise_inference,
+    payload_bytes,
+)
 from paritygate.strategies import sample_inputs
 
 STABLE_CALLS = 3  # consecutive run_inference calls; the first call's results are re-read after the last
@@ -84,8 +91,8 @@ def _weakref_problem(model):
     try:
         weakref.ref(model)
     except TypeError:
-        return [f"load_model returned a {type(model).__name__}, which cannot be weakly referenced: RunInference's "
-                "shared model cache fails on it (TypeError in DoFn.setup); return an object, not a tuple/list/dict"]
+        return [(f"load_model returned a {type(model).__name__}, which cannot be weakly referenced: RunInference's "
+                 "shared model cache fails on it (TypeError in DoFn.setup); return an object, not a tuple/list/dict")]
     return []
 
 
@@ -149,14 +156,6 @@ def _batch_problems(subject, n, batch, results, inferences):
             if problem:
                 problems.append(f"batch of {n}: result {i}: {problem}")
     return problems
-
-
-def beam_decoded(element):
-    """``element`` as Beam hands it to a handler after its coder (FastPrimitivesCoder, as for beam.Create)."""
-    from apache_beam.coders import registry
-
-    coder = registry.get_coder(object)
-    return coder.decode(coder.encode(element))
 
 
 def num_bytes(subject):

@@ -8,6 +8,7 @@ metrics through the runner's metrics API, so nothing relies on the pipeline runn
 This module imports apache_beam: import it on first use.
 """
 
+import contextlib
 import pickle
 import tempfile
 import time
@@ -21,7 +22,14 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import KeyedModelHandler, MaybeKeyedModelHandler, PredictionResult, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from paritygate.beam.contract import LOCAL_RUNNERS, HandlerContractError, digest, element_of, normalise_inference
+from paritygate.beam.contract import (
+    LOCAL_RUNNERS,
+    HandlerContractError,
+    beam_decoded,
+    digest,
+    element_of,
+    normalise_inference,
+)
 from paritygate.beam.handlers import BatchTrace, TracedHandler, unkeyed, weight_batching
 from paritygate.strategies import sample_inputs
 
@@ -148,7 +156,7 @@ def _run(subject, case):
             warnings.simplefilter("ignore", ResourceWarning)
             handler = handler_stack(subject, case)
             run.namespace = handler.get_metrics_namespace()
-            result = _build_and_run(subject, case, handler, run.inputs, folder)
+            result = _build_and_run(subject, case, handler, folder)
             run.metrics = _metrics(result, run.namespace)
     except Exception as err:  # noqa: BLE001 - the pipeline failing is an outcome the checks report
         run.error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:500] if str(err).strip() else ''}"
@@ -158,11 +166,11 @@ def _run(subject, case):
     return run
 
 
-def _build_and_run(subject, case, handler, inputs, folder):
+def _build_and_run(subject, case, handler, folder):
     p = make_pipeline(case.runner, subject.options)
-    elements = [(key, ex) if keyed else ex for key, keyed, _, ex in inputs]
     transform = RunInference(handler)
-    pcoll = p | "Elements" >> beam.Create(elements, reshuffle=False)
+    pcoll = (p | "Indices" >> beam.Create(range(case.count), reshuffle=False)
+             | "Elements" >> beam.Map(_Element(subject.spec, case)))
     if case.exceptions:
         out, dlq = pcoll | "RunInference" >> transform.with_exception_handling()
         _ = dlq.failed_inferences | "DeadRecords" >> beam.Map(_dead_record) | "WriteDead" >> beam.ParDo(
@@ -176,7 +184,25 @@ def _build_and_run(subject, case, handler, inputs, folder):
     return result
 
 
-# -- records (run on the workers) --------------------------------------------------------------------
+# -- on the workers ----------------------------------------------------------------------------------
+class _Element:
+    """Element ``i`` of the case, made on the worker from the seed (shipping arrays in the pipeline graph
+    costs Beam's pickler seconds of bz2 for a few MB), then passed through Beam's coder: RunInference gets
+    what it gets behind any fusion break or from ``beam.Create`` (arrays that are views on decoded bytes)."""
+
+    def __init__(self, spec, case):
+        self.spec, self.case, self._inputs = spec, case, None
+
+    def __getstate__(self):
+        return {"spec": self.spec, "case": self.case, "_inputs": None}
+
+    def __call__(self, i):
+        if self._inputs is None:
+            self._inputs = case_inputs(self.spec, self.case)
+        key, keyed, _, example = self._inputs[i]
+        example = beam_decoded(example)
+        return (key, example) if keyed else example
+
 class _ToRecord:
     def __init__(self, spec, output_names, keyed):
         self.spec, self.output_names, self.keyed = spec, output_names, keyed
@@ -231,8 +257,8 @@ def _read_records(folder):
     for meta in files:
         with FileSystems.open(meta.path) as f:
             records.extend(pickle.loads(f.read()))
-    if files:
-        FileSystems.delete([m.path for m in files])
+    with contextlib.suppress(Exception):  # best effort: the folder is ours and nobody else reads it
+        FileSystems.delete([m.path for m in files] + ([folder] if FileSystems.exists(folder) else []))
     return records
 
 
