@@ -16,16 +16,16 @@ def test_goldens_reproduce(parity_session, parity_model, parity_details):
     if parity_session.update_goldens:
         inputs, labels = goldens.input_set(spec)
         outputs = run_batched(runner, inputs, spec.max_batch)
-        path = goldens.write_golden(spec, inputs, outputs, labels)
+        path = goldens.write_golden(spec, inputs, outputs, runner.weights_sha256(), labels)
         parity_details.update(action="regenerated", golden=str(path))
     if not goldens.golden_path(spec).exists():
         pytest.skip(f"model '{spec.name}' has no goldens ({goldens.golden_path(spec)}); the candidate is "
                     "compared with the live TF reference instead (create goldens with --update-goldens)")
     golden = goldens.load_golden(spec)
-    drift = goldens.reference_drift(spec)
+    drift = goldens.reference_drift(spec, runner.weights_sha256())
     parity_details["golden"] = str(goldens.golden_path(spec))
     assert drift is None, (f"{spec.reference}: the reference changed since its goldens were made "
-                           f"(sha256 {drift[0]} -> {drift[1]}); regenerate deliberately with --update-goldens")
+                           f"(weights sha256 {drift[0]} -> {drift[1]}); regenerate deliberately with --update-goldens")
     today = run_batched(runner, golden.inputs, spec.max_batch)
     result = compare(spec, "fp32", golden.outputs, today, compare_task=False)
     parity_details.update(result.details(tensorflow=parity_session.environment["tensorflow"]))

@@ -5,6 +5,8 @@ output does not depend on its batch companions or the batch size; (c) determinis
 A failing example is shrunk by Hypothesis and saved as a reproducer (.npz + Polygraphy inputs JSON).
 """
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
@@ -18,8 +20,19 @@ from paritygate.strategies import feeds, with_corner_examples  # noqa: E402
 pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 
 
+@contextmanager
+def _failing(last, feed):
+    """Remember ``feed`` when the body fails: after the run, ``last`` holds the last failing example, which
+    is Hypothesis' shrunk one (it replays the minimal failure last) or a failing explicit example."""
+    try:
+        yield
+    except BaseException:
+        last["feed"], last["failing_result"] = feed, last.get("result")
+        raise
+
+
 def _run_property(prop, last, session, spec, precision, check, details):
-    """Run a Hypothesis property; on failure save the shrunk (last-run) example as a reproducer."""
+    """Run a Hypothesis property; on failure save the shrunk failing example as a reproducer."""
     try:
         prop()
     except Exception as err:
@@ -28,8 +41,8 @@ def _run_property(prop, last, session, spec, precision, check, details):
             details["reproducer"] = session.save_reproducer(spec, precision, check, last["feed"], failures)
             details["failing_feed"] = {k: {"dtype": v.dtype.name, "shape": list(v.shape)}
                                        for k, v in last["feed"].items()}
-            if "result" in last:
-                details.update(last["result"].details())
+            if last.get("failing_result") is not None:
+                details.update(last["failing_result"].details())
         raise
 
 
@@ -41,11 +54,10 @@ def test_property_parity(parity_session, parity_case, parity_details):
 
     @given(feed=feeds(spec))
     def prop(feed):
-        last.clear()
-        last["feed"] = feed
-        result = compare(spec, precision, reference.infer(feed), candidate.infer(feed), compare_task=False)
-        last["result"] = result
-        assert result.passed, _explain(spec, precision, feed, result.failures)
+        with _failing(last, feed):
+            result = compare(spec, precision, reference.infer(feed), candidate.infer(feed), compare_task=False)
+            last["result"] = result
+            assert result.passed, _explain(spec, precision, feed, result.failures)
 
     _run_property(with_corner_examples(prop, spec), last, parity_session, spec, precision, "property_parity",
                   parity_details)
@@ -58,21 +70,8 @@ def test_batch_invariance(parity_session, parity_case, parity_details):
 
     @given(feed=feeds(spec, batch_sizes=range(2, spec.max_batch + 1)) if spec.max_batch > 1 else feeds(spec))
     def prop(feed):
-        last.clear()
-        last["feed"] = feed
-        together = candidate.infer(feed)
-        n = len(next(iter(feed.values())))
-        order = np.roll(np.arange(n), 1)  # every element gets other companions at other positions
-        shuffled = candidate.infer({k: v[order] for k, v in feed.items()})
-        for i in range(n):
-            alone = candidate.infer({k: v[i:i + 1] for k, v in feed.items()})
-            for other, label in (({k: v[i:i + 1] for k, v in together.items()}, f"element {i} of a batch of {n}"),
-                                 ({k: v[np.flatnonzero(order == i)] for k, v in shuffled.items()},
-                                  f"element {i} moved within the batch")):
-                result = compare(spec, precision, _identity(spec, alone), other, compare_task=False)
-                last["result"] = result
-                assert result.passed, (f"{spec.name} {precision}: batch invariance: {label} differs from the "
-                                       "same element alone (batch of 1):\n" + "\n".join(result.failures))
+        with _failing(last, feed):
+            _check_batch_invariance(spec, precision, candidate, feed, last)
 
     _run_property(with_corner_examples(prop, spec), last, parity_session, spec, precision, "batch_invariance",
                   parity_details)
@@ -85,17 +84,32 @@ def test_determinism(parity_session, parity_case, parity_details):
 
     @given(feed=feeds(spec))
     def prop(feed):
-        last.clear()
-        last["feed"] = feed
-        first = candidate.infer(feed)
-        for attempt in (2, 3):
-            again = candidate.infer(feed)
-            for name, value in first.items():
-                assert np.array_equal(value, again[name], equal_nan=True), (
-                    f"{spec.name} {precision}: output '{name}' changed between identical runs (run 1 vs "
-                    f"{attempt}): max abs difference {np.nanmax(np.abs(value.astype(float) - again[name])):.3g}")
+        with _failing(last, feed):
+            first = candidate.infer(feed)
+            for attempt in (2, 3):
+                again = candidate.infer(feed)
+                for name, value in first.items():
+                    assert np.array_equal(value, again[name], equal_nan=True), (
+                        f"{spec.name} {precision}: output '{name}' changed between identical runs (run 1 vs "
+                        f"{attempt}): max abs difference {np.nanmax(np.abs(value.astype(float) - again[name])):.3g}")
 
     _run_property(prop, last, parity_session, spec, precision, "determinism", parity_details)
+
+
+def _check_batch_invariance(spec, precision, candidate, feed, last):
+    together = candidate.infer(feed)
+    n = len(next(iter(feed.values())))
+    order = np.roll(np.arange(n), 1)  # every element gets other companions at another position
+    shuffled = candidate.infer({k: v[order] for k, v in feed.items()})
+    for i in range(n):
+        alone = _identity(spec, candidate.infer({k: v[i:i + 1] for k, v in feed.items()}))
+        for other, label in (({k: v[i:i + 1] for k, v in together.items()}, f"element {i} of a batch of {n}"),
+                             ({k: v[np.flatnonzero(order == i)] for k, v in shuffled.items()},
+                              f"element {i} moved within the batch")):
+            result = compare(spec, precision, alone, other, compare_task=False)
+            last["result"] = result
+            assert result.passed, (f"{spec.name} {precision}: batch invariance: {label} differs from the same "
+                                   "element alone (batch of 1):\n" + "\n".join(result.failures))
 
 
 def _identity(spec, outputs):

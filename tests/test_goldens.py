@@ -20,10 +20,13 @@ def spec(tmp_path):
     return toy_spec(source=tmp_path / "parity.toml", reference=tmp_path / "ref")
 
 
+WEIGHTS = "a" * 64  # the reference's weights_sha256 (TfRunner.weights_sha256 in real runs)
+
+
 def sample():
     inputs = {"x": np.linspace(-1, 1, 8, dtype=np.float32).reshape(8, 1)}
     outputs = {"y": 5 * inputs["x"], "z": 2 * inputs["x"], "count": np.arange(8, dtype=np.int32)}
-    return inputs, outputs
+    return inputs, outputs, WEIGHTS
 
 
 def manifest(spec):
@@ -31,9 +34,9 @@ def manifest(spec):
 
 
 def test_round_trip_keeps_values_and_dtypes(spec):
-    inputs, outputs = sample()
+    inputs, outputs, _ = sample()
     labels = np.array([0, 1, 0, 1, 1, 0, 0, 1], np.int64)
-    path = write_golden(spec, inputs, outputs, labels)
+    path = write_golden(spec, inputs, outputs, WEIGHTS, labels)
     assert path == golden_path(spec) == spec.source.parent / "goldens" / "toy.npz"
     g = load_golden(spec)
     assert set(g.inputs) == {"x"} and set(g.outputs) == {"y", "z", "count"}
@@ -46,24 +49,24 @@ def test_round_trip_keeps_values_and_dtypes(spec):
 
 
 def test_manifest_entry(spec):
-    inputs, outputs = sample()
-    write_golden(spec, inputs, outputs)
+    inputs, outputs, _ = sample()
+    write_golden(spec, inputs, outputs, WEIGHTS)
     m = manifest(spec)
     assert m["schema"] == goldens.MANIFEST_SCHEMA
     entry = m["models"]["toy"]
     assert entry["file"] == "toy.npz"
     assert entry["sha256"] == goldens._sha256(golden_path(spec))
     assert set(entry["inputs"]) == {"x"} and set(entry["outputs"]) == {"y", "z", "count"}
-    assert entry["reference_sha256"] == goldens.hash_path(spec.reference)
+    assert entry["weights_sha256"] == WEIGHTS
     assert entry["command"].endswith(f"--update-goldens --parity-config={spec.source}")
     assert entry["created"] and "tensorflow" in entry
     assert load_golden(spec).labels is None
 
 
 def test_loading_never_unpickles(spec):
-    inputs, outputs = sample()
+    inputs, outputs, _ = sample()
     outputs["strings"] = np.array([{"a": 1}, None], dtype=object)  # np.savez pickles object arrays
-    write_golden(spec, inputs, outputs)
+    write_golden(spec, inputs, outputs, WEIGHTS)
     with pytest.raises(GoldenError, match="cannot read golden .npz.*allow_pickle"):
         load_golden(spec)
 
@@ -105,8 +108,8 @@ def test_no_goldens_at_all(spec):
 
 
 def test_array_hash_mismatch(spec):
-    inputs, outputs = sample()
-    write_golden(spec, inputs, outputs)
+    inputs, outputs, _ = sample()
+    write_golden(spec, inputs, outputs, WEIGHTS)
     # a regenerated file whose sha256 was pasted into the manifest, but whose arrays were not recorded
     path = golden_path(spec)
     np.savez_compressed(path, **{"input:x": inputs["x"], "output:y": outputs["y"] + 1,
@@ -119,7 +122,7 @@ def test_array_hash_mismatch(spec):
 
 
 def test_golden_inputs_must_match_the_config(spec):
-    write_golden(spec, {"w": np.zeros((2, 1), np.float32)}, {"y": np.zeros((2, 1), np.float32)})
+    write_golden(spec, {"w": np.zeros((2, 1), np.float32)}, {"y": np.zeros((2, 1), np.float32)}, WEIGHTS)
     with pytest.raises(GoldenError, match=r"golden inputs \['w'\] differ from the config's \['x'\]"):
         load_golden(spec)
 
@@ -132,20 +135,10 @@ def test_corrupt_manifest(spec):
 
 
 def test_reference_drift(spec):
-    assert reference_drift(spec) == (None, goldens.hash_path(spec.reference))  # no goldens yet
+    assert reference_drift(spec, WEIGHTS) == (None, WEIGHTS)  # no goldens yet
     write_golden(spec, *sample())
-    assert reference_drift(spec) is None
-    recorded = manifest(spec)["models"]["toy"]["reference_sha256"]
-    (spec.reference / "saved_model.pb").write_bytes(b"weights v2")
-    assert reference_drift(spec) == (recorded, goldens.hash_path(spec.reference))
-    assert recorded != goldens.hash_path(spec.reference)
-
-
-def test_reference_drift_sees_an_added_file(spec):
-    write_golden(spec, *sample())
-    (spec.reference / "variables").mkdir()
-    (spec.reference / "variables" / "variables.index").write_bytes(b"")
-    assert reference_drift(spec) is not None
+    assert reference_drift(spec, WEIGHTS) is None
+    assert reference_drift(spec, "b" * 64) == (WEIGHTS, "b" * 64)
 
 
 # -- the manifest lock ------------------------------------------------------------------------------
@@ -154,10 +147,10 @@ WRITES = 12
 
 def _write_models(prefix, source, reference, barrier):
     spec = toy_spec(source=source, reference=reference)
-    inputs, outputs = sample()
+    inputs, outputs, _ = sample()
     barrier.wait()
     for i in range(WRITES):
-        write_golden(spec.__class__(**{**spec.__dict__, "name": f"{prefix}{i}"}), inputs, outputs)
+        write_golden(spec.__class__(**{**spec.__dict__, "name": f"{prefix}{i}"}), inputs, outputs, WEIGHTS)
 
 
 def test_concurrent_writers_both_end_up_in_the_manifest(spec):

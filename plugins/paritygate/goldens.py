@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.cache import hash_path
 
 MANIFEST_SCHEMA = 1
 LABELS = "__labels__"
@@ -90,12 +89,10 @@ def load_golden(spec):
     return Golden(inputs, outputs, arrays.get("label"))
 
 
-def reference_drift(spec):
-    """The reference's current hash vs the one the goldens were made from (None when unchanged)."""
-    entry = read_manifest(spec)["models"].get(spec.name, {})
-    current = hash_path(spec.reference)
-    recorded = entry.get("reference_sha256")
-    return None if recorded == current else (recorded, current)
+def reference_drift(spec, weights_sha256):
+    """The reference weights' current hash vs the one the goldens were made from (None when unchanged)."""
+    recorded = read_manifest(spec)["models"].get(spec.name, {}).get("weights_sha256")
+    return None if recorded == weights_sha256 else (recorded, weights_sha256)
 
 
 def input_set(spec, count=16, seed=0):
@@ -114,7 +111,7 @@ def input_set(spec, count=16, seed=0):
     return sample_inputs(spec, count, np.random.default_rng(seed)), None
 
 
-def write_golden(spec, inputs, outputs, labels=None):
+def write_golden(spec, inputs, outputs, weights_sha256, labels=None):
     """Write ``goldens/<model>.npz`` and its manifest entry (under a lock: xdist workers share the file)."""
     path = golden_path(spec)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -131,7 +128,7 @@ def write_golden(spec, inputs, outputs, labels=None):
             "sha256": _sha256(path),
             "inputs": {k: _array_sha(v) for k, v in inputs.items()},
             "outputs": {k: _array_sha(np.asarray(v)) for k, v in outputs.items()},
-            "reference_sha256": hash_path(spec.reference),
+            "weights_sha256": weights_sha256,
             "tensorflow": _tf_version(),
             "command": "pytest conformance/test_goldens.py --update-goldens"
                        + ("" if _is_bundled(spec) else f" --parity-config={spec.source}"),

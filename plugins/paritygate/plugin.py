@@ -85,7 +85,10 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     session = config.stash[SESSION_KEY]
     worker = hasattr(config, "workerinput")
+    candidate_on_trt = session.runtime == "tensorrt"
     for item in items:
+        if candidate_on_trt and "parity_candidate_available" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.trt)  # the candidate runs on TensorRT: `-m gpu` selects these checks
         if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.gpu)  # trt implies gpu
         if item.get_closest_marker("gpu") or item.get_closest_marker("trt"):

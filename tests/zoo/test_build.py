@@ -23,7 +23,7 @@ _LOADED = {}
 
 
 def committed_inputs(name, batch=None):
-    with np.load(FIXTURES / "zoo" / "inputs" / f"{name}.npz", allow_pickle=False) as npz:
+    with np.load(FIXTURES / "inputs" / f"{name}.npz", allow_pickle=False) as npz:
         return {k: npz[k][:batch] for k in npz.files if not k.startswith("__")}
 
 
@@ -117,7 +117,7 @@ def test_linear_is_five_x(built):
 
 @pytest.mark.tf
 def test_mobilenet_heldout_accuracy(built):
-    with np.load(FIXTURES / "zoo" / "inputs" / "mobilenet_heldout.npz", allow_pickle=False) as npz:
+    with np.load(FIXTURES / "inputs" / "mobilenet_heldout.npz", allow_pickle=False) as npz:
         images, labels = npz["image"], npz["__labels__"]
     probs = run(serving(built["mobilenet"] / "saved_model"), {"image": images})["probs"]
     assert np.mean(np.argmax(probs, -1) == labels) >= 0.9

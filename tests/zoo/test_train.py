@@ -61,7 +61,7 @@ def test_weights_load_without_pickle_and_are_small():
 @pytest.mark.parametrize("kind, count", [("inputs", 16), ("calibration", 64)])
 @pytest.mark.parametrize("name", NAMES)
 def test_input_sets_match_config(name, kind, count):
-    arrays = load(ZOO / kind / f"{name}.npz")
+    arrays = load((ZOO.parent if kind == "inputs" else ZOO) / kind / f"{name}.npz")
     inputs = {k: v for k, v in arrays.items() if not k.startswith("__")}
     assert list(inputs) == list(CONFIG[name]["inputs"])
     for key, table in CONFIG[name]["inputs"].items():
@@ -73,12 +73,12 @@ def test_input_sets_match_config(name, kind, count):
 
 
 def test_mobilenet_heldout_set():
-    arrays = load(ZOO / "inputs" / "mobilenet_heldout.npz")
+    arrays = load(ZOO.parent / "inputs" / "mobilenet_heldout.npz")
     assert arrays["image"].dtype == np.float32 and arrays["image"].shape[1:] == (16, 16, 3)
     assert arrays["__labels__"].dtype == np.int64 and len(arrays["__labels__"]) == len(arrays["image"]) > 300
-    golden = load(ZOO / "inputs" / "mobilenet.npz")
+    golden = load(ZOO.parent / "inputs" / "mobilenet.npz")
     np.testing.assert_array_equal(golden["image"], arrays["image"][:16])
-    assert (ZOO / "inputs" / "mobilenet_heldout.npz").stat().st_size < 400 * 1024
+    assert (ZOO.parent / "inputs" / "mobilenet_heldout.npz").stat().st_size < 400 * 1024
 
 
 def test_import_does_not_load_tensorflow():

@@ -87,3 +87,18 @@ def test_corrupt_keras_file(tmp_path):
     bad.write_bytes(b"not a zip")
     with pytest.raises(RunnerError, match=rf"^{bad}: cannot load Keras model"):
         TfRunner(bad).activate()
+
+
+@pytest.mark.tf
+def test_weights_sha256_is_stable_across_saves_and_sees_a_changed_weight(tmp_path):
+    """SavedModel files differ between two saves of the same weights; the weights fingerprint does not."""
+    from paritygate.backend.tf.runner import TfRunner
+    from paritygate.cache import hash_path
+    from tests.conftest import save_toy_model
+
+    a, b = save_toy_model(tmp_path / "a"), save_toy_model(tmp_path / "b")
+    c = save_toy_model(tmp_path / "c", y_scale=5.001)
+    fingerprints = [TfRunner(p).activate().weights_sha256() for p in (a, b, c)]
+    assert hash_path(a) != hash_path(b), "premise: the saved files are not byte-reproducible"
+    assert fingerprints[0] == fingerprints[1]
+    assert fingerprints[0] != fingerprints[2]

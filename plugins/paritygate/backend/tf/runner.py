@@ -1,5 +1,6 @@
 """Native TensorFlow reference: a SavedModel signature or a .keras file, run on CPU."""
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,7 @@ class TfRunner(BaseRunner):
                               f"it has {sorted(loaded.signatures) or 'none'}")
         fn = loaded.signatures[self.signature]
         self._keep = loaded  # the signature holds weak references to the loaded object's variables
+        self._variables = [(v.name, v.numpy()) for v in fn.variables]
         self._fn = lambda feed: fn(**{k: tf.constant(v) for k, v in feed.items()})
         specs = fn.structured_input_signature[1]
         self._inputs = {k: (np.dtype(s.dtype.as_numpy_dtype), tuple(-1 if d is None else d for d in s.shape))
@@ -52,6 +54,7 @@ class TfRunner(BaseRunner):
             model = keras.saving.load_model(str(self.path), compile=False)
         except Exception as err:
             raise RunnerError(f"{self.path}: cannot load Keras model: {err}") from err
+        self._variables = [(getattr(w, "path", w.name), np.asarray(w.numpy())) for w in model.weights]
         names = [t.name.split(":")[0] for t in model.inputs]
         self._inputs = {n: (np.dtype(t.dtype), tuple(-1 if d is None else d for d in t.shape))
                         for n, t in zip(names, model.inputs)}
@@ -65,6 +68,17 @@ class TfRunner(BaseRunner):
             return dict(zip(self.output_names, result))
 
         self._fn = call
+
+    def weights_sha256(self):
+        """sha256 over the model's variable values (name, dtype, shape, bytes), in name order.
+
+        A semantic fingerprint: SavedModel files are not byte-reproducible (two saves of the same weights
+        differ), so the goldens' manifest records this, not a hash of the files."""
+        digest = hashlib.sha256()
+        for name, value in sorted(self._variables, key=lambda nv: (nv[0], nv[1].shape, nv[1].tobytes())):
+            digest.update(f"{name}|{value.dtype}|{value.shape}|".encode())
+            digest.update(np.ascontiguousarray(value).tobytes())
+        return digest.hexdigest()
 
     def infer_impl(self, feed):
         missing = set(self._inputs) - set(feed)
