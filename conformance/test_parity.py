@@ -39,3 +39,26 @@ def test_accepts_every_batch_size(parity_session, parity_case, parity_details):
             rejected[batch] = f"outputs {wrong} do not have batch dimension {batch}"
     parity_details.update(max_batch=spec.max_batch, rejected=rejected)
     assert not rejected, f"{spec.name} {precision}: batch sizes rejected by the candidate: {rejected}"
+
+
+def test_task_on_heldout(parity_session, parity_case, parity_details):
+    """The task metric on the model's full held-out set (``inputs/<model>_heldout.npz`` beside the config):
+    e.g. accuracy >= 99% of the reference's on real held-out data (MLPerf's rule)."""
+    pytest.importorskip("tensorflow")
+    from paritygate import goldens
+    from paritygate.checks import run_batched
+    from paritygate.comparator.task import task_metrics
+    from paritygate.runtimes import candidate_runner, reference_runner
+
+    spec, precision = parity_case
+    path = goldens.heldout_set_path(spec)
+    if spec.task not in ("classification", "detection"):
+        pytest.skip(f"model '{spec.name}' has task '{spec.task}': no task metric beyond the elementwise policy")
+    if not path.exists():
+        pytest.skip(f"model '{spec.name}' has no held-out set ({path})")
+    inputs, labels = goldens.read_input_file(spec, path)
+    ref = run_batched(reference_runner(parity_session, spec), inputs, spec.max_batch)
+    cand = run_batched(candidate_runner(parity_session, spec, precision), inputs, spec.max_batch)
+    task = task_metrics(spec, precision, ref, cand, labels)
+    parity_details.update(task=task, heldout=str(path))
+    assert task["passed"], f"{spec.name} {precision}: task metric on {path.name} failed: {task}"

@@ -59,6 +59,7 @@ def test_importing_the_plugin_imports_no_heavy_framework():
 # -- the probe ---------------------------------------------------------------------------------------------
 def test_probe_without_cuda_python_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda", None)  # makes `import cuda.bindings` fail like a missing install
+    monkeypatch.setattr(gpu, "available", lambda name: False)  # ... and find_spec agree, also on a GPU host
     gpu.probe.cache_clear()
     try:
         found = gpu.probe()

@@ -3,7 +3,8 @@
 Layout beside the config file: ``goldens/<model>.npz`` (arrays ``input:<name>``, ``output:<name>`` and an
 optional ``label``) and ``goldens/manifest.json``. Input sets for regeneration come from
 ``inputs/<model>.npz`` beside the config (arrays by input name, optional ``__labels__``), else are drawn from
-the input spec with a fixed seed.
+the input spec with a fixed seed. ``inputs/<model>_heldout.npz`` (same format, with labels) is a larger
+held-out set for the task metrics.
 """
 
 import datetime
@@ -95,17 +96,26 @@ def reference_drift(spec, weights_sha256):
     return None if recorded == weights_sha256 else (recorded, weights_sha256)
 
 
+def heldout_set_path(spec):
+    return Path(spec.source).parent / "inputs" / f"{spec.name}_heldout.npz"
+
+
+def read_input_file(spec, path):
+    """Arrays by input name (plus optional ``__labels__``) from an input-set .npz; returns (inputs, labels)."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    labels = arrays.pop(LABELS, None)
+    missing = sorted(set(spec.inputs) - set(arrays))
+    if missing:
+        raise GoldenError(f"{path}: input set lacks {missing}; expected arrays {sorted(spec.inputs)}")
+    return {k: arrays[k] for k in spec.inputs}, labels
+
+
 def input_set(spec, count=16, seed=0):
     """The committed input set for regeneration, else ``count`` samples drawn from the spec (fixed seed)."""
     path = input_set_path(spec)
     if path.exists():
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-        labels = arrays.pop(LABELS, None)
-        missing = sorted(set(spec.inputs) - set(arrays))
-        if missing:
-            raise GoldenError(f"{path}: input set lacks {missing}; expected arrays {sorted(spec.inputs)}")
-        return {k: arrays[k] for k in spec.inputs}, labels
+        return read_input_file(spec, path)
     from paritygate.strategies import sample_inputs
 
     return sample_inputs(spec, count, np.random.default_rng(seed)), None

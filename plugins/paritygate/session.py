@@ -17,6 +17,7 @@ from paritygate.lazy import available
 
 STATUSES = ("pass", "fail", "skip", "xfail", "error")
 _WORKER_KEY = "paritygate_checks"
+_CACHE_KEY = "paritygate_cache_stats"
 DETAILS_KEY = pytest.StashKey[dict]()  # a test's details for its check, filled through `parity_details`
 
 
@@ -62,6 +63,7 @@ class ParitySession:
         self.is_xdist_worker = is_xdist_worker
         self.rootdir = Path(rootdir)
         self.checks = []
+        self.worker_cache_stats = {}
         self._models = None
         self.cache = {}  # per-process memo for loaded references, artifacts and runners
 
@@ -146,10 +148,21 @@ class ParitySession:
 
     def merge_worker(self, workeroutput):
         self.checks.extend(json.loads(workeroutput.get(_WORKER_KEY, "[]")))
+        for key, n in json.loads(workeroutput.get(_CACHE_KEY, "{}")).items():
+            self.worker_cache_stats[key] = self.worker_cache_stats.get(key, 0) + n
+
+    def cache_stats(self):
+        """Artifacts (ONNX conversions, fp16/int8 variants, engines) built vs served from the cache."""
+        from paritygate.cache import STATS
+
+        return {k: STATS.get(k, 0) + self.worker_cache_stats.get(k, 0) for k in ("builds", "hits")}
 
     def finish(self, workeroutput=None):
         if workeroutput is not None:  # an xdist worker hands its checks to the controller
+            from paritygate.cache import STATS
+
             workeroutput[_WORKER_KEY] = json.dumps(self.checks)
+            workeroutput[_CACHE_KEY] = json.dumps(STATS)
             return
         if self.report_dir is not None:
             from paritygate.report import write_report
@@ -171,7 +184,9 @@ class ParitySession:
             return []
         counts = {s: sum(c["status"] == s for c in self.checks) for s in STATUSES}
         text = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        lines = [f"paritygate: runtime {self.runtime}, {len(self.checks)} checks: {text}"]
+        stats = self.cache_stats()
+        lines = [f"paritygate: runtime {self.runtime}, {len(self.checks)} checks: {text}",
+                 f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]
         if self.report_dir is not None:
             lines.append(f"paritygate: report written to {self.report_dir}")
         return lines
