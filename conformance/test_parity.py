@@ -31,7 +31,7 @@ def test_accepts_every_batch_size(parity_session, parity_case, parity_details):
         feed = {k: np.resize(v, (batch, *v.shape[1:])) for k, v in ref.inputs.items()}
         try:
             out = runner.infer(feed)
-        except Exception as err:  # the runtime's own error type varies
+        except Exception as err:  # noqa: BLE001 - each runtime raises its own types; any error is a rejection
             rejected[batch] = str(err).splitlines()[0][:300]
             continue
         wrong = {k: list(v.shape) for k, v in out.items() if v.shape[:1] != (batch,)}

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given  # noqa: E402
+from hypothesis import given
 
-from paritygate.checks import compare  # noqa: E402
-from paritygate.runtimes import candidate_runner, reference_runner  # noqa: E402
-from paritygate.strategies import feeds, with_corner_examples  # noqa: E402
+from paritygate.checks import compare
+from paritygate.runtimes import candidate_runner, reference_runner
+from paritygate.strategies import feeds, with_corner_examples
 
 pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 

@@ -17,7 +17,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tensorflow")
 pytest.importorskip("hypothesis")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper
 
 pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.slow]
 
@@ -34,7 +34,7 @@ def _model(path, nodes, batch="N", y="y5", z="z2"):
     base = [_const("five", 5.0), _const("two", 2.0),
             helper.make_node("Mul", ["x", "five"], ["y5"]), helper.make_node("Mul", ["x", "two"], ["z2"])]
     tail = [helper.make_node("Identity", [y], ["y"]), helper.make_node("Identity", [z], ["z"])]
-    io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, 1])  # noqa: E731
+    io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, 1])
     graph = helper.make_graph(base + nodes + tail, "candidate", [io("x")], [io("y"), io("z")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -86,7 +86,7 @@ def defect_run(tmp_path_factory, toy_saved_model):
         [sys.executable, "-m", "pytest", str(CONFORMANCE / "test_parity.py"), str(CONFORMANCE / "test_properties.py"),
          f"--parity-config={folder / 'parity.toml'}", f"--parity-report={report}", "-p", "no:cacheprovider",
          "-p", "no:xdist", "-q", f"--rootdir={folder}"],
-        capture_output=True, text=True, cwd=folder, env={**os.environ, "PARITYGATE_CACHE": str(folder / "cache")})
+        check=False, capture_output=True, text=True, cwd=folder, env={**os.environ, "PARITYGATE_CACHE": str(folder / "cache")})
     data = json.loads((report / "parity-report.json").read_text())
     checks = {}
     for c in data["checks"]:
@@ -132,7 +132,7 @@ def test_reproducer_replays(defect_run):
     repro = checks["nan_at_zero"]["property_parity"]["details"]["reproducer"]
     with np.load(repro["npz"], allow_pickle=False) as saved:
         assert 0.0 in saved["input:x"], "Hypothesis shrank the failing input to the defect's trigger value"
-    proc = subprocess.run(repro["command"], shell=True, capture_output=True, text=True,
+    proc = subprocess.run(repro["command"], check=False, shell=True, capture_output=True, text=True,
                           env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "reproduced: the candidate still fails" in proc.stdout

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 MANIFEST_SCHEMA = 1
 LABELS = "__labels__"
 

@@ -3,7 +3,6 @@
 Importing this module imports none of tensorflow, tensorrt, apache_beam or cuda.
 """
 
-import os
 
 import pytest
 
@@ -71,7 +70,7 @@ def pytest_configure(config):
     config.stash[SESSION_KEY] = session
     if not session.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected
         try:
-            session.models
+            _ = session.models
         except ConfigError as err:
             raise pytest.UsageError(str(err)) from err
     if session.report_dir is not None:
@@ -168,7 +167,7 @@ def pytest_generate_tests(metafunc):
 
 
 # GPU fixtures live beside the CUDA code they wrap; importing them here registers them with pytest.
-from paritygate.gpu import cuda_stream, gpu_fixture, gpu_memory_guard, gpu_timer  # noqa: E402,F401
+from paritygate.gpu import cuda_stream, gpu_fixture, gpu_memory_guard, gpu_timer  # noqa: F401
 
 
 @pytest.fixture

@@ -19,10 +19,13 @@ def register_profiles():
     from hypothesis import HealthCheck, settings
 
     slow = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
-    settings.register_profile("dev", max_examples=10, deadline=None, suppress_health_check=slow)
-    settings.register_profile("ci", max_examples=25, derandomize=True, deadline=None, print_blob=True,
+    # Parent: Hypothesis' own defaults, not the loaded profile: with CI set in the environment Hypothesis
+    # loads its built-in "ci" profile, and our dev profile must not inherit derandomize from it.
+    base = settings.get_profile("default")
+    settings.register_profile("dev", base, max_examples=10, deadline=None, suppress_health_check=slow)
+    settings.register_profile("ci", base, max_examples=25, derandomize=True, deadline=None, print_blob=True,
                               suppress_health_check=slow)
-    settings.register_profile("nightly", max_examples=400, deadline=None, print_blob=True,
+    settings.register_profile("nightly", base, max_examples=400, deadline=None, print_blob=True,
                               suppress_health_check=slow)
     settings.load_profile(os.getenv("HYPOTHESIS_PROFILE", "dev"))
 

@@ -39,7 +39,7 @@ def test_config_matches_model_specs(name):
     config = CONFIG[name]
     assert config["reference"] == f"zoo/models/{name}/saved_model"
     assert config["calibration"] == f"zoo/calibration/{name}.npz"
-    assert config["beam"] == {"handler": f"zoo_handlers:{name}"}
+    assert config["beam"]["handler"] == f"zoo_handlers:{name}"
     specs = models.SPECS[name].inputs
     assert list(config["inputs"]) == [s.name for s in specs]
     for spec in specs:

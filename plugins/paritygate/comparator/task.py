@@ -2,8 +2,7 @@
 
 import numpy as np
 
-from paritygate.comparator.tolerance import (DETECTION_IOU, DETECTION_MIN_SCORE, TASK_RATIO, TASK_SOURCE,
-                                             tolerance_for)
+from paritygate.comparator.tolerance import DETECTION_IOU, DETECTION_MIN_SCORE, TASK_RATIO, TASK_SOURCE, tolerance_for
 
 DETECTION_KEYS = ("boxes", "scores", "classes", "num_detections")
 
@@ -42,8 +41,8 @@ def classification(spec, ref, cand, labels=None):
 def _detection_outputs(spec, outputs):
     found = {}
     for key in DETECTION_KEYS:
-        names = [k for k in outputs if k == key or k.endswith("_" + key) or k.endswith(key)]
-        if key == "classes" or key == "scores" or key == "boxes":
+        names = [k for k in outputs if k.endswith(key)]
+        if key != "num_detections":
             names = [k for k in names if "num" not in k]
         if len(names) != 1:
             raise TaskSpecError(f"{spec.where('task')}: detection needs exactly one output named like "

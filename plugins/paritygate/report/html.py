@@ -62,8 +62,8 @@ def render_html(data):
     env = html.escape(", ".join(f"{k}: {v}" for k, v in data["environment"].items()))
     out = [f"<!doctype html><meta charset=utf-8><title>Parity report</title><style>{CSS}</style>",
            f"<h1>Parity report</h1><p>Runtime <b>{html.escape(data['runtime'])}</b>; {env}</p>",
-           "<table><tr><th>model</th><th>precision</th><th>check</th><th>status</th><th>statistics</th>"
-           "<th>note</th><th>plots</th></tr>"]
+           ("<table><tr><th>model</th><th>precision</th><th>check</th><th>status</th><th>statistics</th>"
+            "<th>note</th><th>plots</th></tr>")]
     for c in data["checks"]:
         repro = c["details"].get("reproducer")
         note = html.escape(_note(c)) + (f"<br><code>{html.escape(repro['command'])}</code>" if repro else "")

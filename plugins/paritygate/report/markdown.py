@@ -27,15 +27,19 @@ def _note(check):
     return text if len(text) <= 240 else text[:240] + "… (full text in parity-report.json)"
 
 
+def _environment_line(data):
+    env = data["environment"]
+    gpu = (env.get("gpu") or {}).get("name") or f"none ({env.get('gpu_unavailable_reason')})"
+    return (f"Runtime **{data['runtime']}** · device class `{data['device_class']}` · "
+            f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
+            f"TensorRT {env.get('tensorrt') or 'not installed'} · Beam {env.get('apache-beam')} · GPU: {gpu}")
+
+
 def render_markdown(data):
     checks = data["checks"]
     counts = {s: sum(c["status"] == s for c in checks) for s in ICON}
-    env = data["environment"]
     lines = ["# Parity report", "",
-             f"Runtime **{data['runtime']}** · device class `{data['device_class']}` · "
-             f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
-             f"TensorRT {env.get('tensorrt') or 'not installed'} · Beam {env.get('apache-beam')} · "
-             f"GPU: {(env.get('gpu') or {}).get('name') or 'none (' + str(env.get('gpu_unavailable_reason')) + ')'}",
+             _environment_line(data),
              "", " · ".join(f"{ICON[s]}: {n}" for s, n in counts.items() if n) or "no checks ran", "",
              "| model | precision | check | status | statistics (worst output) | note |",
              "|---|---|---|---|---|---|"]

@@ -67,7 +67,7 @@ def _convert(spec, out):
                           "give `onnx = ...` for this model or point `reference` at a SavedModel directory")
     cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(source), "--signature_def",
            spec.signature, "--opset", str(OPSET), "--output", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_quiet_env())
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_quiet_env())
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
         raise RunnerError(f"{source}: tf2onnx conversion failed ({' '.join(cmd)}):\n{tail}")
