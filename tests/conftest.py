@@ -123,3 +123,13 @@ def write_config(folder, doc, name="parity.toml"):
     path = Path(folder) / name
     path.write_text("".join(f"{json.dumps(str(k))} = {toml_value(v)}\n" for k, v in doc.items()))
     return path
+
+
+# -- CUDA -----------------------------------------------------------------------------------------------
+class CudaResult(int):
+    """Stands in for a cuda.bindings CUresult in fake drivers: an int with a name."""
+
+    def __new__(cls, value, name):
+        err = super().__new__(cls, value)
+        err.name = name
+        return err

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from paritygate import gpu
+from tests.conftest import CudaResult
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("cuda", "tensorflow", "tensorrt", "apache_beam", "onnxruntime", "tf2onnx", "polygraphy")
@@ -71,13 +72,7 @@ def test_probe_without_cuda_python_names_the_extra(monkeypatch):
     assert found.device_class() == "cpu"
 
 
-class _Err(int):
-    """Stands in for a cuda.bindings CUresult: an int with a name."""
-
-    def __new__(cls, value, name):
-        err = super().__new__(cls, value)
-        err.name = name
-        return err
+_Err = CudaResult
 
 
 OK = _Err(0, "CUDA_SUCCESS")

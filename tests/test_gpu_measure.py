@@ -5,13 +5,9 @@ import numpy as np
 import pytest
 
 from paritygate import gpu_measure as gm
+from tests.conftest import CudaResult
 
-
-class _Err(int):
-    def __new__(cls, value, name):
-        err = super().__new__(cls, value)
-        err.name = name
-        return err
+_Err = CudaResult
 
 
 OK = _Err(0, "CUDA_SUCCESS")

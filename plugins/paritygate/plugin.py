@@ -8,7 +8,8 @@ import pytest
 
 from paritygate.config import BUNDLED_CONFIG, ConfigError
 from paritygate.gpu import pin_xdist_worker
-from paritygate.session import ParitySession
+from paritygate.known import load_known_failures, mark_known_failures
+from paritygate.session import ParitySession, case_of
 
 SESSION_KEY = pytest.StashKey[ParitySession]()
 GPU_REQUIRED_KEY = pytest.StashKey[str]()  # why a gpu/trt item cannot run, when --require-gpu is given
@@ -85,7 +86,14 @@ def pytest_collection_modifyitems(config, items):
     session = config.stash[SESSION_KEY]
     worker = hasattr(config, "workerinput")
     candidate_on_trt = session.runtime == "tensorrt"
+    try:
+        known = load_known_failures(session.config_path)
+    except ConfigError as err:
+        raise pytest.UsageError(str(err)) from err
     for item in items:
+        model, precision = case_of(item)
+        if model is not None and known:
+            mark_known_failures(item, model, precision, session.runtime, known)
         if candidate_on_trt and "parity_candidate_available" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.trt)  # the candidate runs on TensorRT: `-m gpu` selects these checks
         if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):

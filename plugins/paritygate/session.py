@@ -129,7 +129,7 @@ class ParitySession:
 
     def record_test_outcome(self, item, report):
         """Each conformance test over a model is one check: its outcome becomes the check's status."""
-        model, precision = _case_of(item)
+        model, precision = case_of(item)
         if model is None:
             return
         status = _status_of(report)
@@ -193,7 +193,8 @@ class ParitySession:
 
 
 
-def _case_of(item):
+def case_of(item):
+    """(model name, precision) of a conformance test item, or (None, None)."""
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return None, None

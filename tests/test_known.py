@@ -1,0 +1,57 @@
+"""paritygate.known: [[known_failures]] beside the config become strict xfails of exactly the named checks."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from paritygate.config import ConfigError
+from paritygate.known import load_known_failures
+from tests.conftest import make_onnx, scale, write_config
+
+pytest.importorskip("onnx")  # before any test: pytester restores sys.modules, and re-importing onnx after TF aborts
+pytest.importorskip("onnxruntime")
+pytest.importorskip("tensorflow")
+pytestmark = [pytest.mark.tf, pytest.mark.onnx]
+
+CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance" / "test_parity.py"
+KNOWN = """
+[[known_failures]]
+model = "toy"
+check = "matches_reference"
+precision = "fp32"
+reason = "drifted weight, tracked in TICKET-1"
+"""
+
+
+def _run(pytester, toy_saved_model, y_scale):
+    onnx_path = make_onnx(pytester.path / "cand.onnx", scale("y", y_scale), scale("z", 2.0))
+    cfg = write_config(pytester.path, {"models": [{
+        "name": "toy", "reference": str(toy_saved_model), "onnx": onnx_path.name, "precisions": ["fp32"],
+        "max_batch": 4, "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}]})
+    (pytester.path / "expectations.toml").write_text(KNOWN)
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={cfg}", f"--parity-report={report}",
+                                           "-p", "no:cacheprovider", "-p", "no:xdist")
+    checks = {c["check"]: c for c in json.loads((report / "parity-report.json").read_text())["checks"]}
+    return result, checks
+
+
+def test_a_known_failure_is_an_xfail_with_its_reason(pytester, toy_saved_model):
+    result, checks = _run(pytester, toy_saved_model, 5.01)
+    result.assert_outcomes(passed=1, xfailed=1, skipped=1)  # accepts_every_batch_size passes; no task metric
+    assert checks["matches_reference"]["status"] == "xfail"
+    assert "TICKET-1" in checks["matches_reference"]["details"]["reason"]
+
+
+def test_a_known_failure_that_passes_fails_the_run(pytester, toy_saved_model):
+    result, checks = _run(pytester, toy_saved_model, 5.0)
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    assert checks["matches_reference"]["status"] == "fail"
+
+
+def test_malformed_entries_name_the_file_and_key(tmp_path):
+    (tmp_path / "expectations.toml").write_text('[[known_failures]]\nmodel = "m"\nchek = "x"\nreason = "r"\n')
+    with pytest.raises(ConfigError, match=r"expectations.toml: known_failures\[0\]: unknown key\(s\) \['chek'\], "
+                                          r"missing key\(s\) \['check'\]"):
+        load_known_failures(tmp_path / "parity.toml")
