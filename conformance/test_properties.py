@@ -13,7 +13,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given
 
-from paritygate.checks import compare
+from paritygate.checks import ParityResult, compare
 from paritygate.runtimes import candidate_runner, reference_runner
 from paritygate.strategies import feeds, with_corner_examples
 
@@ -52,15 +52,29 @@ def test_property_parity(parity_session, parity_case, parity_details):
     candidate = candidate_runner(parity_session, spec, precision)
     last = {}
 
+    worst = {}  # output -> the comparison with the largest max abs error over every example run
+
     @given(feed=feeds(spec))
     def prop(feed):
         with _failing(last, feed):
             result = compare(spec, precision, reference.infer(feed), candidate.infer(feed), compare_task=False)
             last["result"] = result
+            last["examples"] = last.get("examples", 0) + 1
+            for o in result.outputs:
+                if o.output not in worst or _max_abs(o) > _max_abs(worst[o.output]):
+                    worst[o.output] = o
             assert result.passed, _explain(spec, precision, feed, result.failures)
 
     _run_property(with_corner_examples(prop, spec), last, parity_session, spec, precision, "property_parity",
                   parity_details)
+    summary = ParityResult(spec.name, precision, list(worst.values()))
+    n = last.get("examples", 0)
+    parity_details.update(summary.details(examples=n, note=f"{n} examples run (the 3 corner batches included); "
+                                          "statistics of the worst example per output"))
+
+
+def _max_abs(comparison):
+    return float("inf") if comparison.nonfinite_mismatches else comparison.max_abs
 
 
 def test_batch_invariance(parity_session, parity_case, parity_details):
