@@ -100,37 +100,52 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
     diff = np.subtract(c, r)
     np.abs(diff, out=diff)
     absref = np.abs(r)
-    limit = absref * work.type(tol.rtol)
-    limit += work.type(tol.atol)
-    bad = diff > limit
+    scratch = np.multiply(absref, work.type(tol.rtol))  # the limit atol + rtol*|ref|, later the relative error
+    scratch += work.type(tol.atol)
+    bad = diff > scratch
     if nonfinite_bad is not None:
         bad |= nonfinite_bad
     out.mismatches = int(np.count_nonzero(bad))
     out.nonfinite_mismatches = 0 if nonfinite_bad is None else int(np.count_nonzero(nonfinite_bad))
     out.passed = out.mismatches == 0
+    if out.mismatches:
+        _locate_worst(out, ref, cand, diff, scratch, bad, nonfinite_bad)
     n_finite = diff.size if finite is None else int(np.count_nonzero(finite))
     if n_finite:
-        rel = np.divide(diff, absref, out=np.where(diff > 0, work.type(np.inf), work.type(0)), where=absref > 0)
-        finite_rel = rel[np.isfinite(rel)]
+        rel = _relative(diff, absref, out=scratch)
+        rel_finite = np.isfinite(rel)
+        n_rel = int(np.count_nonzero(rel_finite))
         out.max_abs = float(diff.max())
         out.mean_abs = float(diff.sum(dtype=np.float64) / n_finite)
         out.max_rel = float(rel.max())
-        out.mean_rel = float(finite_rel.sum(dtype=np.float64) / finite_rel.size) if finite_rel.size else 0.0
+        out.mean_rel = float(rel.sum(dtype=np.float64, where=rel_finite) / n_rel) if n_rel else 0.0
         # p99 over the finite elements only (the zeroed positions would shift it)
         out.p99_abs = _p99(diff if finite is None else diff[finite])
         out.p99_rel = _p99(rel if finite is None else rel[finite])
         out.cosine = _cosine(r, c)
-    if out.mismatches:
-        score = (diff - limit).astype(np.float64)
-        if nonfinite_bad is not None:
-            score[nonfinite_bad] = np.inf
-        flat = int(np.argmax(score))
-        index = np.unravel_index(flat, ref.shape)
-        out.worst = {"index": [int(i) for i in index], "batch_element": int(index[0]) if ref.ndim else 0,
-                     "reference": float(ref.ravel()[flat]), "candidate": float(cand.ravel()[flat])}
-        if ref.ndim:
-            per_row = bad.reshape(ref.shape[0], -1).any(axis=1)
-            out.failing_batch_elements = [int(i) for i in np.flatnonzero(per_row)]
+    return out
+
+
+def _locate_worst(out, ref, cand, diff, limit, bad, nonfinite_bad):
+    """The element furthest past its limit (non-finite failures first) and the failing batch elements."""
+    score = (diff - limit).astype(np.float64)
+    if nonfinite_bad is not None:
+        score[nonfinite_bad] = np.inf
+    flat = int(np.argmax(score))
+    index = np.unravel_index(flat, ref.shape)
+    out.worst = {"index": [int(i) for i in index], "batch_element": int(index[0]) if ref.ndim else 0,
+                 "reference": float(ref.ravel()[flat]), "candidate": float(cand.ravel()[flat])}
+    if ref.ndim:
+        per_row = bad.reshape(ref.shape[0], -1).any(axis=1)
+        out.failing_batch_elements = [int(i) for i in np.flatnonzero(per_row)]
+
+
+def _relative(diff, absref, out):
+    """|error| / |reference| into ``out``; where the reference is 0: inf for a non-zero error, else 0."""
+    zero_ref = absref == 0
+    np.divide(diff, absref, out=out, where=~zero_ref)
+    if zero_ref.any():
+        out[zero_ref] = np.where(diff[zero_ref] > 0, np.inf, 0.0)
     return out
 
 
@@ -148,16 +163,19 @@ def _p99(values):
     return float(np.partition(values, k)[k])
 
 
-def _cosine(a, b):
-    # Products in the working dtype (no accumulation error), sums accumulated in float64.
-    dot = np.add.reduce(a * b, dtype=np.float64)
-    na = np.sqrt(np.add.reduce(a * a, dtype=np.float64))
-    nb = np.sqrt(np.add.reduce(b * b, dtype=np.float64))
+def _cosine(a, b, block=1 << 18):
+    """Cosine similarity accumulated in float64, a block at a time (no full-size float64 temporaries)."""
+    dot = na = nb = 0.0
+    for i in range(0, a.size, block):
+        x, y = a[i:i + block].astype(np.float64), b[i:i + block].astype(np.float64)
+        dot += float(np.dot(x, y))
+        na += float(np.dot(x, x))
+        nb += float(np.dot(y, y))
     if na == 0 and nb == 0:
         return 1.0
     if na == 0 or nb == 0:
         return 0.0
-    return float(dot / (na * nb))
+    return dot / (np.sqrt(na) * np.sqrt(nb))
 
 
 def compare_outputs(spec, precision, ref_outputs, cand_outputs):
