@@ -13,7 +13,7 @@ import pytest
 
 from paritygate import gpu as _gpu
 from paritygate.config import BUNDLED_CONFIG, load_config
-from paritygate.lazy import available
+from paritygate.lazy import available, missing_reason
 
 STATUSES = ("pass", "fail", "skip", "xfail", "error")
 _WORKER_KEY = "paritygate_checks"
@@ -105,7 +105,13 @@ class ParitySession:
         """Why the selected candidate runtime cannot run here (None when it can)."""
         if self.runtime == "tensorrt":
             return self.gpu_skip_reason(needs_trt=True)
-        return None
+        needs = ["onnx", "onnxruntime"]
+        if any(m.onnx is None for m in self.models):  # converted from the TF reference
+            needs += ["tensorflow", "tf2onnx"]
+        if any("fp16" in m.precisions for m in self.models):
+            needs.append("onnxconverter_common")
+        missing = [name for name in needs if not available(name)]
+        return "; ".join(missing_reason(name) for name in missing) or None
 
     @property
     def environment(self):

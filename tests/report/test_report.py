@@ -3,7 +3,9 @@ plugin (pytester): written also when checks fail, and an unwritable --parity-rep
 
 import base64
 import json
+import platform
 import re
+from importlib import metadata
 
 import numpy as np
 import pytest
@@ -38,11 +40,19 @@ def report(session, tmp_path_factory):
     return write_report(session, tmp_path_factory.mktemp("out") / "report")  # missing folders are made
 
 
+def _installed(dist):
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def test_json_report(session, report):
     data = json.loads((report / "parity-report.json").read_text())
     assert data["schema"] == SCHEMA == 1
     assert ENV_KEYS <= set(data["environment"])
-    assert data["environment"]["python"] and data["environment"]["onnxruntime"]
+    assert data["environment"]["python"] == platform.python_version()
+    assert data["environment"]["onnxruntime"] == _installed("onnxruntime")  # None where it is not installed
     assert data["runtime"] == "onnxruntime" and data["config"] == str(session.config_path)
     assert data["device_class"] == session.device_class
     checks = data["checks"]
@@ -82,6 +92,7 @@ def test_markdown_truncates_long_messages(tmp_path):
 
 
 def test_html_report_is_self_contained_with_plots(report):
+    pytest.importorskip("matplotlib")
     html = (report / "parity-report.html").read_text()
     assert html.startswith("<!doctype html>")
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", html) and "<link" not in html
