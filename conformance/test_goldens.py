@@ -14,10 +14,11 @@ def test_goldens_reproduce(parity_session, parity_model, parity_details):
     spec = parity_model
     runner = reference_runner(parity_session, spec)
     if parity_session.update_goldens:
+        before = _readable_golden(goldens, spec)
         inputs, labels = goldens.input_set(spec)
         outputs = run_batched(runner, inputs, spec.max_batch)
         path = goldens.write_golden(spec, inputs, outputs, runner.weights_sha256(), labels)
-        parity_details.update(action="regenerated", golden=str(path))
+        parity_details.update(action="regenerated", golden=str(path), previous=_change(before, inputs, outputs))
     if not goldens.golden_path(spec).exists():
         pytest.skip(f"model '{spec.name}' has no goldens ({goldens.golden_path(spec)}); the candidate is "
                     "compared with the live TF reference instead (create goldens with --update-goldens)")
@@ -30,3 +31,25 @@ def test_goldens_reproduce(parity_session, parity_model, parity_details):
     result = compare(spec, "fp32", golden.outputs, today, compare_task=False)
     parity_details.update(result.details(tensorflow=parity_session.environment["tensorflow"]))
     assert result.passed, "today's TensorFlow no longer reproduces the goldens:\n" + "\n".join(result.failures)
+
+
+def _readable_golden(goldens, spec):
+    try:
+        return goldens.load_golden(spec)
+    except goldens.GoldenError as err:
+        return str(err)
+
+
+def _change(before, inputs, outputs):
+    """What a regeneration changed, so a rewritten golden is never a silent one."""
+    import numpy as np
+
+    if isinstance(before, str):
+        return {"state": f"no usable golden before: {before}"}
+    same_inputs = set(before.inputs) == set(inputs) and all(
+        before.inputs[k].shape == v.shape and np.array_equal(before.inputs[k], v) for k, v in inputs.items())
+    if not same_inputs:
+        return {"state": "input set changed"}
+    return {"state": "same inputs", "max_abs_change": {
+        k: float(np.max(np.abs(before.outputs[k].astype(float) - v))) if k in before.outputs and
+        before.outputs[k].shape == v.shape and v.size else "output added or reshaped" for k, v in outputs.items()}}

@@ -137,3 +137,9 @@ def test_reproducer_replays(defect_run):
                           env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "reproduced: the candidate still fails" in proc.stdout
+
+
+def test_the_replay_command_is_printed(defect_run):
+    proc, checks = defect_run
+    command = checks["nan_at_zero"]["property_parity"]["details"]["reproducer"]["command"]
+    assert f"nan_at_zero fp32 property_parity failed; replay: {command}" in proc.stdout

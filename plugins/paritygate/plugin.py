@@ -38,7 +38,8 @@ def pytest_addoption(parser):
                     help="latency budget class [models.latency.<NAME>] (default: derived from the GPU name, "
                          "'cpu' without a GPU)")
     group.addoption("--parity-beam-runner", metavar="NAME", default=None,
-                    help="Beam runner for RunInference checks (default: FnApiRunner; e.g. DataflowRunner)")
+                    help="Beam runner for RunInference checks (default: FnApiRunner and BundleBasedDirectRunner, "
+                         "drawn per case; e.g. DataflowRunner, FlinkRunner)")
     group.addoption("--parity-beam-option", metavar="OPT", action="append", default=[],
                     help="pipeline option passed to the Beam runner, repeatable (e.g. --parity-beam-option=--project=x)")
     group.addoption("--parity-fp16-keep-fp32", metavar="OPS", default=None,

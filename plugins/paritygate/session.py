@@ -193,6 +193,10 @@ class ParitySession:
         stats = self.cache_stats()
         lines = [f"paritygate: runtime {self.runtime}, {len(self.checks)} checks: {text}",
                  f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]
+        for c in self.checks:
+            repro = c["details"].get("reproducer")
+            if repro:
+                lines.append(f"paritygate: {c['model']} {c['precision']} {c['check']} failed; replay: {repro['command']}")
         if self.report_dir is not None:
             lines.append(f"paritygate: report written to {self.report_dir}")
         return lines
