@@ -35,6 +35,7 @@ def _plots(check):
         a.stairs(h["counts"], [max(e, 1e-10) for e in h["edges"]], fill=True)
         a.set_xscale("log")
         a.set_title(f"{o['output']}: |error| histogram")
+        a.set_xlabel("|error| (exact matches in the leftmost bin)")
         a.axvline(max(o["tolerance"]["atol"], 1e-10), color="r", ls="--", label="atol")
         a.legend()
         s = o["error_vs_magnitude"]
@@ -50,7 +51,8 @@ def _plots(check):
         for r in rows:
             xs = sorted(r.get("samples_ms", []))
             ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=f"{r.get('runtime', '')} batch {r['batch']}")
-        ax.set_xlabel("ms")
+        ax.set_xscale("log")
+        ax.set_xlabel("ms (log)")
         ax.set_ylabel("CDF")
         ax.legend()
         images.append(f'<img src="{_png(fig)}" alt="latency CDF">')
