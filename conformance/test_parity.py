@@ -11,7 +11,8 @@ def test_matches_reference(parity_session, parity_case, parity_details):
 
     spec, precision = parity_case
     result, ref = candidate_parity(parity_session, spec, precision)
-    parity_details.update(result.details(reference=ref.source, samples=len(next(iter(ref.inputs.values())))))
+    parity_details.update(result.details(reference=ref.source, samples=len(next(iter(ref.inputs.values()))),
+                                         candidate=_describe_candidate(parity_session, spec, precision)))
     if not result.passed:
         parity_details["reproducer"] = parity_session.save_reproducer(spec, precision, "matches_reference",
                                                                        ref.inputs, result.failures)
@@ -62,3 +63,15 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
     task = task_metrics(spec, precision, ref, cand, labels)
     parity_details.update(task=task, heldout=str(path))
     assert task["passed"], f"{spec.name} {precision}: task metric on {path.name} failed: {task}"
+
+
+def _describe_candidate(session, spec, precision):
+    """What ran as the candidate: runtime, artifact and, for fp16, the ops kept in FP32."""
+    from paritygate.backend.onnx.loader import FP16_KEEP_FP32
+    from paritygate.runtimes import candidate_runner
+
+    runner = candidate_runner(session, spec, precision)
+    out = {"runtime": session.runtime, "runner": runner.name, "artifact": str(getattr(runner, "path", "") or "")}
+    if precision == "fp16":
+        out["fp16_keep_fp32"] = list(session.fp16_keep_fp32 or FP16_KEEP_FP32)
+    return out
