@@ -7,6 +7,7 @@ binary installs offline from the package index); without it this test skips and 
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,9 @@ def test_there_are_workflows():
 
 @pytest.fixture(scope="module")
 def actionlint():
-    found = shutil.which("actionlint")
+    # The venv's own scripts first: `.venv/bin/pytest` runs without the venv's bin folder on PATH.
+    beside = Path(sys.executable).parent / "actionlint"
+    found = str(beside) if beside.is_file() else shutil.which("actionlint")
     if found is None:
         pytest.skip("actionlint is not installed (pip install 'paritygate[lint]')")
     return found
