@@ -3,8 +3,6 @@
 Hypothesis profiles (dev / ci / nightly) are registered here once and chosen by HYPOTHESIS_PROFILE.
 """
 
-import pytest
-
 try:
     from paritygate.strategies import register_profiles
 except ImportError:  # pragma: no cover - the plugin is not installed: `pip install -e .`
@@ -15,9 +13,3 @@ try:
 except ImportError:
     pass  # hypothesis not installed: property tests skip through pytest.importorskip
 
-
-@pytest.fixture(autouse=True, scope="session")
-def _quiet_tensorflow_logs():
-    import os
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

