@@ -10,6 +10,7 @@ from paritygate.config import BUNDLED_CONFIG, ConfigError
 from paritygate.gpu import pin_xdist_worker
 from paritygate.known import load_known_failures, mark_known_failures
 from paritygate.session import ParitySession, case_of
+from paritygate.verdict import REPORT_ATTR, Inconclusive, SuiteError
 
 SESSION_KEY = pytest.StashKey[ParitySession]()
 GPU_REQUIRED_KEY = pytest.StashKey[str]()  # why a gpu/trt item cannot run, when --require-gpu is given
@@ -120,8 +121,35 @@ def pytest_runtest_setup(item):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    _classify(report, call)
     session = item.config.stash[SESSION_KEY]
     session.record_test_outcome(item, report)
+
+
+def _classify(report, call):
+    """Mark the statuses pytest's outcome cannot express: a SuiteError raised in the call is an `error` (the
+    suite's or a tool's failure, not the candidate's), an Inconclusive is `inconclusive` (a failure unless the
+    model allows uninformative inputs, which then passes the run but keeps the word)."""
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if report.when != "call" or exc is None or hasattr(report, "wasxfail"):
+        return
+    if isinstance(exc, SuiteError):
+        setattr(report, REPORT_ATTR, "error")
+    elif isinstance(exc, Inconclusive):
+        setattr(report, REPORT_ATTR, "inconclusive")
+        if exc.allowed:
+            report.outcome, report.longrepr = "passed", None
+            report.user_properties.append(("paritygate_inconclusive_allowed", str(exc)))
+
+
+def pytest_report_teststatus(report, config):
+    """`error` and `inconclusive` get their own word in the terminal (counts, -r summary, verbose lines)."""
+    status = getattr(report, REPORT_ATTR, None)
+    if status == "error":
+        return "error", "E", "ERROR"
+    if status == "inconclusive":
+        return "inconclusive", "I", "INCONCLUSIVE"
+    return None
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -14,8 +14,7 @@ import pytest
 from paritygate import gpu as _gpu
 from paritygate.config import BUNDLED_CONFIG, load_config
 from paritygate.lazy import available, missing_reason
-
-STATUSES = ("pass", "fail", "skip", "xfail", "error")
+from paritygate.verdict import REPORT_ATTR, STATUSES
 _WORKER_KEY = "paritygate_checks"
 _CACHE_KEY = "paritygate_cache_stats"
 DETAILS_KEY = pytest.StashKey[dict]()  # a test's details for its check, filled through `parity_details`
@@ -141,6 +140,9 @@ class ParitySession:
         if status is None:
             return
         details = dict(item.stash.get(DETAILS_KEY, {}))
+        allowed = [v for k, v in report.user_properties if k == "paritygate_inconclusive_allowed"]
+        if allowed:
+            details.update(allow_uninformative=True, message=allowed[0])
         if report.failed and report.longrepr is not None:
             details.setdefault("message", _short_failure(report))
         if report.skipped and isinstance(report.longrepr, tuple):
@@ -216,6 +218,9 @@ def case_of(item):
 
 
 def _status_of(report):
+    marked = getattr(report, REPORT_ATTR, None)
+    if marked is not None:
+        return marked
     if hasattr(report, "wasxfail"):
         if report.skipped:
             return "xfail"

@@ -1,6 +1,7 @@
 """Markdown summary, suitable for ``$GITHUB_STEP_SUMMARY``."""
 
-ICON = {"pass": "✅ pass", "fail": "❌ fail", "error": "💥 error", "skip": "⏭️ skip", "xfail": "⚠️ xfail"}
+ICON = {"pass": "✅ pass", "fail": "❌ fail", "error": "💥 error", "inconclusive": "❔ inconclusive", "skip": "⏭️ skip",
+        "xfail": "⚠️ xfail", "regenerated": "♻️ regenerated"}
 
 
 def _num(value, spec=".3g"):
