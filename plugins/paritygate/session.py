@@ -15,6 +15,7 @@ from paritygate import gpu as _gpu
 from paritygate.config import BUNDLED_CONFIG, load_config
 from paritygate.lazy import available, missing_reason
 from paritygate.verdict import REPORT_ATTR, STATUSES
+
 _WORKER_KEY = "paritygate_checks"
 _CACHE_KEY = "paritygate_cache_stats"
 DETAILS_KEY = pytest.StashKey[dict]()  # a test's details for its check, filled through `parity_details`
