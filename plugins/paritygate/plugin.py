@@ -3,6 +3,7 @@
 Importing this module imports none of tensorflow, tensorrt, apache_beam or cuda.
 """
 
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from paritygate.verdict import REPORT_ATTR, Inconclusive, SuiteError
 
 SESSION_KEY = pytest.StashKey[ParitySession]()
 GPU_REQUIRED_KEY = pytest.StashKey[str]()  # why a gpu/trt item cannot run, when --require-gpu is given
+CONFORMANCE_DIR = BUNDLED_CONFIG.parents[1] / "conformance"  # the suite whose checks over models are validated
 
 MARKERS = {
     "gpu": "needs an NVIDIA GPU (skipped with a reason without one; fails the run under --require-gpu)",
@@ -108,6 +110,53 @@ def pytest_collection_modifyitems(config, items):
         if worker and item.get_closest_marker("latency"):
             item.add_marker(pytest.mark.skip(
                 reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
+
+
+def pytest_collection_finish(session):
+    """Validate every model once, before any check runs, when the conformance suite's checks over models were
+    collected (not on xdist workers: the controller does it, in pytest_xdist_node_collection_finished)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    if any(case_of(item)[0] is not None and _in_conformance(item.path) for item in session.items):
+        _validate(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """xdist controller: it collects nothing itself; the first worker's collection says whether to validate.
+    No test is scheduled before every worker has reported its collection, so this still runs before any check."""
+    config = node.config
+    parity = config.stash[SESSION_KEY]
+    if parity.validation is None and any(_is_model_check(config, parity, nodeid) for nodeid in ids):
+        _validate(config)
+
+
+def _in_conformance(path):
+    return Path(path).resolve().is_relative_to(CONFORMANCE_DIR)
+
+
+def _is_model_check(config, parity, nodeid):
+    path, _, rest = nodeid.partition("::")
+    if "[" not in rest or not _in_conformance(config.rootpath / path):
+        return False
+    param = rest[rest.index("[") + 1:].rstrip("]")
+    try:
+        names = [m.name for m in parity.models]
+    except ConfigError:
+        return False
+    return any(param == n or param.startswith(f"{n}-") for n in names)
+
+
+def _validate(config):
+    from paritygate.validate import validate_models
+
+    parity = config.stash[SESSION_KEY]
+    try:
+        found = validate_models(parity)
+    except ConfigError as err:
+        raise pytest.UsageError(str(err)) from err
+    if found["problems"]:
+        raise pytest.UsageError(*found["problems"])
 
 
 def pytest_runtest_setup(item):

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from paritygate.comparator.task import TaskSpecError, classification, classification_output, detection, task_metrics
+from paritygate.comparator.task import TaskSpecError, classification, classification_outputs, detection, task_metrics
 from paritygate.comparator.tolerance import DETECTION_IOU, TASK_RATIO, TASK_SOURCE
 from tests.conftest import toy_spec
 
@@ -46,12 +46,35 @@ def test_classification_reads_the_mapped_candidate_output():
     assert r["top1_agreement"] == 0.5 and not r["passed"]
 
 
-def test_classification_output_is_the_one_class_score_output():
+def test_classification_judges_every_class_score_output_without_task_output():
     spec = toy_spec(task="classification")
-    assert classification_output(spec, {"logits": np.zeros((2, 3))}) == "logits"
-    assert classification_output(spec, {"probs": np.zeros((2, 3)), "embedding_norm": np.zeros((2, 1))}) == "probs"
-    with pytest.raises(TaskSpecError, match=r"key 'task'.*found 2 among \['a', 'b'\]"):
-        classification_output(spec, {"a": np.zeros((2, 3)), "b": np.zeros((2, 4))})
+    assert classification_outputs(spec, {"logits": np.zeros((2, 3))}) == ["logits"]
+    assert classification_outputs(spec, {"probs": np.zeros((2, 3)), "embedding_norm": np.zeros((2, 1))}) == ["probs"]
+    assert classification_outputs(spec, {"probs": np.zeros((2, 3)), "logits": np.zeros((2, 3))}) == ["logits", "probs"]
+    with pytest.raises(TaskSpecError, match=r"key 'task'.*none among \{'a': \[2, 1\], 'b': \[2\]\}.*task_output"):
+        classification_outputs(spec, {"a": np.zeros((2, 1)), "b": np.zeros(2)})
+
+
+def test_task_output_selects_one_output_and_must_exist():
+    spec = toy_spec(task="classification", task_output="probs")
+    assert classification_outputs(spec, {"probs": np.zeros((2, 3)), "logits": np.zeros((2, 3))}) == ["probs"]
+    with pytest.raises(TaskSpecError, match=r"key 'task_output': 'probs' is not an output of the reference; "
+                                            r"its outputs are \['scores'\]"):
+        classification_outputs(spec, {"scores": np.zeros((2, 3))})
+
+
+def test_logits_and_probabilities_are_each_judged():
+    spec = toy_spec(task="classification")
+    logits = np.log(one_hot(np.arange(100) % 5) + 0.01)
+    probs = one_hot(np.arange(100) % 5)
+    ref = {"logits": logits, "probs": probs}
+    r = classification(spec, ref, dict(ref))
+    assert r["passed"] and r["output"] == ["logits", "probs"] and [o["output"] for o in r["per_output"]] == r["output"]
+    wrong = one_hot((np.arange(100) + 1) % 5)  # the probabilities disagree everywhere, the logits nowhere
+    r = classification(spec, ref, {"logits": logits, "probs": wrong})
+    assert not r["passed"] and r["top1_agreement"] == 0.0 and r["per_output"][0]["passed"]
+    only = classification(toy_spec(task="classification", task_output="logits"), ref, {"logits": logits, "probs": wrong})
+    assert only["passed"] and only["output"] == "logits"
 
 
 # -- detection ---------------------------------------------------------------------------------------
