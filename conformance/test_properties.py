@@ -16,6 +16,7 @@ from hypothesis import given
 from paritygate.checks import ParityResult, compare
 from paritygate.runtimes import candidate_runner, reference_runner
 from paritygate.strategies import feeds, with_corner_examples
+from paritygate.verdict import SuiteError
 
 pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 
@@ -35,6 +36,8 @@ def _run_property(prop, last, session, spec, precision, check, details):
     """Run a Hypothesis property; on failure save the shrunk failing example as a reproducer."""
     try:
         prop()
+    except SuiteError:
+        raise  # the reference or a tool failed: an `error`, with nothing of the candidate's to reproduce
     except Exception as err:
         if "feed" in last:
             failures = [str(err).splitlines()[0][:2000]]
