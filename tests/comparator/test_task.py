@@ -1,12 +1,15 @@
 """paritygate.comparator.task: classification agreement and accuracy ratio (MLPerf 99%), detection matching
 (IoU, class, score tolerance), and which outputs a task reads."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from paritygate.comparator.task import TaskSpecError, classification, classification_outputs, detection, task_metrics
 from paritygate.comparator.tolerance import DETECTION_IOU, TASK_RATIO, TASK_SOURCE
-from tests.conftest import toy_spec
+from tests.conftest import toy_spec, write_config
 
 
 def one_hot(classes, n=5):
@@ -160,3 +163,56 @@ def test_task_metrics_dispatch():
     assert task_metrics(toy_spec(task="detection"), "fp16", ref, ref)["metric"] == "detection"
     assert task_metrics(toy_spec(task="regression"), "fp16", probs, probs) is None
     assert task_metrics(toy_spec(), "fp16", probs, probs) is None
+
+
+# -- a classifier exporting logits and probabilities, end to end ---------------------------------------------
+def _two_output_classifier(folder):
+    """A real SavedModel and its ONNX, made here: logits = x W + b, probs = softmax(logits), x float32 [N, 6]."""
+    tf = pytest.importorskip("tensorflow")
+    onnx = pytest.importorskip("onnx")
+    rng = np.random.default_rng(7)
+    w, b = rng.normal(size=(6, 4)).astype(np.float32), rng.normal(size=4).astype(np.float32)
+    module = tf.Module()
+    module.w, module.b = tf.Variable(w), tf.Variable(b)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32, name="x")])
+    def serve(x):
+        logits = tf.matmul(x, module.w) + module.b
+        return {"logits": logits, "probs": tf.nn.softmax(logits)}
+
+    module.serve = serve
+    tf.saved_model.save(module, str(folder / "classifier"), signatures={"serving_default": serve})
+    h, T = onnx.helper, onnx.TensorProto
+    graph = h.make_graph(
+        [h.make_node("MatMul", ["x", "w"], ["xw"]), h.make_node("Add", ["xw", "b"], ["logits"]),
+         h.make_node("Softmax", ["logits"], ["probs"], axis=-1)], "classifier",
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", 6])],
+        [h.make_tensor_value_info(n, T.FLOAT, ["N", 4]) for n in ("logits", "probs")],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "classifier.onnx"))
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+@pytest.mark.onnx
+def test_a_classifier_with_logits_and_probabilities_passes(pytester, parity_cache):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxconverter_common")
+    pytest.importorskip("hypothesis")
+    _two_output_classifier(pytester.path)
+    config = write_config(pytester.path, {"models": [{
+        "name": "two_heads", "reference": "classifier", "onnx": "classifier.onnx", "precisions": ["fp32", "fp16"],
+        "max_batch": 4, "task": "classification",
+        "inputs": {"x": {"shape": [-1, 6], "dtype": "float32", "range": [-1.0, 1.0]}}}]})
+    conformance = Path(__file__).resolve().parents[2] / "conformance"
+    result = pytester.runpytest(str(conformance / "test_parity.py"), str(conformance / "test_properties.py"),
+                                "-k", "matches_reference or property_parity", f"--parity-config={config}",
+                                f"--parity-report={pytester.path / 'report'}", "-p", "no:xdist", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    checks = json.loads((pytester.path / "report" / "parity-report.json").read_text())["checks"]
+    for check in (c for c in checks if c["check"] == "matches_reference"):
+        task = check["details"]["task"]
+        assert task["output"] == ["logits", "probs"] and task["passed"], task
+        assert [o["top1_agreement"] for o in task["per_output"]] == [1.0, 1.0]
