@@ -59,6 +59,7 @@ class ModelSpec:
     tolerances: dict = field(default_factory=dict)
     beam: dict = None
     latency: dict = field(default_factory=dict)
+    precision: dict = field(default_factory=dict)  # [models.precision]: fp16_keep_fp32 / int8_exclude lists
 
     def where(self, key):
         return f"{self.source}: model '{self.name}': key '{key}'"
@@ -203,6 +204,7 @@ def _model_spec(path, table, check_files):
         tolerances=table.get("tolerances", {}),
         beam=table.get("beam"),
         latency=table.get("latency", {}),
+        precision={k: list(v) for k, v in table.get("precision", {}).items()},
     )
 
 
