@@ -3,6 +3,10 @@
 (a) parity with the native TF reference within the precision's policy; (b) batch invariance: an element's
 output does not depend on its batch companions or the batch size; (c) determinism over repeated runs.
 A failing example is shrunk by Hypothesis and saved as a reproducer (.npz + Polygraphy inputs JSON).
+
+An example on which the reference does not reproduce itself within the budget (each element alone vs in the
+batch: ``checks.reference_self_check``) cannot judge a candidate: it is not judged, and listed in the details
+as ``uninformative_examples``; when no example could judge, the check is ``inconclusive``.
 """
 
 from contextlib import contextmanager
@@ -11,12 +15,13 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given
+from hypothesis import given, reject
+from hypothesis.errors import Unsatisfiable, UnsatisfiedAssumption
 
-from paritygate.checks import ParityResult, compare
+from paritygate.checks import ParityResult, compare, reference_self_check
 from paritygate.runtimes import candidate_runner, reference_runner
 from paritygate.strategies import feeds, with_corner_examples
-from paritygate.verdict import SuiteError
+from paritygate.verdict import Inconclusive, SuiteError
 
 pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 
@@ -27,9 +32,22 @@ def _failing(last, feed):
     is Hypothesis' shrunk one (it replays the minimal failure last) or a failing explicit example."""
     try:
         yield
+    except UnsatisfiedAssumption:
+        raise  # an uninformative example (see _skip_uninformative): not a failure
     except BaseException:
         last["feed"], last["failing_result"] = feed, last.get("result")
         raise
+
+
+def _skip_uninformative(spec, precision, reference, feed, outputs, skipped):
+    """Reject ``feed`` (Hypothesis draws another) when the reference does not reproduce itself on it."""
+    noise = reference_self_check(spec, precision, reference, feed, outputs)
+    if noise:
+        entry = {"inputs": {k: {"shape": list(v.shape), "range": [float(v.min()), float(v.max())]}
+                            for k, v in feed.items()}, "reference_vs_itself": noise}
+        if entry not in skipped:
+            skipped.append(entry)
+        reject()
 
 
 def _run_property(prop, last, session, spec, precision, check, details):
@@ -38,6 +56,10 @@ def _run_property(prop, last, session, spec, precision, check, details):
         prop()
     except SuiteError:
         raise  # the reference or a tool failed: an `error`, with nothing of the candidate's to reproduce
+    except Unsatisfiable as err:
+        raise Inconclusive(f"{spec.name} {precision} {check}: no example could judge the candidate: the reference "
+                           f"did not reproduce itself within the budget on any ({details.get('uninformative_examples')})"
+                           ) from err
     except Exception as err:
         if "feed" in last:
             failures = [str(err).splitlines()[0][:2000]]
@@ -59,14 +81,18 @@ def test_property_parity(parity_session, parity_case, parity_details):
     spec, precision = parity_case
     reference = reference_runner(parity_session, spec)
     candidate = candidate_runner(parity_session, spec, precision)
-    last = {}
+    last, skipped = {}, []
+    parity_details["uninformative_examples"] = skipped
 
     worst = {}  # output -> the comparison with the largest max abs error over every example run
 
     @given(feed=feeds(spec))
     def prop(feed):
         with _failing(last, feed):
-            result = compare(spec, precision, reference.infer(feed), candidate.infer(feed), compare_task=False)
+            ref = reference.infer(feed)
+            result = compare(spec, precision, ref, candidate.infer(feed), compare_task=False)
+            if not result.passed:
+                _skip_uninformative(spec, precision, reference, feed, ref, skipped)
             last["result"] = result
             last["examples"] = last.get("examples", 0) + 1
             for o in result.outputs:
@@ -78,8 +104,9 @@ def test_property_parity(parity_session, parity_case, parity_details):
                   parity_details)
     summary = ParityResult(spec.name, precision, list(worst.values()))
     n = last.get("examples", 0)
-    parity_details.update(summary.details(examples=n, note=f"{n} examples run (the 3 corner batches included); "
-                                          "statistics of the worst example per output"))
+    parity_details.update(summary.details(examples=n, note=f"{n} examples judged (the 3 corner batches included "
+                                          f"unless uninformative: {len(skipped)} were); statistics of the worst "
+                                          "example per output"))
 
 
 def _max_abs(comparison):
@@ -89,12 +116,18 @@ def _max_abs(comparison):
 def test_batch_invariance(parity_session, parity_case, parity_details):
     spec, precision = parity_case
     candidate = candidate_runner(parity_session, spec, precision)
-    last = {}
+    last, skipped = {}, []
+    parity_details["uninformative_examples"] = skipped
 
     @given(feed=feeds(spec, batch_sizes=range(2, spec.max_batch + 1)) if spec.max_batch > 1 else feeds(spec))
     def prop(feed):
         with _failing(last, feed):
-            _check_batch_invariance(spec, precision, candidate, feed, last)
+            try:
+                _check_batch_invariance(spec, precision, candidate, feed, last)
+            except AssertionError:  # unless the reference itself is not batch-invariant on this feed
+                reference = reference_runner(parity_session, spec)
+                _skip_uninformative(spec, precision, reference, feed, reference.infer(feed), skipped)
+                raise
 
     _run_property(with_corner_examples(prop, spec), last, parity_session, spec, precision, "batch_invariance",
                   parity_details)
