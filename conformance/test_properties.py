@@ -16,7 +16,7 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, reject
-from hypothesis.errors import Unsatisfiable, UnsatisfiedAssumption
+from hypothesis.errors import FailedHealthCheck, Unsatisfiable, UnsatisfiedAssumption
 
 from paritygate.checks import ParityResult, compare, reference_self_check
 from paritygate.runtimes import candidate_runner, reference_runner
@@ -39,12 +39,14 @@ def _failing(last, feed):
         raise
 
 
-def _skip_uninformative(spec, precision, reference, feed, outputs, skipped):
-    """Reject ``feed`` (Hypothesis draws another) when the reference does not reproduce itself on it."""
+def _skip_uninformative(spec, precision, reference, feed, outputs, skipped, candidate_failures):
+    """Reject ``feed`` (Hypothesis draws another) when the reference does not reproduce itself on it; the
+    details keep both the reference's own spread and what the candidate did."""
     noise = reference_self_check(spec, precision, reference, feed, outputs)
     if noise:
         entry = {"inputs": {k: {"shape": list(v.shape), "range": [float(v.min()), float(v.max())]}
-                            for k, v in feed.items()}, "reference_vs_itself": noise}
+                            for k, v in feed.items()}, "reference_vs_itself": noise,
+                 "candidate": [line[:400] for line in candidate_failures]}
         if entry not in skipped:
             skipped.append(entry)
         reject()
@@ -56,7 +58,9 @@ def _run_property(prop, last, session, spec, precision, check, details):
         prop()
     except SuiteError:
         raise  # the reference or a tool failed: an `error`, with nothing of the candidate's to reproduce
-    except Unsatisfiable as err:
+    except (Unsatisfiable, FailedHealthCheck) as err:  # the health check: "filtering out a lot of inputs"
+        if not details.get("uninformative_examples"):
+            raise
         raise Inconclusive(f"{spec.name} {precision} {check}: no example could judge the candidate: the reference "
                            f"did not reproduce itself within the budget on any ({details.get('uninformative_examples')})"
                            ) from err
@@ -92,7 +96,7 @@ def test_property_parity(parity_session, parity_case, parity_details):
             ref = reference.infer(feed)
             result = compare(spec, precision, ref, candidate.infer(feed), compare_task=False)
             if not result.passed:
-                _skip_uninformative(spec, precision, reference, feed, ref, skipped)
+                _skip_uninformative(spec, precision, reference, feed, ref, skipped, result.failures)
             last["result"] = result
             last["examples"] = last.get("examples", 0) + 1
             for o in result.outputs:
@@ -124,9 +128,10 @@ def test_batch_invariance(parity_session, parity_case, parity_details):
         with _failing(last, feed):
             try:
                 _check_batch_invariance(spec, precision, candidate, feed, last)
-            except AssertionError:  # unless the reference itself is not batch-invariant on this feed
+            except AssertionError as err:  # unless the reference itself is not batch-invariant on this feed
                 reference = reference_runner(parity_session, spec)
-                _skip_uninformative(spec, precision, reference, feed, reference.infer(feed), skipped)
+                _skip_uninformative(spec, precision, reference, feed, reference.infer(feed), skipped,
+                                    str(err).splitlines()[1:])
                 raise
 
     _run_property(with_corner_examples(prop, spec), last, parity_session, spec, precision, "batch_invariance",
