@@ -26,6 +26,12 @@ def thirdparty_tables():
     return {t["name"]: t for t in tomllib.loads((HERE / "parity.toml").read_text())["models"]}
 
 
+def known_failures(name):
+    """The model's entries of tests/thirdparty/expectations.toml (strict xfails, each with its measurement)."""
+    doc = tomllib.loads((HERE / "expectations.toml").read_text())
+    return [e for e in doc.get("known_failures", []) if e["model"] == name]
+
+
 def missing(name):
     """Why ``name`` cannot run here (None when it can)."""
     folders, modules = NEEDS[name]
@@ -51,6 +57,8 @@ def thirdparty_config(tmp_path):
                 table[key] = str((HERE / table[key]).resolve())
         (tmp_path / "inputs").mkdir(exist_ok=True)
         shutil.copy(HERE / "inputs" / f"{name}.npz", tmp_path / "inputs")
+        if known_failures(name):
+            write_config(tmp_path, {"known_failures": known_failures(name)}, name="expectations.toml")
         return write_config(tmp_path, {"models": [table]})
 
     return config

@@ -1,8 +1,10 @@
 """Real third-party TensorFlow models with their authors' own ONNX conversions, run with a config alone
 (tests/thirdparty/parity.toml): the conformance parity and property checks at fp32, fp16 and int8.
 
-fp32 must pass. fp16 and int8 must end in a verdict about the candidate, pass or fail with its numbers, never
-`error` (a tool of the suite failed) or `inconclusive`. Cost (2 cores): basic-pitch ~? s, nakdimon ~? s.
+fp32 must pass, except a check recorded in tests/thirdparty/expectations.toml with its measurement (a strict
+xfail: it must still fail). fp16 and int8 must end in a verdict about the candidate, pass or fail with its
+numbers, never `error` (a tool of the suite failed) or `inconclusive`. Cost on the 2-core machine, loaded:
+about 2 min (basic-pitch) and 5 min (nakdimon), HYPOTHESIS_PROFILE=ci.
 """
 
 import json
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.thirdparty.conftest import NEEDS
+from tests.thirdparty.conftest import NEEDS, known_failures
 
 pytest.importorskip("onnx")  # before pytester snapshots sys.modules: re-importing onnx's extension aborts
 pytest.importorskip("onnxruntime")
@@ -46,8 +48,9 @@ def test_a_third_party_model_runs_with_its_config_alone(name, thirdparty_config,
     result, checks = run_conformance(pytester, config, monkeypatch)
     by = {(c["precision"], c["check"]): c for c in checks}
     summary = {k: c["status"] for k, c in by.items()}
+    known = {e["check"] for e in known_failures(name) if e.get("precision", "fp32") == "fp32"}
     fp32 = {check: by[("fp32", check)]["status"] for check in FP32_CHECKS}
-    assert set(fp32.values()) == {"pass"}, (summary, "\n".join(result.outlines[-30:]))
+    assert fp32 == {c: "xfail" if c in known else "pass" for c in FP32_CHECKS}, (summary, "\n".join(result.outlines[-30:]))
     assert by[("fp32", "task_on_heldout")]["status"] == "skip"  # task "generic": elementwise policy only
     for precision in ("fp16", "int8"):
         statuses = {check: by[(precision, check)]["status"] for check in FP32_CHECKS}
