@@ -17,6 +17,12 @@ def test_matches_reference(parity_session, parity_case, parity_details):
         parity_details["reproducer"] = parity_session.save_reproducer(spec, precision, "matches_reference",
                                                                        ref.inputs, result.failures)
     assert result.passed, "\n".join(result.failures)
+    parity_details["informativeness"] = result.informativeness
+    if not result.informativeness["informative"]:
+        from paritygate.vacuity import message
+        from paritygate.verdict import Inconclusive
+
+        raise Inconclusive(message(spec, "matches_reference", result.informativeness), allowed=spec.allow_uninformative)
 
 
 def test_accepts_every_batch_size(parity_session, parity_case, parity_details):

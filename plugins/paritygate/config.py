@@ -53,6 +53,8 @@ class ModelSpec:
     tolerances: dict = field(default_factory=dict)
     beam: dict = None
     latency: dict = field(default_factory=dict)
+    allow_uninformative: bool = False  # an uninformative check is recorded as inconclusive, not failing the run
+    nondeterministic: str = None  # why repeated runs may differ (the runtime's docs): determinism is bounded
 
     def where(self, key):
         return f"{self.source}: model '{self.name}': key '{key}'"
@@ -174,6 +176,8 @@ def _model_spec(path, table, check_files):
         tolerances=table.get("tolerances", {}),
         beam=table.get("beam"),
         latency=table.get("latency", {}),
+        allow_uninformative=table.get("allow_uninformative", False),
+        nondeterministic=table.get("nondeterministic"),
     )
 
 
