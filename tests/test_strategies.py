@@ -191,7 +191,7 @@ def test_an_input_set_that_does_not_fit_the_spec_names_file_and_tensor():
 @settings(max_examples=30)
 @given(st.integers(0, 2**32 - 1))
 def test_perturbation_stays_within_the_range(seed):
-    spec, pool = _pool()
+    spec, _ = _pool()
     rng = np.random.default_rng(seed)
     x = strategies.perturb(spec.inputs["x"], np.array([1.0, -1.0], np.float32), rng)
     ids = strategies.perturb(spec.inputs["ids"], np.array([0, 9, 5], np.int32), rng)
