@@ -153,6 +153,12 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
             raise
         result.failure = _message(err)
         _save_failing(session, spec, precision, name, ledger, details, result.failure)
+        if name == "property_parity" and ledger.failing_feed is not None:
+            from paritygate.divergence import localize_failure
+
+            found = localize_failure(session, spec, precision, dict(ledger.failing_feed))
+            if found is not None:
+                details["divergence"] = found
     details.update(ledger.details(spec, input_pool(session, spec)))
     ledger.record_findings(session, spec, precision, name)
     if result.passed:
