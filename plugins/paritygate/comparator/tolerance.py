@@ -20,9 +20,9 @@ TF_TRT_INT8 = ("tensorflow/python/compiler/tensorrt/test/tf_trt_integration_test
 # Statistic budget, enforced with the elementwise policy: minimum cosine similarity between the flattened
 # reference and candidate outputs (polygraphy/comparator/compare.py, CosineSimilarityCompareFunc
 # _DEFAULT_THRESHOLD = 0.997, Polygraphy 0.53). The same number at every precision: measured on the bundled
-# candidates (1800 property-like batches per precision: spec noise, golden/calibration rows and perturbations,
-# batch 1..8; /tmp-free command in comparator/README-cosine below), every output the budget applies to reached
-# >= 0.9998 at int8 and 1.0000 at fp32/fp16, so INT8 needs no looser number of its own here.
+# candidates (300 property-like batches per model and precision: spec noise, golden/calibration rows and
+# perturbations, batch 1..8; docs/cosine.md, docs/measure_cosine.py), every output the budget applies to
+# reached 1.0000 at fp32, fp16 and int8, so INT8 needs no looser number of its own here.
 #
 # Where the budget applies: the cosine must not forbid what the elementwise atol of the same policy grants. An
 # error e orthogonal to the reference r gives cos = |r| / sqrt(|r|^2 + |e|^2), so an error of atol in every
