@@ -31,7 +31,7 @@ def reference_runner(session, spec):
         from paritygate.backend.tf.runner import TfRunner
 
         runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}").activate()
-        check_input_spec(spec, runner.input_metadata(), f"{spec.reference} (signature '{spec.signature}')")
+        check_input_spec(spec, runner.input_metadata(), runner.what)
         session.cache[key] = runner
     return session.cache[key]
 

@@ -22,6 +22,12 @@ class TfRunner(BaseRunner):
         self._inputs = None  # name -> (np.dtype, shape)
         self.output_names = None
 
+    @property
+    def what(self):
+        """The reference as messages name it: the file and, for a SavedModel, its signature."""
+        return f"{self.path} (Keras model)" if self.path.suffix == ".keras" else \
+            f"{self.path} (signature '{self.signature}')"
+
     def activate_impl(self):
         if self.path.suffix == ".keras":
             self._load_keras()
@@ -49,23 +55,20 @@ class TfRunner(BaseRunner):
         self.output_names = sorted(fn.structured_outputs)
 
     def _load_keras(self):
-        keras = lazy_import("keras")
-        try:
-            model = keras.saving.load_model(str(self.path), compile=False)
-        except Exception as err:
-            raise RunnerError(f"{self.path}: cannot load Keras model: {err}") from err
+        from paritygate.backend.tf.loader import keras_io, load_keras
+
+        model = load_keras(self.path)
         self._variables = [(getattr(w, "path", w.name), np.asarray(w.numpy())) for w in model.weights]
-        names = [t.name.split(":")[0] for t in model.inputs]
+        names, self.output_names = keras_io(model)
         self._inputs = {n: (np.dtype(t.dtype), tuple(-1 if d is None else d for d in t.shape))
                         for n, t in zip(names, model.inputs)}
-        outs = getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))]
-        self.output_names = list(outs)
 
         def call(feed):
             args = [feed[n] for n in names]
             result = model(args if len(args) > 1 else args[0], training=False)
-            result = result if isinstance(result, (list, tuple)) else [result]
-            return dict(zip(self.output_names, result))
+            if isinstance(result, dict):
+                return {k: result[k] for k in self.output_names}
+            return dict(zip(self.output_names, result if isinstance(result, (list, tuple)) else [result]))
 
         self._fn = call
 
@@ -87,7 +90,7 @@ class TfRunner(BaseRunner):
         try:
             outputs = self._fn(feed)
         except Exception as err:
-            raise RunnerError(f"{self.path}: signature '{self.signature}' failed on inputs "
+            raise RunnerError(f"{self.what}: failed on inputs "
                               f"{ {k: (v.dtype.name, v.shape) for k, v in feed.items()} }: {err}") from err
         return {k: np.asarray(v) for k, v in outputs.items()}
 
