@@ -20,9 +20,9 @@ from paritygate.verdict import SuiteError
 onnx = lazy_import("onnx")
 
 # Where the validators name the node: onnx "(op_type:Celu, node name: celu)", ONNX Runtime "... in node (celu)",
-# "of node (celu)", "Node (celu) Op (Transpose)", "node with name 'celu'".
+# "of node (celu)", "Node (celu) Op (Transpose)", "node with name 'celu'", "running Mul node. Name:'celu'".
 _NODE_PATTERNS = (r"node name: ([^)]*)\)", r"(?:in|of) node \(([^)]*)\)", r"Node \(([^)]*)\) Op",
-                  r"node with name '([^']*)'")
+                  r"node with name '([^']*)'", r"node\. Name:'([^']*)'")
 
 _NP_OF_ONNX = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64, 9: np.bool_,
                10: np.float16, 11: np.float64}
