@@ -286,8 +286,9 @@ def test_built_artifacts_carry_their_report(tmp_path, parity_cache):
                      initializers=[big])
     spec = toy_spec(onnx=path)
     report = loader.artifact_report(spec, "fp16")
-    assert report["built_by_suite"] and report["lint"] == [] and report["fp16_blocked"] == []
-    assert [(f["tensor"], f["kind"]) for f in report["constants_out_of_range"]] == [("big", "overflow")]
+    assert report["built_by_suite"] and report["lint"] == [] and [b["node"] for b in report["fp16_blocked"]] == ["m"]
+    assert [(f["tensor"], f["kind"], f["stored_as"]) for f in report["constants_out_of_range"]] == \
+        [("big", "overflow", "float32")]
     assert report["report"]["converter"].startswith("onnxconverter-common")
     assert cache.report_path(report["artifact"]).exists()
     supplied = loader.artifact_report(spec, "fp32")  # the user's ONNX: linted, nothing built

@@ -12,8 +12,11 @@ Three repairs around ``float16.convert_float_to_float16``, each found on a real 
   at most ``MAX_RETRIES`` times; the blocked nodes are reported.
 - **Constants**: ``max_finite_val=65504`` (FP16's largest finite value, IEEE 754 binary16) and
   ``min_positive_val=2**-24`` (its smallest subnormal) instead of the converter's 1e4 / 1e-7 defaults, so that
-  every constant FP16 can represent keeps its value (up to rounding); constants beyond them are clamped by the
-  converter and reported as findings.
+  every constant FP16 can represent keeps its value (up to rounding). A constant FP16 cannot hold is reported;
+  when it would change materially (overflow, or a tensor wholly below 2**-24: ``must_stay_exact``) the nodes that
+  produce or read it stay in FP32 so that it keeps its value (basic-pitch's log epsilon 1e-10
+  would otherwise become 6e-8: max abs error 0.157 instead of 0.052 against its fp32 ONNX on the calibration
+  rows). Where the converter still turns it into FP16 (a tensor also read by an FP16 node), the report says so.
 """
 
 import warnings
@@ -70,30 +73,55 @@ def restore_float32_outputs(model, names):
     return model
 
 
-def constants_out_of_range(source, converted):
-    """Float32 constants of ``source`` that FP16 cannot hold and that the conversion turned into FP16 (so the
-    converter clamped them): one finding per tensor, with how many values and the largest / smallest magnitude."""
-    half = {t.name for t in converted.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16}
-    half |= {n.output[0] for n in converted.graph.node if n.op_type == "Constant" and n.attribute
-             and n.attribute[0].t.data_type == onnx.TensorProto.FLOAT16}
-    findings = []
-    for name, values in _float_constants(source):
-        if name not in half:
-            continue
+def constants_out_of_range(model):
+    """Float32 constants of ``model`` that FP16 cannot hold: {tensor: finding}, one per tensor, with how many
+    values and the largest / smallest magnitude."""
+    findings = {}
+    for name, values in _float_constants(model):
         magnitude = np.abs(values[np.isfinite(values)])
         over, under = magnitude > FP16_MAX, (magnitude > 0) & (magnitude < FP16_MIN_SUBNORMAL)
         if over.any():
-            findings.append({"tensor": name, "kind": "overflow", "count": int(over.sum()),
-                             "max_abs": float(magnitude.max()), "stored_as": FP16_MAX,
-                             "message": f"{int(over.sum())} value(s) above FP16's largest finite value 65504 "
-                                        f"(largest {float(magnitude.max()):g}) are clamped to ±65504"})
-        if under.any():
+            findings[name] = {"tensor": name, "kind": "overflow", "count": int(over.sum()),
+                              "max_abs": float(magnitude.max()),
+                              "message": f"{int(over.sum())} value(s) above FP16's largest finite value 65504 "
+                                         f"(largest {float(magnitude.max()):g})"}
+        elif under.any():
             smallest = float(magnitude[under].min())
-            findings.append({"tensor": name, "kind": "underflow", "count": int(under.sum()),
-                             "min_abs": smallest, "stored_as": FP16_MIN_SUBNORMAL,
-                             "message": f"{int(under.sum())} nonzero value(s) below FP16's smallest subnormal "
-                                        f"2**-24 (smallest {smallest:g}) are raised to ±2**-24"})
+            findings[name] = {"tensor": name, "kind": "underflow", "count": int(under.sum()), "min_abs": smallest,
+                              "whole": bool(under.sum() == (magnitude > 0).sum()),
+                              "message": f"{int(under.sum())} nonzero value(s) below FP16's smallest subnormal "
+                                         f"2**-24 (smallest {smallest:g})"}
     return findings
+
+
+def must_stay_exact(finding):
+    """Overflow always (clamping to 65504 changes a value without bound); underflow when every nonzero value of
+    the tensor is below FP16 (an epsilon, e.g. basic-pitch's log(x + 1e-10)). A weight tensor with a few values
+    below 2**-24 beside values FP16 holds is raised by at most 2**-24 per element: reported, converted."""
+    return finding["kind"] == "overflow" or finding["whole"]
+
+
+def keep_exact(model, findings):
+    """Nodes to keep in FP32 so that the constants in ``findings`` keep their values: the Constant nodes that
+    produce them and every node that reads them. Returns [{node, op, reason}]."""
+    exact = {name for name, f in findings.items() if must_stay_exact(f)}
+    blocked = []
+    for node in model.graph.node:
+        read = [t for t in [*node.input, *(node.output if node.op_type == "Constant" else [])] if t in exact]
+        if read:
+            blocked.append({"node": node.name, "op": node.op_type,
+                            "reason": f"reads constant '{read[0]}' that FP16 cannot hold "
+                                      f"({findings[read[0]]['message']}): kept in FP32 so that it keeps its value"})
+    return blocked
+
+
+def stored_as(findings, converted):
+    """Complete each finding with how the artifact stores the constant: float32 (kept), or clamped FP16."""
+    half = {t.name for t in converted.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16}
+    half |= {n.output[0] for n in converted.graph.node if n.op_type == "Constant" and n.attribute
+             and n.attribute[0].t.data_type == onnx.TensorProto.FLOAT16}
+    clamp = {"overflow": "float16 ±65504 (clamped)", "underflow": "float16 ±2**-24 (raised)"}
+    return [{**f, "stored_as": clamp[f["kind"]] if name in half else "float32"} for name, f in findings.items()]
 
 
 def _float_constants(model):
@@ -120,7 +148,8 @@ def convert(source, keep_fp32, feeds):
     floats = {o.name for o in model.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
     ops = list(keep_fp32) + list(float16.DEFAULT_OP_BLOCK_LIST)
     original = {n.name: n.op_type for n in model.graph.node}
-    blocked = []
+    out_of_range = constants_out_of_range(model)
+    blocked, retries = keep_exact(model, out_of_range), 0
     while True:
         with warnings.catch_warnings():  # clamped constants are reported as findings, not warned about
             warnings.filterwarnings("ignore", r"the float32 number .* will be truncated to", UserWarning)
@@ -132,10 +161,10 @@ def convert(source, keep_fp32, feeds):
             validate.validate(half, feeds, CONVERTER)
             break
         except validate.ArtifactError as err:
-            if err.node not in original or any(b["node"] == err.node for b in blocked) \
-                    or len(blocked) >= MAX_RETRIES:
+            if err.node not in original or any(b["node"] == err.node for b in blocked) or retries >= MAX_RETRIES:
                 raise
             blocked.append({"node": err.node, "op": original[err.node], "reason": str(err)})
+            retries += 1
     report = {"converter": CONVERTER, "keep_fp32_ops": sorted(keep_fp32), "isolated_outputs": isolated,
-              "fp16_blocked": blocked, "constants_out_of_range": constants_out_of_range(model, half)}
+              "fp16_blocked": blocked, "constants_out_of_range": stored_as(out_of_range, half)}
     return half, report
