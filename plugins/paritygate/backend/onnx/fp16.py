@@ -136,9 +136,10 @@ def _float_constants(model):
             yield n.output[0], numpy_helper.to_array(n.attribute[0].t)
 
 
-def convert(source, keep_fp32, feeds):
-    """(fp16 ModelProto, report) for the float32 ModelProto ``source``; raises ArtifactError when the result is
-    still invalid after blocking the nodes the validators named."""
+def convert(source, keep_fp32, feeds, keep_nodes=()):
+    """(fp16 ModelProto, report) for the float32 ModelProto ``source``: op types ``keep_fp32`` and node names
+    ``keep_nodes`` stay in FP32. Raises ArtifactError when the result is still invalid after blocking the nodes
+    the validators named."""
     from onnxconverter_common import float16
 
     model = onnx.ModelProto()
@@ -155,7 +156,7 @@ def convert(source, keep_fp32, feeds):
             warnings.filterwarnings("ignore", r"the float32 number .* will be truncated to", UserWarning)
             half = float16.convert_float_to_float16(
                 model, keep_io_types=True, max_finite_val=FP16_MAX, min_positive_val=FP16_MIN_SUBNORMAL,
-                op_block_list=ops, node_block_list=[b["node"] for b in blocked])
+                op_block_list=ops, node_block_list=list(keep_nodes) + [b["node"] for b in blocked])
         half = restore_float32_outputs(half, floats)
         try:
             validate.validate(half, feeds, CONVERTER)

@@ -28,13 +28,14 @@ CONVERTER = "onnxruntime.quantization.quantize_static"
 BIAS_OPS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}  # op -> index of its bias input (ONNX operator specs)
 
 
-def settings(ops):
-    """The quantize_static keyword arguments (recorded in the artifact's report)."""
+def settings(ops, exclude=()):
+    """The quantize_static keyword arguments (recorded in the artifact's report); ``exclude``: node names left
+    unquantized."""
     from onnxruntime import quantization as q
 
     return {"quant_format": q.QuantFormat.QDQ, "activation_type": q.QuantType.QInt8,
             "weight_type": q.QuantType.QInt8, "per_channel": True, "op_types_to_quantize": list(ops),
-            "calibrate_method": q.CalibrationMethod.MinMax,
+            "calibrate_method": q.CalibrationMethod.MinMax, "nodes_to_exclude": list(exclude),
             "extra_options": {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}}
 
 
@@ -58,7 +59,7 @@ def unshare_biases(model):
     return copies
 
 
-def quantize(source, out, feeds, ops):
+def quantize(source, out, feeds, ops, exclude=()):
     """Quantize the float32 ModelProto ``source`` into ``out`` with ``feeds`` (a list of feed dicts by the
     model's input names); returns the build report."""
     import tempfile
@@ -69,7 +70,7 @@ def quantize(source, out, feeds, ops):
     model = onnx.ModelProto()
     model.CopyFrom(source)
     copies = unshare_biases(model)
-    kwargs = settings(ops)
+    kwargs = settings(ops, exclude)
     with tempfile.TemporaryDirectory(prefix="paritygate-int8-") as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         onnx.save(model, str(prepared))

@@ -130,14 +130,18 @@ def _quiet_env():
 # -- fp16 --------------------------------------------------------------------------------------------------
 def fp16_onnx(spec, keep_fp32=FP16_KEEP_FP32):
     src = fp32_onnx(spec)
+    plan = precision_list(spec, "fp16_keep_fp32")  # [models.precision]: node names or op types kept in FP32
     key = key_of(src=hash_path(src), keep=sorted(keep_fp32), occ=_version("onnxconverter-common"),
-                 onnx=_version("onnx"), ort=_version("onnxruntime"), build=BUILD["fp16"])
+                 onnx=_version("onnx"), ort=_version("onnxruntime"), build=BUILD["fp16"],
+                 **({"plan": sorted(plan)} if plan else {}))
 
     def build(out):
         from paritygate.backend.onnx import fp16
 
-        source = load_checked(src)
-        model, report = fp16.convert(source, keep_fp32, validate.smoke_feeds(spec, source, _input_names(spec, source)))
+        source = fp16.name_nodes(load_checked(src))
+        check_precision_list(spec, "fp16_keep_fp32", plan, source)
+        feeds = validate.smoke_feeds(spec, source, _input_names(spec, source))
+        model, report = fp16.convert(source, list(keep_fp32) + list(plan), feeds, keep_nodes=plan)
         _lint_or_raise(source, model, report, fp16.CONVERTER)
         onnx.save(model, str(out))
         return report
@@ -169,18 +173,21 @@ def load_calibration(spec):
 def int8_onnx(spec, ops=INT8_OPS):
     calib = load_calibration(spec)
     src = fp32_onnx(spec)
+    plan = precision_list(spec, "int8_exclude")  # [models.precision]: node names or op types left unquantized
     key = key_of(src=hash_path(src), calib=hash_path(spec.calibration), ops=sorted(ops),
-                 ort=_version("onnxruntime"), onnx=_version("onnx"), build=BUILD["int8"])
+                 ort=_version("onnxruntime"), onnx=_version("onnx"), build=BUILD["int8"],
+                 **({"plan": sorted(plan)} if plan else {}))
 
     def build(out):
         from paritygate.backend.onnx import int8
 
         source = load_checked(src)
+        check_precision_list(spec, "int8_exclude", plan, source)
         names = _input_names(spec, source)  # reference -> ONNX input names
         rows = len(next(iter(calib.values())))
         feeds = [{names[k]: v[i:i + 1] for k, v in calib.items()} for i in range(rows)]
         try:
-            report = int8.quantize(source, out, feeds, ops)
+            report = int8.quantize(source, out, feeds, [op for op in ops if op not in plan], exclude=plan)
         except Exception as err:  # quantize_static raises ValueError, RuntimeError, ORT errors
             message = " ".join(str(err).strip().splitlines()[:3])[:600]
             raise ArtifactError(int8.CONVERTER, "quantization", message, validate.node_of(str(err))) from err
@@ -190,6 +197,20 @@ def int8_onnx(spec, ops=INT8_OPS):
         return report
 
     return cached_file("onnx", f"{spec.name}-int8-{key}", ".onnx", build)
+
+
+def precision_list(spec, key):
+    """A ``[models.precision]`` list of the model (node names or op types), as a tuple."""
+    return tuple((getattr(spec, "precision", None) or {}).get(key, ()))
+
+
+def check_precision_list(spec, key, entries, model):
+    """Every entry must name a node or an op type of the FP32 graph: a typo must not silently keep nothing."""
+    names = {n.name for n in model.graph.node} | {n.op_type for n in model.graph.node}
+    unknown = [e for e in entries if e not in names]
+    if unknown:
+        raise RunnerError(f"{spec.where('precision.' + key)}: {unknown} name no node and no op type of the FP32 "
+                          f"graph ({len(model.graph.node)} nodes, op types {sorted({n.op_type for n in model.graph.node})})")
 
 
 def onnx_artifact(spec, precision, fp16_keep_fp32=None):

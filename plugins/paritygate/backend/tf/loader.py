@@ -1,7 +1,7 @@
 """The reference as a SavedModel, for the tools that read SavedModels (tf2onnx).
 
 A SavedModel reference is used as it is. A ``.keras`` file is exported once into the artifact cache as a
-SavedModel whose ``serving_default`` signature takes the Keras model's input names and returns a dict by its
+SavedModel (a legacy ``.h5`` file likewise, through tf_keras) whose ``serving_default`` signature takes the Keras model's input names and returns a dict by its
 ``output_names`` (Keras 3 ``keras.export.ExportArchive``), so that the converted ONNX carries the same tensor names
 as the Keras reference and every comparison pairs them by name.
 """
@@ -26,7 +26,16 @@ def _version(dist):
 
 
 def is_keras(path):
-    return Path(path).suffix == ".keras"
+    """A Keras 3 ``.keras`` file or a legacy Keras 2 ``.h5`` file (read with tf_keras, as the reference runner does)."""
+    return Path(path).suffix in (".keras", ".h5")
+
+
+def _keras_for(path):
+    if Path(path).suffix == ".h5":
+        from paritygate.backend.tf.runner import _legacy_keras
+
+        return _legacy_keras(path)
+    return lazy_import("keras")
 
 
 def saved_model_of(spec):
@@ -47,7 +56,7 @@ def keras_io(model):
 
 
 def load_keras(path):
-    keras = lazy_import("keras")
+    keras = _keras_for(path)
     try:
         return keras.saving.load_model(str(path), compile=False)
     except Exception as err:  # keras raises many types for a corrupt or foreign file
@@ -56,7 +65,7 @@ def load_keras(path):
 
 def export_keras(path, out):
     """Write the Keras model at ``path`` as a SavedModel into the folder ``out`` (signature serving_default)."""
-    keras = lazy_import("keras")
+    keras = _keras_for(path)
     model = load_keras(path)
     inputs, outputs = keras_io(model)
     specs = [tf.TensorSpec(t.shape, t.dtype, name=n) for n, t in zip(inputs, model.inputs)]
