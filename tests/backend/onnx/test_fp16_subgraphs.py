@@ -114,3 +114,22 @@ def test_a_capture_of_an_integer_tensor_is_left_as_it_is():
     body = find(model.graph, "loop").attribute[0].g
     assert [n.op_type for n in body.node][:1] == ["Cast"] and "a" not in {i for n in body.node[1:] for i in n.input}
     np.testing.assert_allclose(run(model), expected(X), rtol=1e-6)  # routing alone changes nothing in FP32
+
+
+def test_a_body_node_rejected_in_fp16_is_kept_alone_not_its_whole_loop():
+    """The checker names the Loop first and the body's Celu (no float16 in its opset-17 schema) inside it: the
+    Celu is kept in FP32 and the rest of the body converted."""
+    model = loop_model()
+    body = find(model.graph, "loop").attribute[0].g
+    nodes = list(body.node)
+    k = [n.name for n in nodes].index("weigh")
+    nodes[k].output[0] = "weighted_raw"
+    nodes.insert(k + 1, h.make_node("Celu", ["weighted_raw"], ["weighted"], name="celu"))
+    del body.node[:]
+    body.node.extend(nodes)
+    onnx.checker.check_model(model, full_check=True)
+    half, report = fp16.convert(model, (), {"x": X[:1]})
+    (blocked,) = report["fp16_blocked"]
+    assert (blocked["node"], blocked["op"]) == ("celu", "Celu") and "failed at node 'loop'" in blocked["reason"]
+    assert cast_to(half, "counter_to_float") == T.FLOAT16  # the body itself is FP16
+    np.testing.assert_allclose(run(half), run(model), atol=4 * 2.0 ** -10)

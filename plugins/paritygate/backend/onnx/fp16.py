@@ -34,6 +34,7 @@ Repairs around ``float16.convert_float_to_float16``, each found on a real graph:
   and the others the float16 original.
 """
 
+import re
 import warnings
 
 import numpy as np
@@ -242,6 +243,20 @@ def _convert_once(source, ops, block):
     return half, retarget_casts(half), split
 
 
+def innermost(model, err):
+    """The node to keep in FP32 for ``err``: the node it names or, when that node holds subgraphs and the message
+    goes on to name a node inside them (the checker's "(op_type:Loop, node name: loop): ... (op_type:Celu, node
+    name: celu)"), that inner node, recursively; so that one body node, not the whole body, stays FP32."""
+    named = re.findall(r"node name: ([^)]*)\)", str(err))
+    current = next((n for n in scopes.nodes(model.graph) if n.name == err.node), None)
+    for name in named[named.index(err.node) + 1:] if err.node in named else []:
+        inner = {n.name: n for sub in scopes.subgraphs(current) for n in sub.node} if current is not None else {}
+        if name not in inner:
+            break
+        current = inner[name]
+    return current.name if current is not None else err.node
+
+
 def convert(source, keep_fp32, feeds, keep_nodes=()):
     """(fp16 ModelProto, report) for the float32 ModelProto ``source``: op types ``keep_fp32`` and node names
     ``keep_nodes`` stay in FP32. Raises ArtifactError when the result is still invalid after blocking the nodes
@@ -265,9 +280,10 @@ def convert(source, keep_fp32, feeds, keep_nodes=()):
             validate.validate(half, feeds, CONVERTER)
             break
         except validate.ArtifactError as err:
-            if err.node not in original or any(b["node"] == err.node for b in blocked) or retries >= MAX_RETRIES:
+            node = innermost(model, err)
+            if node not in original or any(b["node"] == node for b in blocked) or retries >= MAX_RETRIES:
                 raise
-            blocked.append({"node": err.node, "op": original[err.node], "reason": str(err)})
+            blocked.append({"node": node, "op": original[node], "reason": str(err)})
             retries += 1
     report = {"converter": CONVERTER, "keep_fp32_ops": sorted(keep_fp32), "isolated_outputs": isolated,
               "fp16_blocked": blocked, "constants_out_of_range": stored_as(out_of_range, half),
