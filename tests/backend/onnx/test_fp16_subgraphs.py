@@ -133,3 +133,27 @@ def test_a_body_node_rejected_in_fp16_is_kept_alone_not_its_whole_loop():
     assert (blocked["node"], blocked["op"]) == ("celu", "Celu") and "failed at node 'loop'" in blocked["reason"]
     assert cast_to(half, "counter_to_float") == T.FLOAT16  # the body itself is FP16
     np.testing.assert_allclose(run(half), run(model), atol=4 * 2.0 ** -10)
+
+
+def test_an_outer_initializer_a_blocked_body_reads_stays_float32_in_it():
+    """A body kept in FP32 that reads an outer weight (0.1, not an FP16 value) reads it in float32: the converter
+    would convert the outer initializer (no blocked node reads it directly) and the body would see 0.1 rounded."""
+    info = lambda n, t, s=None: h.make_tensor_value_info(n, t, s)
+    body = h.make_graph([h.make_node("Mul", ["v_in", "w"], ["v_out"], name="scale_step"),
+                         h.make_node("Identity", ["c_in"], ["c_out"], name="keep_going")], "body",
+                        [info("i", T.INT64, []), info("c_in", T.BOOL, []), info("v_in", T.FLOAT, ["N", 3])],
+                        [info("c_out", T.BOOL, []), info("v_out", T.FLOAT, ["N", 3])])
+    inits = [h.make_tensor("w", T.FLOAT, [], [0.1]), h.make_tensor("steps", T.INT64, [], [3]),
+             h.make_tensor("go", T.BOOL, [], [True])]
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["r"], name="relu"),
+                          h.make_node("Loop", ["steps", "go", "r"], ["y"], body=body, name="loop")], "g",
+                         [info("x", T.FLOAT, ["N", 3])], [info("y", T.FLOAT, ["N", 3])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    half, report = fp16.convert(model, (), {"x": X[:1]}, keep_nodes=["loop"])
+    (split,) = report["initializers_split"]
+    assert split == {"tensor": "w", "copy": "w__fp32", "readers": ["loop/body"]}
+    inner = {t.name: t for t in find(half.graph, "loop").attribute[0].g.initializer}
+    assert inner["w__fp32"].data_type == T.FLOAT
+    assert onnx.numpy_helper.to_array(inner["w__fp32"]) == np.float32(0.1)
+    np.testing.assert_allclose(run(half), np.maximum(X, 0) * np.float32(0.1) ** 3, rtol=2.0 ** -10)

@@ -207,24 +207,40 @@ def retarget_casts(model):
 
 
 def split_shared_initializers(model, ops, block):
-    """Give the FP32 (blocked) readers of a float32 initializer that FP16 readers share their own copy: the
-    converter keeps an initializer float32 when any blocked node reads it (it casts only value_info inputs), which
-    leaves its FP16 readers reading float32 (nakdimon: a blocked ``Loop`` takes the LSTM kernels that the
-    first step's ``MatMul`` outside it also reads). Returns [{tensor, copy, readers}]."""
+    """Keep float32 initializers float32 for the FP32 (blocked) nodes that read them, without changing what the
+    FP16 nodes read. The converter keeps an initializer float32 only when a blocked node reads it directly, and
+    then for every reader (it casts only value_info inputs), which leaves its FP16 readers reading float32
+    (nakdimon: a blocked ``Loop`` takes the LSTM kernels that the first step's ``MatMul`` outside it also reads);
+    and it converts an initializer that a blocked node's body reads from the outer scope. So: the blocked direct
+    readers of a shared initializer get their own float32 copy, and a blocked node's subgraph that reads an outer
+    initializer gets its own float32 copy inside (the converter never enters a blocked node's subgraphs).
+    Returns [{tensor, copy, readers}]."""
     taken, split = tensor_names(model), []
+    kept_node = lambda n: n.op_type in ops or n.name in block
     for graph in scopes.graphs(model.graph):
         floats = {t.name: t for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
-        kept = [n for n in graph.node if n.op_type in ops or n.name in block]
+        kept = [n for n in graph.node if kept_node(n)]
         shared = {i for n in kept for i in n.input if i in floats} & {
-            i for n in graph.node if not (n.op_type in ops or n.name in block) for i in n.input}
+            i for n in graph.node if not kept_node(n) for i in n.input}
         for name in sorted(shared):
-            copy = graph.initializer.add()
-            copy.CopyFrom(floats[name])
-            copy.name = fresh_name(f"{name}__fp32", taken)
+            copy = _copy_initializer(graph, floats[name], taken)
             for node in kept:
                 node.input[:] = [copy.name if i == name else i for i in node.input]
             split.append({"tensor": name, "copy": copy.name, "readers": [n.name for n in kept if copy.name in n.input]})
+        for node in kept:
+            for sub in scopes.subgraphs(node):
+                for name in sorted(scopes.free_names(sub) & floats.keys()):
+                    copy = _copy_initializer(sub, floats[name], taken)
+                    scopes.rename_reads(sub, name, copy.name, outputs=True)
+                    split.append({"tensor": name, "copy": copy.name, "readers": [f"{node.name}/{sub.name}"]})
     return split
+
+
+def _copy_initializer(graph, tensor, taken):
+    copy = graph.initializer.add()
+    copy.CopyFrom(tensor)
+    copy.name = fresh_name(f"{tensor.name}__fp32", taken)
+    return copy
 
 
 def _convert_once(source, ops, block):
