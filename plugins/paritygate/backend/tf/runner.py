@@ -64,6 +64,8 @@ class TfRunner(BaseRunner):
         def call(feed):
             args = [feed[n] for n in names]
             result = model(args if len(args) > 1 else args[0], training=False)
+            if isinstance(result, dict):  # a functional model built with a dict of outputs
+                return dict(result)
             result = result if isinstance(result, (list, tuple)) else [result]
             return dict(zip(self.output_names, result))
 
