@@ -32,6 +32,7 @@ class TensorSpec:
     shape: tuple  # -1 at index 0 marks the batch dimension
     dtype: np.dtype
     range: tuple  # inclusive (low, high)
+    candidate: str = None  # the candidate's name for this input, when it differs (``candidate = "..."``)
 
     def with_batch(self, batch):
         return (batch,) + tuple(self.shape[1:])
@@ -137,7 +138,7 @@ def _tensor_spec(where, name, table):
                                   f"within {dtype} [{info.min}, {info.max}]")
     elif not (np.isfinite(low) and np.isfinite(high)) or max(abs(low), abs(high)) > float(np.finfo(dtype).max):
         raise ConfigError(f"{where}: input '{name}' range {[low, high]}: expected finite bounds within {dtype}")
-    return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high))
+    return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high), candidate=table.get("candidate"))
 
 
 def _model_spec(path, table, check_files):

@@ -1,6 +1,10 @@
-"""Build (once per process) the reference and candidate runners for a model, checking the input spec."""
+"""Build (once per process) the reference and candidate runners for a model, checking the input spec.
 
-from paritygate.backend.base import RunnerError
+The candidate runner is fed by reference input names (``MappedRunner`` renames them); its outputs keep the
+candidate's names, paired with the reference's through ``spec.outputs``, which ``io_mapping`` completes with
+the mapping ``paritygate.iomap`` resolved (explicit, name, signature, decorated or single)."""
+
+from paritygate.backend.base import BaseRunner, RunnerError
 
 
 def check_input_spec(spec, metadata, what):
@@ -35,8 +39,65 @@ def reference_runner(session, spec):
 def candidate_runner(session, spec, precision):
     key = ("candidate", session.runtime, spec.name, precision)
     if key not in session.cache:
-        session.cache[key] = _build_candidate(session, spec, precision)
+        runner = _build_candidate(session, spec, precision)
+        names = {r: m["candidate"] for r, m in io_mapping(session, spec, runner)["inputs"].items()}
+        # Fed by the same names: the runner itself, so that latency measures no renaming layer.
+        session.cache[key] = runner if all(r == c for r, c in names.items()) else MappedRunner(runner, names)
     return session.cache[key]
+
+
+def io_mapping(session, spec, runner):
+    """Resolve (once per model) which candidate tensor answers to which reference tensor; completes
+    ``spec.outputs`` with the resolved output names so that every comparison pairs outputs the same way."""
+    from paritygate import iomap
+
+    key = ("iomap", spec.name)
+    if key not in session.cache:
+        ref_outputs = reference_output_names(session, spec)
+        try:
+            mapping = iomap.resolve(spec, ref_outputs, list(runner.input_metadata()), list(runner.output_names))
+        except iomap.MappingError as err:
+            raise RunnerError(str(err)) from None
+        spec.outputs.update({r: m["candidate"] for r, m in mapping["outputs"].items() if m["rule"] != "name"})
+        session.cache[key] = mapping
+    return session.cache[key]
+
+
+def reference_output_names(session, spec):
+    """The reference's output names: from the SignatureDef when it has them (no TensorFlow run), else the runner."""
+    from paritygate import iomap
+
+    outputs = iomap.bindings_of(spec)[1]
+    return sorted(outputs) if outputs else list(reference_runner(session, spec).output_names)
+
+
+class MappedRunner(BaseRunner):
+    """A candidate runner fed by reference input names: renames the feed to the candidate's names."""
+
+    def __init__(self, runner, inputs):
+        super().__init__(runner.name)
+        self.runner, self.inputs = runner, inputs
+        self.path = getattr(runner, "path", None)
+        self.is_active = runner.is_active
+        self.output_names = runner.output_names
+
+    def activate_impl(self):
+        self.runner.activate()
+
+    def infer_impl(self, feed):
+        outputs = self.runner.infer({self.inputs.get(k, k): v for k, v in feed.items()})
+        self.last_inference_time = self.runner.last_inference_time
+        return outputs
+
+    def input_metadata_impl(self):
+        back = {c: r for r, c in self.inputs.items()}
+        return {back.get(k, k): v for k, v in self.runner.input_metadata().items()}
+
+    def deactivate_impl(self):
+        self.runner.deactivate()
+
+    def __getattr__(self, name):  # runtime-specific attributes (engine, session options) of the wrapped runner
+        return getattr(self.__dict__["runner"], name)
 
 
 def _build_candidate(session, spec, precision):
@@ -60,5 +121,14 @@ def _build_candidate(session, spec, precision):
         path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
         runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
         what = str(path)
-    check_input_spec(spec, runner.input_metadata(), what)
+    check_input_spec(spec, MappedRunner(runner, _input_names(spec, runner)).input_metadata(), what)
     return runner
+
+
+def _input_names(spec, runner):
+    from paritygate import iomap
+
+    try:
+        return iomap.input_map(spec, list(runner.input_metadata()))
+    except iomap.MappingError as err:
+        raise RunnerError(f"{spec.where('inputs')}: {err}") from None

@@ -143,8 +143,11 @@ def int8_onnx(spec, ops=INT8_OPS):
     def build(out):
         from onnxruntime import quantization as q
 
+        from paritygate.iomap import input_map
+
+        names = input_map(spec, [i.name for i in load_checked(src).graph.input])  # reference -> ONNX input names
         n = len(next(iter(calib.values())))
-        reader = _Reader([{k: v[i:i + 1] for k, v in calib.items()} for i in range(n)])
+        reader = _Reader([{names[k]: v[i:i + 1] for k, v in calib.items()} for i in range(n)])
         q.quantize_static(str(src), str(out), reader, quant_format=q.QuantFormat.QDQ,
                           activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
                           per_channel=True, op_types_to_quantize=list(ops),

@@ -1,0 +1,122 @@
+"""Input and output names: which candidate tensor answers to which reference tensor.
+
+Converters decorate names: tf2onnx names a SavedModel's input ``serving_default_input_2:0`` and its outputs
+``StatefulPartitionedCall:0..n``, where the signature says ``input_2`` and ``contour``/``note``/``onset``. The
+mapping is resolved once per model, by the first rule that applies, and recorded in the report:
+
+1. ``explicit``: ``[models.inputs.NAME] candidate = "..."`` / ``[models.outputs] ref = "cand"`` in the config;
+2. ``name``: the same name on both sides (names win, so outputs swapped under their own names are caught);
+3. ``signature``: the SavedModel's own SignatureDef binds each signature key to a graph tensor
+   (``outputs["note"].name == "StatefulPartitionedCall:1"``), the name tf2onnx gives the ONNX tensor;
+4. ``decorated``: the same name once ``<signature>_`` / ``serving_default_`` prefixes and ``:N`` suffixes go;
+5. ``single``: one tensor left on each side.
+
+Anything left over is ambiguous: a ``MappingError`` naming both lists and the config lines to write.
+"""
+
+import re
+
+_SUFFIX = re.compile(r":\d+$")
+
+
+class MappingError(ValueError):
+    """The reference and candidate names cannot be paired unambiguously; the message says what to write."""
+
+
+def undecorated(name, signature="serving_default"):
+    name = _SUFFIX.sub("", name)
+    for prefix in (f"{signature}_", "serving_default_"):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def map_names(kind, ref_names, cand_names, explicit=None, bound=None, signature="serving_default"):
+    """Reference name -> (candidate name, rule) for ``kind`` ("input"/"output").
+
+    ``explicit``: ref -> cand from the config; ``bound``: ref -> graph tensor name from the SignatureDef."""
+    explicit, bound = dict(explicit or {}), dict(bound or {})
+    cands = list(cand_names)
+    pairs = {}
+    for ref, cand in explicit.items():
+        if cand not in cands:
+            raise MappingError(f"{kind} '{ref}' is mapped to candidate {kind} '{cand}', which does not exist; "
+                               f"candidate {kind}s are {sorted(cands)}")
+        pairs[ref] = (cand, "explicit")
+    rules = (("name", lambda r, c: c == r), ("signature", lambda r, c: c == bound.get(r)),
+             ("decorated", lambda r, c: undecorated(c, signature) == r))
+    for rule, matches in rules:
+        for ref in [r for r in ref_names if r not in pairs]:
+            hits = [c for c in _free(cands, pairs) if matches(ref, c)]
+            if len(hits) == 1:
+                pairs[ref] = (hits[0], rule)
+    left_ref, left_cand = [r for r in ref_names if r not in pairs], _free(cands, pairs)
+    if len(left_ref) == 1 and len(left_cand) == 1:
+        pairs[left_ref[0]] = (left_cand[0], "single")
+    elif left_ref or left_cand:
+        raise MappingError(_ambiguous(kind, ref_names, cands, left_ref, left_cand))
+    return {r: pairs[r] for r in ref_names}
+
+
+def _free(cands, pairs):
+    taken = {c for c, _ in pairs.values()}
+    return [c for c in cands if c not in taken]
+
+
+def _ambiguous(kind, ref_names, cand_names, left_ref, left_cand):
+    if not left_ref:
+        lines = f"nothing: candidate {kind}(s) {left_cand} answer to no reference {kind}; remove them from the candidate"
+    elif kind == "input":
+        lines = "; ".join(f'[models.inputs.{r}] candidate = "<one of {left_cand}>"' for r in left_ref)
+    else:
+        lines = "[models.outputs] " + ", ".join(f'{r} = "<one of {left_cand}>"' for r in left_ref)
+    return (f"cannot pair {kind}s: reference {kind}s {sorted(ref_names)}, candidate {kind}s {sorted(cand_names)}; "
+            f"unpaired reference {left_ref}, unpaired candidate {left_cand}; write: {lines}")
+
+
+def signature_bindings(saved_model_dir, signature):
+    """(inputs, outputs): signature key -> graph tensor name, read from saved_model.pb's SignatureDef.
+
+    Empty dicts when the file has no such signature (the runner reports that with its own message)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((saved_model_dir / "saved_model.pb").read_bytes())
+    for graph in proto.meta_graphs:
+        if signature in graph.signature_def:
+            sig = graph.signature_def[signature]
+            return ({k: v.name for k, v in sig.inputs.items()}, {k: v.name for k, v in sig.outputs.items()})
+    return {}, {}
+
+
+def bindings_of(spec):
+    """The SignatureDef bindings of a SavedModel reference (empty for a .keras file)."""
+    if spec.reference.suffix == ".keras" or not (spec.reference / "saved_model.pb").exists():
+        return {}, {}
+    return signature_bindings(spec.reference, spec.signature)
+
+
+def input_map(spec, cand_inputs, bound=None):
+    """Reference input name (the config's) -> candidate input name."""
+    bound = bindings_of(spec)[0] if bound is None else bound
+    explicit = {n: t.candidate for n, t in spec.inputs.items() if t.candidate}
+    pairs = map_names("input", list(spec.inputs), cand_inputs, explicit, bound, spec.signature)
+    return {r: c for r, (c, _) in pairs.items()}
+
+
+def resolve(spec, ref_outputs, cand_inputs, cand_outputs):
+    """The whole mapping of a model, as recorded in the report: {"inputs": {ref: {candidate, rule}}, "outputs": ...}.
+
+    Raises MappingError with the model and config key named."""
+    bound_in, bound_out = bindings_of(spec)
+    explicit_in = {n: t.candidate for n, t in spec.inputs.items() if t.candidate}
+    try:
+        ins = map_names("input", list(spec.inputs), cand_inputs, explicit_in, bound_in, spec.signature)
+    except MappingError as err:
+        raise MappingError(f"{spec.where('inputs')}: {err}") from None
+    try:
+        outs = map_names("output", list(ref_outputs), cand_outputs, spec.outputs, bound_out, spec.signature)
+    except MappingError as err:
+        raise MappingError(f"{spec.where('outputs')}: {err}") from None
+    return {"inputs": {r: {"candidate": c, "rule": rule} for r, (c, rule) in ins.items()},
+            "outputs": {r: {"candidate": c, "rule": rule} for r, (c, rule) in outs.items()}}
