@@ -33,9 +33,9 @@ def beam_subject(parity_session, parity_model):
 def beam_check(request, parity_session, beam_subject, parity_details):
     """Run a named check: apply its known upstream expectations as strict xfail, record details, assert."""
     from paritygate.beam.checks import PIPELINE_CHECKS, batch_latency
-    from paritygate.beam.multiprocess import multi_process
     from paritygate.beam.direct import DIRECT_CHECKS
     from paritygate.beam.expectations import expectations_for, match
+    from paritygate.beam.multiprocess import multi_process
 
     def run(name, **kwargs):
         expected = match(name, beam_subject, _expectations(parity_session, expectations_for))

@@ -126,8 +126,8 @@ def _input_lines(name, dtype, shape, mapped):
     lines = [f"[models.inputs.{_key(name)}]",
              f"shape = {json.dumps(dims)}" + (f"  {CONFIRM}: {'; '.join(notes)}" if notes else ""),
              f'dtype = "{np.dtype(dtype).name}"',
-             f"range = [{low!r}, {high!r}]  {CONFIRM}: the inclusive bounds of valid values (default for "
-             f"{np.dtype(dtype).name}); generated inputs stay inside"]
+             (f"range = [{low!r}, {high!r}]  {CONFIRM}: the inclusive bounds of valid values (default for "
+             f"{np.dtype(dtype).name}); generated inputs stay inside")]
     if mapped:
         cand, rule = mapped
         lines.append(f"candidate = {json.dumps(cand)}" + (f"  {CONFIRM}: paired by {rule}" if rule == "position"

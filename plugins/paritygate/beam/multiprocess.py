@@ -29,14 +29,14 @@ def pickling_failures(subject):
     try:
         blob = pickler.dumps(handler)
     except Exception as err:  # noqa: BLE001 - any pickling error is the finding
-        return [f"the handler ({type(handler).__name__}) cannot be pickled, so no worker process or remote runner "
+        return [(f"the handler ({type(handler).__name__}) cannot be pickled, so no worker process or remote runner "
                 f"can receive it: {type(err).__name__}: {str(err)[:300]} -- keep only paths and settings on the "
-                "handler and load the model in load_model()"]
+                "handler and load the model in load_model()")]
     try:
         pickler.loads(blob)
     except Exception as err:  # noqa: BLE001
-        return [f"the handler ({type(handler).__name__}) pickles but does not unpickle: "
-                f"{type(err).__name__}: {str(err)[:300]}"]
+        return [(f"the handler ({type(handler).__name__}) pickles but does not unpickle: "
+                f"{type(err).__name__}: {str(err)[:300]}")]
     return []
 
 
@@ -58,8 +58,8 @@ def worker_failures(run):
     if os.getpid() in pids:
         return [f"batches ran in the launching process (pid {os.getpid()}), not in worker processes"]
     if len(pids) < 2 and len(run.traces) > 1:
-        return [f"all {len(run.traces)} batches ran in one worker process: the run did not exercise "
-                f"{MULTI_PROCESS_WORKERS} workers"]
+        return [(f"all {len(run.traces)} batches ran in one worker process: the run did not exercise "
+                f"{MULTI_PROCESS_WORKERS} workers")]
     return []
 
 
