@@ -163,6 +163,9 @@ def render(found, name, config_dir, max_batch=4):
         for ref, (cand, rule) in found.output_map.items():
             note = f"  {CONFIRM}: paired by position" if rule == "position" else f"  # paired by {rule}"
             lines.append(f"{_key(ref)} = {json.dumps(cand)}{note}")
+    lines += ["", "# RunInference checks: a factory returning your unkeyed Beam ModelHandler over numpy, e.g.",
+              "# paritygate.beam.tf_handler.TFNumpyHandler(path, min_batch_size=..., max_batch_size=...)",
+              "# [models.beam]", '# handler = "my_handlers:make"       # a module beside this file']
     return "\n".join(lines) + "\n"
 
 
@@ -180,7 +183,7 @@ def write_starter(model, output, onnx=None, name=None, signature="serving_defaul
     found = inspect_reference(model, signature)
     if onnx is not None:
         propose_mapping(found, onnx)
-    name = name or _name_of(Path(model).resolve())
+    name = name or _name_of(Path(model).absolute())
     text = render(found, name, output.parent, max_batch)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
