@@ -44,6 +44,9 @@ def _run(cmd, cwd, env, timeout=900):
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(venv python, venv bin folder, env): the wheel built from a copy of this checkout, installed alone."""
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("setuptools", reason="building the wheel offline (--no-build-isolation) needs setuptools")
     work = tmp_path_factory.mktemp("wheel")
     src = work / "src"
     shutil.copytree(ROOT, src, ignore=SKIP_COPY, symlinks=True)
@@ -92,6 +95,7 @@ def _user_project(tmp_path, toy_saved_model, bin_dir, env):
 
 
 @pytest.mark.slow
+@pytest.mark.onnx
 def test_installed_suite_runs_a_user_project_and_the_bundled_models(installed, tmp_path, toy_saved_model):
     python, bin_dir, env = installed
     project = _user_project(tmp_path, toy_saved_model, bin_dir, env)
@@ -111,6 +115,7 @@ def test_installed_suite_runs_a_user_project_and_the_bundled_models(installed, t
 
 
 @pytest.mark.slow
+@pytest.mark.onnx
 def test_installed_command_and_a_users_conftest_compose(installed, tmp_path, toy_saved_model):
     """`paritygate run` with pytest arguments; the user's conftest.py and marker apply to the suite's tests;
     `-m gpu` selects the GPU tests (which skip here, each with its reason)."""
