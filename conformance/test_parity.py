@@ -18,6 +18,12 @@ def test_matches_reference(parity_session, parity_case, parity_details):
                                                                        ref.inputs, result.failures)
         _localize(parity_session, spec, precision, ref, parity_details)
     assert result.passed, "\n".join(result.failures)
+    parity_details["informativeness"] = result.informativeness
+    if not result.informativeness["informative"]:
+        from paritygate.vacuity import message
+        from paritygate.verdict import Inconclusive
+
+        raise Inconclusive(message(spec, "matches_reference", result.informativeness), allowed=spec.allow_uninformative)
 
 
 def test_accepts_every_batch_size(parity_session, parity_case, parity_details):
