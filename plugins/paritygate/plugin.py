@@ -60,6 +60,7 @@ def pytest_configure(config):
         pin_xdist_worker(config.workerinput.get("workerid"), worker_count=config.workerinput.get("workercount"))
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    _register_hypothesis_profiles()
     session = ParitySession(
         config_path=config.getoption("parity_config"),
         runtime=config.getoption("parity_runtime"),
@@ -84,6 +85,17 @@ def pytest_configure(config):
             session.check_report_dir()
         except OSError as err:
             raise pytest.UsageError(str(err)) from err
+
+
+def _register_hypothesis_profiles():
+    """Profiles dev / ci / nightly (paritygate.strategies), chosen by HYPOTHESIS_PROFILE, in any project that
+    installs the plugin; without Hypothesis the property tests skip through ``pytest.importorskip``."""
+    from paritygate.lazy import available
+
+    if available("hypothesis"):
+        from paritygate.strategies import register_profiles
+
+        register_profiles()
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so that `-m gpu` also selects trt tests

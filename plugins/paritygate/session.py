@@ -4,7 +4,6 @@ import json
 import math
 import os
 import platform
-import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -286,12 +285,9 @@ def _default(obj):
 
 def _ensure_zoo_built():
     """The bundled config points at SavedModels rebuilt from committed weights into the cache."""
-    repo = BUNDLED_CONFIG.parent.parent
-    if str(repo) not in sys.path:
-        sys.path.insert(0, str(repo))
-    from fixtures.zoo.build import ensure_built
+    from paritygate.bundled import zoo_module
 
-    ensure_built()
+    zoo_module("build").ensure_built()
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
