@@ -1,0 +1,82 @@
+"""Plots for the HTML report (matplotlib, embedded as base64 PNG: the page needs no network)."""
+
+import base64
+import html
+import io
+
+NO_MATPLOTLIB = "<p class=muted>(plots need matplotlib: pip install 'paritygate[report]')</p>"
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def _png(fig, alt):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=72, bbox_inches="tight")
+    data = base64.b64encode(buf.getvalue()).decode()
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+
+
+def has_plots(check):
+    d = check["details"]
+    return any("error_histogram" in o for o in d.get("outputs") or []) or \
+        any("samples_ms" in r for r in d.get("latency") or [])
+
+
+def plots(check):
+    """<img> tags: per output an |error| histogram and error vs reference magnitude; a latency CDF."""
+    if not has_plots(check):
+        return []
+    plt = _pyplot()
+    if plt is None:
+        return [NO_MATPLOTLIB]
+    images = [_error_plot(plt, o) for o in check["details"].get("outputs") or [] if "error_histogram" in o]
+    rows = [r for r in check["details"].get("latency") or [] if r.get("samples_ms")]
+    if rows:
+        images.append(_latency_plot(plt, rows))
+    return images
+
+
+def _error_plot(plt, o):
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 2.6))
+    h = o["error_histogram"]
+    a.stairs(h["counts"], [max(e, 1e-10) for e in h["edges"]], fill=True)
+    a.set_xscale("log")
+    a.set_title(f"{o['output']}: |error| histogram (finite elements)")
+    a.set_xlabel("|error| (exact matches in the leftmost bin)")
+    a.axvline(max(o["tolerance"]["atol"], 1e-10), color="r", ls="--", label="atol")
+    a.legend()
+    s = o["error_vs_magnitude"]
+    b.scatter(s["reference_abs"], s["abs_error"], s=4)
+    b.set_xlabel("|reference|")
+    b.set_ylabel("|error|")
+    b.set_title("error vs reference magnitude")
+    fig.tight_layout()
+    try:
+        return _png(fig, f"{o['output']} error plots")
+    finally:
+        plt.close(fig)
+
+
+def _latency_plot(plt, rows):
+    fig, ax = plt.subplots(figsize=(5, 2.6))
+    for r in rows:
+        xs = sorted(r["samples_ms"])
+        ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))],
+                label=f"{r.get('runtime', '')} batch {r['batch']}".strip())
+    ax.set_xscale("log")
+    ax.set_xlabel("ms (log)")
+    ax.set_ylabel("CDF")
+    ax.legend(fontsize=7)
+    try:
+        return _png(fig, "latency CDF")
+    finally:
+        plt.close(fig)

@@ -1,0 +1,128 @@
+"""Words and numbers shared by the Markdown and HTML reports and the JUnit properties: status order, the full
+cause of a check, and error statistics that say first how many values were NaN or Inf."""
+
+from paritygate.verdict import STATUSES
+
+# Worst first: a matrix cell shows the first of these among its checks, and rows are listed in this order.
+SEVERITY = ("fail", "error", "inconclusive", "xfail", "regenerated", "pass", "skip")
+assert set(SEVERITY) == set(STATUSES), "every verdict word needs a place in the report's order"
+PRECISION_ORDER = ("fp32", "fp16", "int8")
+
+
+def num(value, spec=".3g"):
+    """Format a statistic; non-finite values arrive as the strings "nan"/"inf" (strict JSON)."""
+    if isinstance(value, bool):
+        return str(value)
+    return format(value, spec) if isinstance(value, (int, float)) else str(value)
+
+
+def worst_status(statuses):
+    statuses = list(statuses)
+    return min(statuses, key=SEVERITY.index) if statuses else None
+
+
+def by_severity(checks):
+    """Checks ordered failures first, then errors, inconclusive, xfail, regenerated, passes and skips."""
+    return sorted(checks, key=lambda c: (SEVERITY.index(c["status"]), c["model"], c["precision"] or "", c["check"]))
+
+
+def counts(checks):
+    """Count of every verdict word, zeros included, in the vocabulary's order."""
+    return {s: sum(c["status"] == s for c in checks) for s in STATUSES}
+
+
+def run_fails(checks):
+    """Whether these checks fail the run: a fail or error, or an inconclusive the model does not allow."""
+    return any(c["status"] in ("fail", "error") or
+               (c["status"] == "inconclusive" and not c["details"].get("allow_uninformative")) for c in checks)
+
+
+def cause(check):
+    """The full cause of a check's status (never cut): the failure message, skip/xfail reason or note."""
+    d = check["details"]
+    return str(d.get("message") or d.get("reason") or d.get("note") or "")
+
+
+def check_id(check):
+    """An HTML id for a check's row."""
+    raw = f"{check['model']}-{check['precision'] or 'model'}-{check['check']}"
+    return "c-" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in raw)
+
+
+def nonfinite_counts(o):
+    """(side, kind, count) for every non-zero NaN/Inf count of an output comparison (schema-1 reports
+    written before these counts existed have none)."""
+    return [(side, kind, o.get(f"{side}_{kind.lower()}", 0)) for side in ("reference", "candidate")
+            for kind in ("NaN", "Inf") if o.get(f"{side}_{kind.lower()}", 0)]
+
+
+def finite_only(o):
+    """Whether the output's statistics cover only part of its elements (non-finite values left out)."""
+    finite = o.get("finite_elements")
+    if finite is None:  # older report: only the non-finite mismatches were counted
+        return bool(o.get("nonfinite_mismatches"))
+    return finite < o.get("elements", 0)
+
+
+def nonfinite_text(o):
+    parts = [f"{n} {kind} in the {side}" for side, kind, n in nonfinite_counts(o)]
+    if not parts and o.get("nonfinite_mismatches"):
+        parts = [f"{o['nonfinite_mismatches']} non-finite mismatches"]
+    return "; ".join(parts)
+
+
+def statistics_text(o):
+    """One output's statistics, NaN/Inf first and finite-only statistics labelled as such."""
+    tol = o.get("tolerance", {})
+    out_of = (f"{o.get('mismatches', 0)}/{o.get('elements', 0)} out of atol {num(tol.get('atol', 0), 'g')}"
+              f"/rtol {num(tol.get('rtol', 0), 'g')}")
+    stats = (f"max abs {num(o.get('max_abs', 0))}, p99 abs {num(o.get('p99_abs', 0))}, "
+             f"cos {num(o.get('cosine', 1), '.5f')}")
+    if finite_only(o):
+        finite = o.get("finite_elements")
+        over = f" ({finite}/{o.get('elements', 0)} elements)" if finite is not None else ""
+        return f"{nonfinite_text(o)}; {out_of}; finite-only{over}: {stats}"
+    return f"{out_of}; {stats}"
+
+
+def worst_output(check):
+    """The output to summarise a check by: a failing one with the most non-finite values, else the largest
+    finite max abs error."""
+    outs = check["details"].get("outputs") or []
+    pool = [o for o in outs if not o.get("passed", True)] or outs
+    if not pool:
+        return None
+
+    def badness(o):
+        m = o.get("max_abs", 0)
+        return (o.get("nonfinite_mismatches", 0), m if isinstance(m, (int, float)) else float("inf"))
+
+    return max(pool, key=badness)
+
+
+def tolerance_groups(outputs):
+    """[(atol, rtol, source, [output names])]: each distinct tolerance once, with the outputs it covers."""
+    groups = {}
+    for o in outputs:
+        tol = o.get("tolerance") or {}
+        key = (tol.get("atol"), tol.get("rtol"), tol.get("source", "unstated"))
+        groups.setdefault(key, []).append(o["output"])
+    return [(*k, names) for k, names in groups.items()]
+
+
+def key_numbers(check):
+    """The numbers a CI test tab should show for a check: (name, value) pairs for JUnit properties."""
+    props = [("paritygate.status", check["status"])]
+    for o in check["details"].get("outputs") or []:
+        name = f"paritygate.{o['output']}"
+        props += [(f"{name}.mismatches", f"{o.get('mismatches', 0)}/{o.get('elements', 0)}")]
+        props += [(f"{name}.{side}_{kind.lower()}", n) for side, kind, n in nonfinite_counts(o)]
+        label = ".finite_only" if finite_only(o) else ""
+        props += [(f"{name}{label}.{k}", o[k]) for k in ("max_abs", "p99_abs", "max_rel", "cosine") if k in o]
+    task = check["details"].get("task") or {}
+    props += [(f"paritygate.task.{k}", v) for k, v in task.items() if isinstance(v, (int, float)) and
+              not isinstance(v, bool) and k not in ("samples", "min_ratio")]
+    for row in check["details"].get("latency") or []:
+        where = f"paritygate.latency.{row.get('role', 'candidate')}.batch{row.get('batch')}"
+        props += [(f"{where}.{k}", row[k]) for k in ("p50_ms", "p99_ms") if k in row]
+    return [(k, v if isinstance(v, str) else num(v, "g")) for k, v in props]
