@@ -143,7 +143,10 @@ def pytest_runtest_makereport(item, call):
     if check is not None:  # the check's key numbers become JUnit XML <property> elements (CI test tabs)
         from paritygate.report.text import key_numbers
 
-        report.user_properties.extend(key_numbers(check))
+        # junitxml writes the properties of the teardown report, which copies item.user_properties
+        item.user_properties.extend(key_numbers(check))
+        if report.when == "teardown":
+            report.user_properties.extend(key_numbers(check))
 
 
 def _classify(report, call):

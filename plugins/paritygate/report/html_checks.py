@@ -59,8 +59,8 @@ def _card(c, new=None):
     tag = {True: " <span class=tag>new since baseline</span>", False: " <span class='tag old'>failing in the "
            "baseline too</span>", None: ""}[new]
     rerun = f"<p class=muted>rerun: <code>pytest '{ESC(d['nodeid'])}'</code></p>" if d.get("nodeid") else ""
-    parts = [f"<article class='card st-{c['status']}' id={check_id(c)}><h3>{badge(c['status'])} {_title(c)}{tag}"
-             f"</h3><pre class=cause>{ESC(cause(c)) or '(no message recorded)'}</pre>"]
+    parts = [(f"<article class='card st-{c['status']}' id={check_id(c)}><h3>{badge(c['status'])} {_title(c)}{tag}"
+             f"</h3><pre class=cause>{ESC(cause(c)) or '(no message recorded)'}</pre>")]
     failing = [o for o in d.get("outputs") or [] if not o.get("passed", True)]
     if failing:
         parts.append(_outputs_table(failing))

@@ -3,6 +3,7 @@
 import base64
 import html
 import io
+import math
 
 NO_MATPLOTLIB = "<p class=muted>(plots need matplotlib: pip install 'paritygate[report]')</p>"
 
@@ -55,15 +56,23 @@ def _error_plot(plt, o):
     a.axvline(max(o["tolerance"]["atol"], 1e-10), color="r", ls="--", label="atol")
     a.legend()
     s = o["error_vs_magnitude"]
-    b.scatter(s["reference_abs"], s["abs_error"], s=4)
+    pairs = [(x, y) for x, y in zip(s["reference_abs"], s["abs_error"]) if _finite(x) and _finite(y)]
+    left_out = len(s["abs_error"]) - len(pairs)
+    if pairs:
+        b.scatter(*zip(*pairs), s=4)
     b.set_xlabel("|reference|")
     b.set_ylabel("|error|")
-    b.set_title("error vs reference magnitude")
+    b.set_title("error vs reference magnitude" + (f" ({left_out} non-finite points left out)" if left_out else ""))
     fig.tight_layout()
     try:
         return _png(fig, f"{o['output']} error plots")
     finally:
         plt.close(fig)
+
+
+def _finite(value):
+    """Plot data arrives as strict JSON: NaN and Inf are the strings "nan", "inf", "-inf"."""
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _latency_plot(plt, rows):
