@@ -9,6 +9,7 @@ from paritygate.report.plots import has_plots, plots
 from paritygate.report.text import (
     cause,
     check_id,
+    divergence_text,
     finite_only,
     nonfinite_text,
     num,
@@ -19,7 +20,7 @@ from paritygate.report.text import (
 
 ESC = html.escape
 CARDS = ("fail", "error", "inconclusive")
-HIDDEN = {"outputs", "reproducer", "message", "reason", "note", "nodeid", "failures", "latency"}
+HIDDEN = {"outputs", "reproducer", "message", "reason", "note", "nodeid", "failures", "latency", "divergence"}
 
 
 def badge(status):
@@ -69,6 +70,9 @@ def _card(c, new=None):
     task = d.get("task")
     if task and not task.get("passed", True):
         parts.append(f"<p><b>Task metric failed</b>: <code>{ESC(_compact(task))}</code></p>")
+    if d.get("divergence"):
+        text = ESC(divergence_text(c, code=lambda name: "\0" + name + "\1"))
+        parts.append("<p><b>Where precision broke</b>: " + text.replace("\0", "<code>").replace("\1", "</code>") + "</p>")
     if d.get("reproducer"):
         parts.append(_reproducer(d["reproducer"]))
     parts.append(rerun)

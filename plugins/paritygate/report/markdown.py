@@ -7,6 +7,7 @@ from paritygate.report.text import (
     by_severity,
     cause,
     counts,
+    divergence_text,
     num,
     run_fails,
     statistics_text,
@@ -25,8 +26,18 @@ def _cell(text):
     return text.replace("\n", " ").replace("|", "\\|")
 
 
+def _code(name):
+    return f"`{name}`"
+
+
+def _divergence_note(check):
+    """" · first divergent node `n` (Op), ...; keep in FP32 `n` (verified)" or "" (paritygate/divergence.py)."""
+    text = divergence_text(check, _code)
+    return f" · {text}" if text else ""
+
+
 def _note(check):
-    text = _cell(cause(check))
+    text = _cell(cause(check) + _divergence_note(check))
     if len(text) <= NOTE_CHARS:
         return text
     where = "under Failures below" if check["status"] in FAILING else "in parity-report.json"
@@ -82,6 +93,8 @@ def _failure(c):
                          f"{'' if 'values' in v else 'first values '}{[num(x, '.6g') for x in shown]}".replace("'", ""))
     for atol, rtol, source, names in tolerance_groups(d.get("outputs") or []):
         lines.append(f"- tolerance atol {num(atol, 'g')}, rtol {num(rtol, 'g')} ({', '.join(names)}): {source}")
+    if d.get("divergence"):
+        lines.append(f"- where precision broke: {divergence_text(c, _code)}")
     if d.get("reproducer"):
         lines.append(f"- replay: `{d['reproducer']['command']}`")
     return lines

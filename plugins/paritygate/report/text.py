@@ -126,3 +126,22 @@ def key_numbers(check):
         where = f"paritygate.latency.{row.get('role', 'candidate')}.batch{row.get('batch')}"
         props += [(f"{where}.{k}", row[k]) for k in ("p50_ms", "p99_ms") if k in row]
     return [(k, v if isinstance(v, str) else num(v, "g")) for k, v in props]
+
+
+def divergence_text(check, code=str):
+    """Where precision broke and the plan that repairs it (``details["divergence"]``, paritygate/divergence.py),
+    in words; ``code`` wraps node and op names (backticks in Markdown, <code> in HTML)."""
+    d = check["details"].get("divergence")
+    if not d:
+        return ""
+    if d.get("error"):
+        return f"localization failed: {d['error']}"
+    where = (f"first divergent node {code(d['first_node'])} ({d.get('op_type')}), max abs error "
+             f"{num(d.get('max_abs_error'))}" if d.get("first_node") else (d.get("note") or "no divergent node"))
+    plan = d.get("keep_fp32", d.get("exclude_from_quantization"))
+    if plan is None:
+        return where
+    verb = "keep in FP32" if "keep_fp32" in d else "leave unquantized"
+    status = "verified" if d.get("verified") else "NOT verified"
+    config = f"; config: {code(d['config'].splitlines()[1])}" if d.get("config") and "\n" in d["config"] else ""
+    return f"{where}; {verb} {', '.join(code(n) for n in plan) or 'nothing'} ({status}){config}"
