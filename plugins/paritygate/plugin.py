@@ -39,7 +39,7 @@ def pytest_addoption(parser):
                     help="a previous parity-report.json: report new failures, fixed checks and drift against it; "
                          "new failures fail the run (default: no comparison)")
     group.addoption("--parity-baseline-fail", metavar="EXPR", action="append", default=[],
-                    help="fail the run on drift vs --parity-baseline, repeatable: FIELD:VALUE% (relative growth) "
+                    help="fail the run on drift vs --parity-baseline, repeatable: FIELD:VALUE%% (relative growth) "
                          "or FIELD:VALUE (absolute), e.g. max_abs:100%% p99_ms:10%% cosine:0.001 "
                          "(default: drift is reported, not gating)")
     group.addoption("--parity-device-class", metavar="NAME", default=None,

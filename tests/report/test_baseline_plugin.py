@@ -101,3 +101,10 @@ def test_a_bad_baseline_or_gate_fails_before_any_test(pytester, args, message):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "test_never" not in result.stdout.str()
+
+
+def test_help_describes_the_baseline_options(pytester):
+    result = pytester.runpytest("--help")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*--parity-baseline=PATH*", "*--parity-baseline-fail=EXPR*",
+                                 "*FIELD:VALUE% (relative growth)*"])
