@@ -114,3 +114,16 @@ def test_bad_baseline_files_name_the_file_and_what_was_expected(tmp_path):
     bad.write_text(json.dumps({"schema": 1, "checks": [{"model": "a"}]}))
     with pytest.raises(BaselineError, match=r"checks\[0\] lacks \['check', 'precision', 'status'\]"):
         load_baseline(bad)
+
+
+def test_shared_reference_latency_rows_drift_once():
+    def lat(p50):
+        return [{"role": "reference", "runtime": "tensorflow", "batch": 1, "p50_ms": p50},
+                {"role": "candidate", "runtime": "onnxruntime", "batch": 1, "p50_ms": p50}]
+
+    before = report(*(check("a", "pass", p, "latency", latency=lat(1.0)) for p in ("fp32", "fp16")))
+    now = report(*(check("a", "pass", p, "latency", latency=lat(2.0)) for p in ("fp32", "fp16")))
+    drift = compare(now, before, "b.json")["drift"]
+    assert sorted((d["precision"], d["where"]) for d in drift) == [
+        ("fp16", "candidate onnxruntime batch 1"), ("fp32", "candidate onnxruntime batch 1"),
+        ("fp32", "reference tensorflow batch 1")]

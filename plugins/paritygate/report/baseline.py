@@ -21,10 +21,12 @@ LATENCY_FIELDS = {"p50_ms": True, "p90_ms": True, "p99_ms": True, "mean_ms": Tru
 FIELDS = {**ERROR_FIELDS, **LATENCY_FIELDS}
 # What counts as drift when no --parity-baseline-fail expression names the statistic (reported, not gating).
 # Error statistics: issue 11's rule ("max abs error x2, or cosine down by more than 0.001").
-# Latency: +25%. Measured on the shared CI machine: two serial runs of the latency checks minutes apart
-# (`pytest conformance/test_latency.py -p no:xdist --parity-report=...`) differed by up to ~20% in p50 on
-# the same rows (README "Measured"), so a smaller threshold reports noise.
-DEFAULT_DRIFT = ("max_abs:100%", "p99_abs:100%", "cosine:0.001", "p50_ms:25%", "p99_ms:25%")
+# Latency: p50 +25%, p99 +100%. Measured on the shared 2-core CI machine (load average ~6): two back-to-back
+# runs of `pytest conformance/test_latency.py -p no:xdist --parity-report=DIR` (the second with
+# --parity-baseline) moved the 24 candidate rows' p50 by -37%..+76% (median |change| 4%; 3 rows past +25%) and
+# their p99 by -99%..x100 (9 rows past +100%). On such a machine latency drift lines are mostly load; gate
+# latency (p50_ms:10%, ...) only on a dedicated runner.
+DEFAULT_DRIFT = ("max_abs:100%", "p99_abs:100%", "cosine:0.001", "p50_ms:25%", "p99_ms:100%")
 ENVIRONMENT_KEYS = ("python", "tensorflow", "onnxruntime", "onnx", "tf2onnx", "tensorrt", "apache-beam")
 GATE = re.compile(r"^(?P<field>[a-z0-9_]+):(?P<value>[0-9]*\.?[0-9]+(?:e-?[0-9]+)?)(?P<percent>%?)$")
 
@@ -121,7 +123,19 @@ def compare(current, baseline, path, gates=()):
             out["fixed"].append(_ref(c, status=c["status"], baseline_status=was))
         if old:
             out["drift"] += [dict(d, gating=d["field"] in gating) for d in drift(c, old, thresholds)]
+    out["drift"] = _once(out["drift"])
     return out
+
+
+def _once(entries):
+    """The TF reference's latency rows are shared by every precision's check: report each of their drifts once."""
+    seen, kept = set(), []
+    for d in entries:
+        key = (d["model"], d["check"], d["where"], d["field"]) if d["where"].startswith("reference ") else id(d)
+        if key not in seen:
+            seen.add(key)
+            kept.append(d)
+    return kept
 
 
 def gate_failures(section):
