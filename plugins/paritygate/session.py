@@ -295,6 +295,8 @@ def _status_of(report):
 def _short_failure(report):
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
+    if text.startswith("AssertionError: ") and "\nassert " in text:  # the test's message, not pytest's rewrite
+        text = text.split("\nassert ", 1)[0]
     return text if len(text) <= 4000 else text[:4000] + " …(truncated in the report; see the pytest log)"
 
 

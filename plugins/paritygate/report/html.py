@@ -74,7 +74,7 @@ def _banner(data):
     base = data.get("baseline")
     if base:
         why += (f"<br>vs baseline: {len(base['new_failures'])} new failure(s), {len(base['fixed'])} fixed, "
-                f"{len(base['existing_failures'])} already failing, {len(base['drift'])} drift "
+                f"{len(base['existing_failures'])} still failing, {len(base['drift'])} drift "
                 f"({sum(d['gating'] for d in base['drift'])} gating)")
     items = "".join(f"<li style='border-color:{COLOURS[s]}'{'' if n[s] else ' class=zero'}><b>{n[s]}</b> {s}</li>"
                     for s in STATUSES)

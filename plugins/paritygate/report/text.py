@@ -23,7 +23,15 @@ def worst_status(statuses):
 
 def by_severity(checks):
     """Checks ordered failures first, then errors, inconclusive, xfail, regenerated, passes and skips."""
-    return sorted(checks, key=lambda c: (SEVERITY.index(c["status"]), c["model"], c["precision"] or "", c["check"]))
+    return sorted(checks, key=lambda c: (SEVERITY.index(c["status"]), c["model"], _precision_rank(c["precision"]),
+                                         c["check"]))
+
+
+def _precision_rank(precision):
+    """fp32, fp16, int8, then any other precision by name, then model-level checks (no precision)."""
+    if precision in PRECISION_ORDER:
+        return (0, PRECISION_ORDER.index(precision), "")
+    return (1, 0, precision) if precision else (2, 0, "")
 
 
 def counts(checks):
