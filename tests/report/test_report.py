@@ -86,7 +86,7 @@ def test_markdown_report(report):
     failures = md[md.index("## Failures"):md.index("## Checks")]
     assert "### ❌ fail: toy fp32 parity" in failures
     assert "```\ntoy fp32: y | z mismatch\nsecond line <b>\n```" in failures  # the full cause, as written
-    assert failures.count("- tolerance atol 1e-05, rtol 1e-05 (y): tensorflow/python/compiler/tensorrt") == 1
+    assert failures.count("- tolerance for `y`: atol 1e-05, rtol 1e-05 (source: tensorflow/python/compiler/tensorrt") == 1
 
 
 def test_markdown_keeps_full_causes_of_failures_out_of_the_table(tmp_path):
@@ -132,7 +132,8 @@ def test_html_leads_with_the_verdict_then_the_matrix_then_failures(report):
     banner = html[html.index("<header id=verdict"):html.index("</header>")]
     assert "<div class=word>FAIL</div>" in banner and "this run fails: 1 fail" in banner
     counts = {s: int(n) for n, s in re.findall(r"<b>(\d+)</b> (\w+)</li>", banner)}
-    assert counts == {"pass": 2, "fail": 1, "error": 0, "inconclusive": 0, "skip": 1, "xfail": 0, "regenerated": 0}
+    assert counts == {"pass": 2, "fail": 1, "error": 0, "inconclusive": 0, "skip": 1, "xfail": 0, "regenerated": 0,
+                      "findings": 0}
     matrix = html[html.index("<section id=matrix"):html.index("</section>", html.index("<section id=matrix"))]
     assert "<th>fp32</th><th>fp16</th><th>model-level</th>" in matrix  # precisions in policy order
     assert "<a href='#c-toy-fp32-parity'" in matrix and "bg-fail'>fail</span><small>1 fail</small>" in matrix
@@ -153,8 +154,21 @@ def test_html_card_states_the_tolerance_source_once_and_the_worst_inputs(tmp_pat
     html = (write_report(s, tmp_path) / "parity-report.html").read_text()
     card = html[html.index("<article"):html.index("</article>")]
     assert card.count("source: tensorflow/python/compiler/tensorrt") == 1
-    assert "atol 1e-05, rtol 1e-05 for every output" in card
+    assert "<b>Tolerance</b> for every output: atol 1e-05, rtol 1e-05 (source: tensorflow" in card
     assert card.count("input <code>x</code> float32 [4] = [0.5, -0.25, 1, 0]") == 2  # per failing output
+
+
+def test_findings_are_counted_in_the_banner_and_listed(tmp_path):
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s.record("toy", "fp32", "property_parity", "pass", {})
+    s.record_finding("reference_unstable", "toy", "fp32", "property_parity",
+                     {"summary": "the reference differs from itself by 0.3 on batch element 2", "spread": 0.3})
+    folder = write_report(s, tmp_path)
+    html = (folder / "parity-report.html").read_text()
+    assert "<b>1</b> findings</li>" in html and "<div class=word>PASS</div>" in html  # a finding is no failure
+    assert "<td>reference_unstable</td>" in html and "differs from itself by 0.3" in html
+    md = (folder / "parity-report.md").read_text()
+    assert "· findings: 1" in md and "- **reference_unstable** toy fp32 property_parity: the reference" in md
 
 
 def test_html_without_plot_data_has_no_images(tmp_path):
@@ -214,3 +228,22 @@ def test_unwritable_report_folder_fails_the_run_early(pytester, inner):
     assert f"--parity-report={blocker / 'sub'}: report folder is not writable" in output
     assert "passed" not in output and "failed" not in output  # no test ran
     assert "Traceback" not in output
+
+
+def test_findings_reach_json_markdown_and_terminal_and_merge_across_workers(tmp_path):
+    worker = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime", is_xdist_worker=True)
+    details = {"summary": "the reference disagrees with itself by 0.03", "max_spread": 0.03,
+               "reproducer": {"npz": "/r/x.npz", "command": "python -m paritygate.replay /r/x.npz"}}
+    worker.record_finding("reference_unstable", "toy", "fp32", "property_parity", details)
+    out = {}
+    worker.finish(workeroutput=out)
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s.merge_worker(out)
+    assert s.findings == worker.findings and s.findings[0]["details"]["max_spread"] == 0.03
+    assert ("paritygate: finding reference_unstable: toy fp32 property_parity: the reference disagrees with "
+            "itself by 0.03") in s.summary_lines()
+    write_report(s, tmp_path / "r")
+    data = json.loads((tmp_path / "r" / "parity-report.json").read_text())
+    assert data["findings"][0]["kind"] == "reference_unstable" and data["checks"] == []
+    md = (tmp_path / "r" / "parity-report.md").read_text()
+    assert "## Findings" in md and "**reference_unstable** toy fp32 property_parity" in md and "/r/x.npz" in md

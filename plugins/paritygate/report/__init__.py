@@ -13,10 +13,9 @@ def report_dict(session):
     data = {"schema": SCHEMA, "environment": session.environment, "runtime": session.runtime,
             "config": str(session.config_path), "device_class": session.device_class,
             "artifact_cache": session.cache_stats(),
-            "checks": sorted(session.checks, key=lambda c: (c["model"], c["precision"] or "", c["check"]))}
-    findings = getattr(session, "findings", None)
-    if findings is not None:
-        data["findings"] = list(findings)
+            "checks": sorted(session.checks, key=lambda c: (c["model"], c["precision"] or "", c["check"])),
+            "findings": sorted(session.findings, key=lambda f: (f["kind"], f["model"], f["precision"] or "",
+                                                                f["check"]))}
     if getattr(session, "baseline_section", None) is not None:
         data["baseline"] = session.baseline_section
     return data

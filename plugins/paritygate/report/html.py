@@ -3,6 +3,7 @@ model x precision matrix of worst statuses linking to the checks, then the check
 cards with their full cause and evidence, passes in a table, skips collapsed). No script, no network."""
 
 import html
+import json
 
 from paritygate.report import html_checks
 from paritygate.report.html_checks import badge
@@ -130,16 +131,19 @@ def _baseline(base):
 
 
 def _findings(findings):
+    """Facts about the model that are no verdict on the candidate (e.g. the reference unstable on an input)."""
     if not findings:
         return ""
-    rows = "".join(f"<tr><td>{ESC(str(f.get('kind')))}</td><td>{ESC(str(f.get('model')))}</td>"
-                   f"<td>{ESC(str(f.get('precision') or '—'))}</td><td>{ESC(str(f.get('check')))}</td>"
-                   f"<td><pre>{ESC(_text(f.get('details')))}</pre></td></tr>" for f in findings)
-    return (f"<section id=findings><h2>Findings ({len(findings)})</h2><table><tr><th>kind</th><th>model</th>"
-            f"<th>precision</th><th>check</th><th>details</th></tr>{rows}</table></section>")
-
-
-def _text(value):
-    if isinstance(value, dict):
-        return "\n".join(f"{k}: {v}" for k, v in value.items())
-    return "" if value is None else str(value)
+    rows = []
+    for f in findings:
+        d = f.get("details") or {}
+        inputs = f"<br>inputs: <code>{ESC(str(d['reproducer'].get('npz')))}</code>" if d.get("reproducer") else ""
+        rest = {k: v for k, v in d.items() if k not in ("summary", "reproducer")}
+        more = (f"<details><summary>details</summary><pre>{ESC(json.dumps(rest, indent=1))}</pre></details>"
+                if rest else "")
+        rows.append(f"<tr><td>{ESC(str(f.get('kind')))}</td><td>{ESC(str(f.get('model')))}</td>"
+                    f"<td>{ESC(str(f.get('precision') or '—'))}</td><td>{ESC(str(f.get('check')))}</td>"
+                    f"<td>{ESC(str(d.get('summary', '')))}{inputs}{more}</td></tr>")
+    return (f"<section id=findings><h2>Findings ({len(findings)})</h2><p class=muted>Not candidate failures: the "
+            f"model's own behaviour, for its owner.</p><table><tr><th>kind</th><th>model</th><th>precision</th>"
+            f"<th>check</th><th>summary</th></tr>{''.join(rows)}</table></section>")

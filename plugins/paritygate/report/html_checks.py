@@ -15,6 +15,7 @@ from paritygate.report.text import (
     num,
     statistics_text,
     tolerance_groups,
+    tolerance_text,
     worst_output,
 )
 
@@ -90,7 +91,8 @@ def _outputs_table(outputs):
         nonfinite = nonfinite_text(o) or "none"
         label = "finite-only statistics" if finite_only(o) else "statistics"
         stats = (f"max abs {num(o.get('max_abs'))}, p99 abs {num(o.get('p99_abs'))}, max rel {num(o.get('max_rel'))}, "
-                 f"cosine {num(o.get('cosine'), '.6f')}")
+                 f"cosine {num(o.get('cosine'), '.6f')}"
+                 + (f" (below the budget {num(o['tolerance'].get('cosine_min'), 'g')})" if o.get("cosine_failed") else ""))
         rows.append(f"<tr><td><code>{ESC(o['output'])}</code></td><td>{ESC(nonfinite)}</td>"
                     f"<td>{o.get('mismatches', 0)}/{o.get('elements', 0)}</td><td><i>{label}</i>: {ESC(stats)}</td>"
                     f"<td>{_worst(o.get('worst') or {})}</td></tr>")
@@ -122,11 +124,10 @@ def _input_text(v):
 
 def _tolerances(outputs):
     lines = []
-    for atol, rtol, source, names in tolerance_groups(outputs):
+    for tol, names in tolerance_groups(outputs):
         which = "every output" if len(names) == len(outputs) else "outputs " + ", ".join(names)
-        lines.append(f"atol {num(atol, 'g')}, rtol {num(rtol, 'g')} for {ESC(which)}; "
-                     f"<span class=muted>source: {ESC(str(source))}</span>")
-    return "<p><b>Tolerance</b>: " + "<br>".join(lines) + "</p>"
+        lines.append(f"{ESC(which)}: {ESC(tolerance_text(tol))}")
+    return "<p><b>Tolerance</b> for " + "<br>".join(lines) + "</p>"
 
 
 def _reproducer(r):

@@ -12,6 +12,7 @@ from paritygate.report.text import (
     run_fails,
     statistics_text,
     tolerance_groups,
+    tolerance_text,
     worst_output,
 )
 from paritygate.verdict import STATUSES
@@ -91,8 +92,8 @@ def _failure(c):
             shown = v.get("values", v.get("head"))
             lines.append(f"  - its input `{name}` {v.get('dtype')} {v.get('shape')}: "
                          f"{'' if 'values' in v else 'first values '}{[num(x, '.6g') for x in shown]}".replace("'", ""))
-    for atol, rtol, source, names in tolerance_groups(d.get("outputs") or []):
-        lines.append(f"- tolerance atol {num(atol, 'g')}, rtol {num(rtol, 'g')} ({', '.join(names)}): {source}")
+    for tol, names in tolerance_groups(d.get("outputs") or []):
+        lines.append(f"- tolerance for {', '.join(f'`{n}`' for n in names)}: {tolerance_text(tol)}")
     if d.get("divergence"):
         lines.append(f"- where precision broke: {divergence_text(c, _code)}")
     if d.get("reproducer"):
@@ -160,13 +161,15 @@ def _latency(checks):
 
 
 def _findings(findings):
+    """Facts about the model that are no verdict on the candidate (e.g. the reference unstable on an input)."""
     if not findings:
         return []
-    lines = ["", "## Findings", ""]
+    lines = ["", "## Findings", "", "Not candidate failures: the model's own behaviour, for its owner.", ""]
     for f in findings:
-        details = f.get("details")
-        text = "; ".join(f"{k}: {v}" for k, v in details.items()) if isinstance(details, dict) else str(details or "")
-        lines.append(f"- **{f.get('kind')}** {f.get('model')} {f.get('precision') or ''} {f.get('check')}: {text}")
+        d = f.get("details") or {}
+        replay = f" Inputs: `{d['reproducer']['npz']}`" if d.get("reproducer") else ""
+        lines.append(f"- **{f['kind']}** {f['model']} {f['precision'] or ''} {f['check']}: "
+                     f"{d.get('summary', '')}.{replay}")
     return lines
 
 

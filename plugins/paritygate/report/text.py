@@ -1,6 +1,8 @@
 """Words and numbers shared by the Markdown and HTML reports and the JUnit properties: status order, the full
 cause of a check, and error statistics that say first how many values were NaN or Inf."""
 
+import json
+
 from paritygate.verdict import STATUSES
 
 # Worst first: a matrix cell shows the first of these among its checks, and rows are listed in this order.
@@ -86,6 +88,8 @@ def statistics_text(o):
               f"/rtol {num(tol.get('rtol', 0), 'g')}")
     stats = (f"max abs {num(o.get('max_abs', 0))}, p99 abs {num(o.get('p99_abs', 0))}, "
              f"cos {num(o.get('cosine', 1), '.5f')}")
+    if o.get("cosine_failed"):
+        stats += f" (below the cosine budget {num(tol.get('cosine_min'), 'g')})"
     if finite_only(o):
         finite = o.get("finite_elements")
         over = f" ({finite}/{o.get('elements', 0)} elements)" if finite is not None else ""
@@ -109,13 +113,23 @@ def worst_output(check):
 
 
 def tolerance_groups(outputs):
-    """[(atol, rtol, source, [output names])]: each distinct tolerance once, with the outputs it covers."""
+    """[(tolerance dict, [output names])]: each distinct tolerance (atol, rtol, cosine budget and their sources)
+    once, with the outputs it covers."""
     groups = {}
     for o in outputs:
         tol = o.get("tolerance") or {}
-        key = (tol.get("atol"), tol.get("rtol"), tol.get("source", "unstated"))
-        groups.setdefault(key, []).append(o["output"])
-    return [(*k, names) for k, names in groups.items()]
+        key = json.dumps({k: tol.get(k) for k in ("atol", "rtol", "source", "cosine_min", "cosine_source")})
+        groups.setdefault(key, (tol, []))[1].append(o["output"])
+    return list(groups.values())
+
+
+def tolerance_text(tol):
+    """'atol 1e-05, rtol 1e-05 (source: ...); cosine >= 0.997 where the reference rms > 0.00013 (source: ...)'."""
+    text = f"atol {num(tol.get('atol'), 'g')}, rtol {num(tol.get('rtol'), 'g')} (source: {tol.get('source', 'unstated')})"
+    if tol.get("cosine_min") is not None:
+        text += (f"; cosine >= {num(tol['cosine_min'], 'g')} where the reference rms > "
+                 f"{num(tol.get('cosine_applies_above_rms'), '.3g')} (source: {tol.get('cosine_source')})")
+    return text
 
 
 def key_numbers(check):
