@@ -247,3 +247,15 @@ def test_findings_reach_json_markdown_and_terminal_and_merge_across_workers(tmp_
     assert data["findings"][0]["kind"] == "reference_unstable" and data["checks"] == []
     md = (tmp_path / "r" / "parity-report.md").read_text()
     assert "## Findings" in md and "**reference_unstable** toy fp32 property_parity" in md and "/r/x.npz" in md
+
+
+def test_an_allowed_inconclusive_does_not_fail_the_verdict(tmp_path):
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s.record("toy", "fp32", "property_parity", "inconclusive", {"message": "constant reference",
+                                                                "allow_uninformative": True})
+    folder = write_report(s, tmp_path)
+    assert "<div class=word>PASS</div>" in (folder / "parity-report.html").read_text()
+    assert "**Verdict: PASS**" in (folder / "parity-report.md").read_text()
+    s.record("toy", "fp16", "property_parity", "inconclusive", {"message": "argmax ties"})
+    html = (write_report(s, tmp_path) / "parity-report.html").read_text()
+    assert "<div class=word>FAIL</div>" in html and "this run fails: 1 inconclusive" in html

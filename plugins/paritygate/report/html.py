@@ -68,10 +68,7 @@ def _banner(data):
     n = counts(checks)
     word = _verdict_word(data)
     colour = COLOURS["fail"] if word == "FAIL" else (COLOURS["pass"] if checks else COLOURS["skip"])
-    failing = [f"{n[s]} {s}" for s in ("fail", "error", "inconclusive") if n[s]]
-    why = (f"this run fails: {', '.join(failing)}" if failing else
-           "every check passed, was skipped with a reason, or is a recorded known failure") if checks else \
-        "no check was recorded"
+    why = _why(data) if checks else "no check was recorded"
     base = data.get("baseline")
     if base:
         why += (f"<br>vs baseline: {len(base['new_failures'])} new failure(s), {len(base['fixed'])} fixed, "
@@ -85,6 +82,16 @@ def _banner(data):
     return (f"<h1>Parity report</h1><header id=verdict style='background:{colour}'>"
             f"<div class=word>{word}</div><div class=why>{why}</div><ul aria-label='status counts'>{items}</ul>"
             f"</header><p class=env>{ESC(_environment_line(data))}</p>")
+
+
+def _why(data):
+    failing = counts([c for c in data["checks"] if run_fails([c])])
+    parts = [f"{failing[s]} {s}" for s in ("fail", "error", "inconclusive") if failing[s]]
+    gates = sum(d["gating"] for d in (data.get("baseline") or {}).get("drift", []))
+    parts += [f"{gates} drift past --parity-baseline-fail"] if gates else []
+    if parts:
+        return f"this run fails: {', '.join(parts)}"
+    return "no check failed: each passed, was skipped with its reason, or is a recorded known failure"
 
 
 def _environment_line(data):
