@@ -10,13 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.bundled import fixtures_dir
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
 SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
-BUNDLED_CONFIG = Path(__file__).resolve().parents[2] / "fixtures" / "parity.toml"
+BUNDLED_CONFIG = fixtures_dir() / "parity.toml"  # package data in a wheel, fixtures/ in a checkout
 PRECISIONS = ("fp32", "fp16", "int8")
 
 
@@ -61,6 +63,8 @@ class ModelSpec:
     beam: dict = None
     latency: dict = field(default_factory=dict)
     precision: dict = field(default_factory=dict)  # [models.precision]: fp16_keep_fp32 / int8_exclude lists
+    allow_uninformative: bool = False  # an uninformative check is recorded as inconclusive, not failing the run
+    nondeterministic: str = None  # why repeated runs may differ (the runtime's docs): determinism is bounded
 
     def where(self, key):
         return f"{self.source}: model '{self.name}': key '{key}'"
@@ -211,6 +215,8 @@ def _model_spec(path, table, check_files):
         beam=table.get("beam"),
         latency=table.get("latency", {}),
         precision={k: list(v) for k, v in table.get("precision", {}).items()},
+        allow_uninformative=table.get("allow_uninformative", False),
+        nondeterministic=table.get("nondeterministic"),
     )
 
 

@@ -167,6 +167,22 @@ def test_nonfinite_mismatch_is_worse_than_any_finite_one():
     assert "1 non-finite" in r.describe()
 
 
+def test_nan_and_inf_are_counted_per_side_and_the_statistics_say_finite_only():
+    ref = np.ones(64, np.float32)
+    ref[0], ref[1] = INF, NAN
+    cand = np.ones(64, np.float32)
+    cand[1:32] = NAN  # 31 NaN, one of them matching the reference's NaN
+    cand[63] = -INF
+    r = compare_array(ref, cand, TOL, "y")
+    assert (r.reference_nan, r.reference_inf, r.candidate_nan, r.candidate_inf) == (1, 1, 31, 1)
+    assert r.finite_elements == 31 and r.nonfinite_mismatches == 32 and r.max_abs == 0.0
+    assert r.nonfinite_text() == "1 NaN in the reference; 1 Inf in the reference; 31 NaN in the candidate; " \
+                                 "1 Inf in the candidate"
+    assert "over the 31 finite elements only: max abs 0," in r.describe()
+    clean = compare_array(f32(1, 2), f32(1, 2), TOL)
+    assert clean.finite_elements == 2 and clean.nonfinite_text() == "" and "finite elements only" not in clean.describe()
+
+
 # -- worst element, failing batch elements -----------------------------------------------------------
 def test_worst_index_and_failing_batch_elements():
     ref = np.zeros((4, 2, 3), np.float32)
@@ -266,3 +282,34 @@ def test_ten_million_float32_elements_compare_in_under_half_a_second():
         times.append(time.perf_counter() - start)
     assert r.elements == 10_000_000
     assert min(times) < 0.5, f"best of 3: {min(times):.3f} s"
+
+
+# -- the cosine budget, enforced where the reference's rms is above the floor atol alone could breach -------
+COS = Tolerance(0.3, 0.1, "t", 0.997, "Polygraphy")
+
+
+def test_a_failing_cosine_fails_the_output_and_cites_its_source():
+    ref = np.full(100, 10.0, np.float32)
+    ref[::2] = -10.0
+    cand = ref + np.where(np.arange(100) % 4 < 2, 1.2, -1.2).astype(np.float32)  # within atol + rtol*10 = 1.3
+    r = compare_array(ref, cand, COS)
+    assert r.mismatches == 0 and r.cosine_enforced and r.cosine < 0.997
+    assert not r.passed and r.cosine_failed
+    assert "below the budget 0.997 (Polygraphy" in r.describe()
+    assert compare_array(ref, cand, Tolerance(0.3, 0.1, "t")).passed, "no budget: reported only"
+
+
+def test_the_cosine_is_not_enforced_at_the_absolute_error_floor():
+    ref = np.array([0.5, 0.5], np.float32)  # rms 0.5 < 0.3 / 0.0776: atol alone may move the cosine this far
+    r = compare_array(ref, np.array([0.75, 0.25], np.float32), COS)
+    assert r.cosine < 0.997 and not r.cosine_enforced and r.passed
+
+
+def test_the_reference_noise_floor_widens_only_where_it_exceeds_the_policy():
+    ref = np.array([1.0, 2.0, 3.0], np.float32)
+    cand = np.array([1.05, 2.0, 3.0], np.float32)
+    tight = Tolerance(1e-3, 0.0, "t")
+    assert not compare_array(ref, cand, tight).passed
+    r = compare_array(ref, cand, tight, floor=np.array([0.06, 0.0, 0.0]))
+    assert r.passed and r.widened_by_reference == 1
+    assert not compare_array(ref, cand, tight, floor=np.array([0.04, 0.0, 0.0])).passed

@@ -7,6 +7,7 @@ suite on any runner; and, when Beam calls ``get_num_bytes``, counts a batch whos
 payload in the Beam counter ``paritygate/underreported_batches`` (metrics reach the suite on any runner).
 """
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ class BatchTrace:
     seconds: float  # wall time of the run_inference call, results listed
     payload: int  # bytes of the batch's arrays
     digests: tuple  # the batch's elements, in order
+    pid: int = None  # the process that ran the batch (multi-process runners: a worker)
 
 
 def unkeyed(element):
@@ -52,7 +54,7 @@ class TracedHandler(ModelHandler):
         seconds = time.perf_counter() - start
         examples = [unkeyed(e) for e in batch]
         trace = BatchTrace(len(batch), len(results), seconds, sum(payload_bytes(e) for e in examples),
-                           tuple(digest(e) for e in examples))
+                           tuple(digest(e) for e in examples), os.getpid())
         return results + [trace]
 
     def get_num_bytes(self, batch):

@@ -21,6 +21,11 @@ class OutputComparison:
     elements: int = 0
     mismatches: int = 0
     nonfinite_mismatches: int = 0
+    finite_elements: int = 0  # elements finite on both sides: the statistics below are over these only
+    reference_nan: int = 0
+    reference_inf: int = 0
+    candidate_nan: int = 0
+    candidate_inf: int = 0
     max_abs: float = 0.0
     mean_abs: float = 0.0
     p99_abs: float = 0.0
@@ -28,6 +33,9 @@ class OutputComparison:
     mean_rel: float = 0.0
     p99_rel: float = 0.0
     cosine: float = 1.0
+    cosine_enforced: bool = False  # the reference's rms is above the budget's floor (tolerance.COSINE_MIN)
+    cosine_failed: bool = False
+    widened_by_reference: int = 0  # elements judged against k x the reference's own spread (noise floor)
     worst: dict = field(default_factory=dict)  # index, batch element, reference and candidate values
     failing_batch_elements: list = field(default_factory=list)
 
@@ -36,14 +44,29 @@ class OutputComparison:
         d["shape"] = list(self.shape)
         return d
 
+    def nonfinite_text(self):
+        """'31 NaN in the candidate; 2 Inf in the reference' or '' when every element is finite."""
+        parts = [f"{n} {kind} in the {side}" for side, kind, n in (
+            ("reference", "NaN", self.reference_nan), ("reference", "Inf", self.reference_inf),
+            ("candidate", "NaN", self.candidate_nan), ("candidate", "Inf", self.candidate_inf)) if n]
+        return "; ".join(parts)
+
     def describe(self):
         w = self.worst
         where = f" worst at index {w.get('index')} (batch element {w.get('batch_element')}): " \
                 f"reference {w.get('reference')}, candidate {w.get('candidate')}" if w else ""
+        nonfinite = self.nonfinite_text()
+        finite_only = f"{nonfinite}; over the {self.finite_elements} finite elements only: " if nonfinite else ""
         return (f"output '{self.output}': {self.mismatches}/{self.elements} elements outside "
                 f"atol={self.tolerance['atol']:g} rtol={self.tolerance['rtol']:g} "
-                f"({self.nonfinite_mismatches} non-finite), max abs {self.max_abs:.3g}, "
-                f"max rel {self.max_rel:.3g}, cosine {self.cosine:.6f};{where}")
+                f"({self.nonfinite_mismatches} non-finite), {finite_only}max abs {self.max_abs:.3g}, "
+                f"max rel {self.max_rel:.3g}, cosine {self.cosine:.6f}{self._cosine_text()};{where}")
+
+    def _cosine_text(self):
+        if not self.cosine_failed:
+            return ""
+        return (f" below the budget {self.tolerance['cosine_min']:g} ({self.tolerance['cosine_source']}; applies "
+                f"to outputs of reference rms > {self.tolerance['cosine_applies_above_rms']:.3g})")
 
 
 def pair_outputs(spec, ref_names, cand_names):
@@ -73,8 +96,11 @@ def pair_outputs(spec, ref_names, cand_names):
     return mapping
 
 
-def compare_array(ref, cand, tol, name="output", cand_name=None):
-    """Compare one output; numpy.isclose semantics plus statistics, NaN/Inf rules of the policy."""
+def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cosine_floor=None):
+    """Compare one output; numpy.isclose semantics plus statistics, NaN/Inf rules of the policy.
+
+    ``floor`` (an array of ref's shape, optional) raises each element's limit to max(atol + rtol*|ref|, floor):
+    the reference's own noise (paritygate.properties). ``cosine_floor`` lowers the cosine budget likewise."""
     cand_name = cand_name or name
     ref, cand = np.asarray(ref), np.asarray(cand)
     if ref.shape != cand.shape:
@@ -91,6 +117,9 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
     if not (np.isfinite(r).all() and np.isfinite(c).all()):
         r_fin, c_fin = np.isfinite(r), np.isfinite(c)
         finite = r_fin & c_fin
+        out.reference_nan, out.candidate_nan = int(np.count_nonzero(np.isnan(r))), int(np.count_nonzero(np.isnan(c)))
+        out.reference_inf = int(np.count_nonzero(~r_fin)) - out.reference_nan
+        out.candidate_inf = int(np.count_nonzero(~c_fin)) - out.candidate_nan
         # Non-finite rules: a non-finite candidate where the reference is finite always fails; a non-finite
         # reference passes only where the candidate holds the same value (NaN for NaN, +Inf for +Inf).
         same_nonfinite = ~r_fin & ((np.isnan(r) & np.isnan(c)) | (r == c))
@@ -102,6 +131,10 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
     absref = np.abs(r)
     scratch = np.multiply(absref, work.type(tol.rtol))  # the limit atol + rtol*|ref|, later the relative error
     scratch += work.type(tol.atol)
+    if floor is not None:
+        floor = np.broadcast_to(np.asarray(floor, dtype=work), ref.shape).ravel()
+        out.widened_by_reference = int(np.count_nonzero(floor > scratch))
+        np.maximum(scratch, floor, out=scratch)
     bad = diff > scratch
     if nonfinite_bad is not None:
         bad |= nonfinite_bad
@@ -111,6 +144,7 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
     if out.mismatches:
         _locate_worst(out, ref, cand, diff, scratch, bad, nonfinite_bad)
     n_finite = diff.size if finite is None else int(np.count_nonzero(finite))
+    out.finite_elements = n_finite
     if n_finite:
         rel = _relative(diff, absref, out=scratch)
         rel_finite = np.isfinite(rel)
@@ -122,8 +156,20 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
         # p99 over the finite elements only (the zeroed positions would shift it)
         out.p99_abs = _p99(diff if finite is None else diff[finite])
         out.p99_rel = _p99(rel if finite is None else rel[finite])
-        out.cosine = _cosine(r, c)
+        out.cosine, norm = _cosine(r, c)
+        _enforce_cosine(out, tol, norm / np.sqrt(n_finite), cosine_floor)
     return out
+
+
+def _enforce_cosine(out, tol, rms, cosine_floor):
+    """The cosine budget fails the output where it applies: reference rms above the floor at which atol alone
+    could breach it (tolerance.COSINE_MIN explains the rule)."""
+    if tol.cosine_min is None:
+        return
+    budget = tol.cosine_min if cosine_floor is None else min(tol.cosine_min, cosine_floor)
+    out.cosine_enforced = bool(rms > tol.cosine_rms_floor())
+    if out.cosine_enforced and out.cosine < budget:
+        out.cosine_failed, out.passed = True, False
 
 
 def _locate_worst(out, ref, cand, diff, limit, bad, nonfinite_bad):
@@ -171,19 +217,25 @@ def _cosine(a, b, block=1 << 18):
         dot += float(np.dot(x, y))
         na += float(np.dot(x, x))
         nb += float(np.dot(y, y))
+    norm = np.sqrt(na)  # the reference's norm: the caller divides by sqrt(n) for its rms
     if na == 0 and nb == 0:
-        return 1.0
+        return 1.0, norm
     if na == 0 or nb == 0:
-        return 0.0
-    return dot / (np.sqrt(na) * np.sqrt(nb))
+        return 0.0, norm
+    return dot / (norm * np.sqrt(nb)), norm
 
 
-def compare_outputs(spec, precision, ref_outputs, cand_outputs):
-    """Compare every reference output with its paired candidate output; returns OutputComparisons."""
+def compare_outputs(spec, precision, ref_outputs, cand_outputs, floors=None, cosine_floors=None):
+    """Compare every reference output with its paired candidate output; returns OutputComparisons.
+
+    ``floors`` / ``cosine_floors``: per reference output, the reference's own noise (see compare_array)."""
     mapping = pair_outputs(spec, list(ref_outputs), list(cand_outputs))
-    return [compare_array(ref_outputs[r], cand_outputs[c], tolerance_for(spec, precision, r), r, c)
+    floors, cosine_floors = floors or {}, cosine_floors or {}
+    return [compare_array(ref_outputs[r], cand_outputs[c], tolerance_for(spec, precision, r), r, c,
+                          floors.get(r), cosine_floors.get(r))
             for r, c in mapping.items()]
 
 
 def cosine_ok(comparison):
-    return comparison.cosine >= COSINE_MIN
+    """The comparison's cosine meets its budget (the tolerance's, else Polygraphy's default)."""
+    return comparison.cosine >= (comparison.tolerance.get("cosine_min") or COSINE_MIN)

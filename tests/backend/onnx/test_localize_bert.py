@@ -27,12 +27,10 @@ LN_INPUT = "StatefulPartitionedCall/bert_1/embed_1/add_1:0"  # the embedding sum
 @pytest.fixture(scope="module")
 def bert():
     pytest.importorskip("tensorflow")
-    from fixtures.zoo.build import ensure_built
     from paritygate import goldens
-    from paritygate.config import BUNDLED_CONFIG, load_config
+    from paritygate.session import ParitySession
 
-    ensure_built()
-    spec = next(m for m in load_config(BUNDLED_CONFIG) if m.name == "bert")
+    spec = next(m for m in ParitySession().models if m.name == "bert")  # the bundled zoo, built into the cache
     golden = goldens.load_golden(spec)
     return spec, {k: v[:8] for k, v in golden.inputs.items()}, golden.outputs["probs"][:8]
 
