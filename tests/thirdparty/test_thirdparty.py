@@ -4,7 +4,7 @@
 fp32 must pass, except a check recorded in tests/thirdparty/expectations.toml with its measurement (a strict
 xfail: it must still fail). fp16 and int8 must end in a verdict about the candidate, pass or fail with its
 numbers, never `error` (a tool of the suite failed) or `inconclusive`. Cost on the 2-core machine, loaded:
-about 2 min (basic-pitch) and 5 min (nakdimon), HYPOTHESIS_PROFILE=ci.
+about 7 min for both (HYPOTHESIS_PROFILE=ci, measured).
 """
 
 import json
