@@ -203,9 +203,10 @@ def metric_bytes_failures(run):
     failures = []
     if wrong:
         ratio = (own or {}).get("sum", 0) / max(payload["sum"], 1)
-        failures.append(f"{wrong} of {payload['count']} batches reported other than their exact byte count: "
-                        f"get_num_bytes sums to {(own or {}).get('sum')} bytes for {payload['sum']} bytes expected "
-                        f"({ratio:.3g}x; expected: the elements' nbytes, or the handler's paritygate_num_bytes)")
+        failures.append(f"{wrong} of {payload['count']} batches reported a byte count other than their exact bytes "
+                        f"({'over' if ratio > 1 else 'under'}-reported {ratio:.3g}x): get_num_bytes sums to "
+                        f"{(own or {}).get('sum')} bytes for {payload['sum']} bytes expected (the elements' nbytes, "
+                        "or the handler's paritygate_num_bytes formula)")
     if run.case.keys == "none" and reported["sum"] != payload["sum"]:  # keyed: Beam adds the keys' pickled bytes
         failures.append(f"inference_request_batch_byte_size sums to {reported['sum']} bytes, the batches hold "
                         f"{payload['sum']} bytes")

@@ -203,6 +203,10 @@ def _build_and_run(subject, case, handler, folder):
         out, dlq = pcoll | "RunInference" >> transform.with_exception_handling()
         _ = dlq.failed_inferences | "DeadRecords" >> beam.Map(_dead_record) | "WriteDead" >> beam.ParDo(
             WriteRecords(folder))
+        # an element a preprocess / postprocess function fails on lands in its step's own dead-letter output
+        for i, bad in enumerate([*dlq.failed_preprocessing, *dlq.failed_postprocessing]):
+            _ = (bad | f"DeadElements{i}" >> beam.Map(lambda dead: _dead_record(([dead[0]], dead[1])))
+                 | f"WriteDeadElements{i}" >> beam.ParDo(WriteRecords(folder)))
     else:
         out = pcoll | "RunInference" >> transform
     _ = (out | "Records" >> beam.Map(_ToRecord(subject.spec, subject.output_names, case.keys != "none"))
