@@ -282,7 +282,11 @@ def _model(name, reference, onnx_path, latency):
 @pytest.fixture
 def latency_run(pytester, latency_models, monkeypatch):
     """Run conformance/test_latency.py over four toy models in-process; returns (result, checks by model)."""
+    from paritygate.latency import check, machine
+
     monkeypatch.setenv(PROFILE_ENV, "quick")
+    for module in (check, machine):  # an idle machine: a loaded one turns budget misses inconclusive
+        monkeypatch.setattr(module, "load_average", lambda: [0.5, 0.5, 0.5])
     reference, onnx_path = latency_models
     cfg = write_config(pytester.path, {"models": [
         _model("unbudgeted", reference, onnx_path, {"t4": {"fp32_batch1_p99_ms": 1e-6}}),
@@ -372,6 +376,21 @@ def test_budgets_needing_a_reference_that_could_not_run_are_errors():
         "tensorflow is not installed (from parity.toml: model 'toy': key 'latency.t4.fp16_speedup_vs_reference_min')")]
 
 
+@pytest.mark.tf
+@pytest.mark.onnx
+@pytest.mark.latency
+def test_a_budget_missed_on_a_loaded_machine_is_inconclusive(latency_run, monkeypatch):
+    from paritygate.latency import check
+
+    monkeypatch.setattr(check, "load_average", lambda: [64.0, 8.0, 2.0])  # busier than any core count here
+    result, _, checks, _ = latency_run("--parity-device-class=cpu", "-k", "over_budget or fast_enough")
+    assert result.ret == 1 and result.parseoutcomes().get("inconclusive") == 1
+    assert checks["over_budget"]["status"] == "inconclusive"
+    assert "the machine was loaded while measuring (1-minute load average 64.0" in \
+        checks["over_budget"]["details"]["message"]
+    assert checks["fast_enough"]["status"] == "pass"  # load only slows things down: a pass stands
+
+
 @pytest.mark.onnx
 @pytest.mark.latency
 def test_without_tensorflow_the_candidate_is_still_measured(latency_run, monkeypatch):
@@ -416,7 +435,9 @@ class SlowedRunner(BaseRunner):
 @pytest.mark.slow
 def test_each_bundled_budget_fails_a_candidate_slowed_by_its_margin(monkeypatch):
     """Each [models.latency.cpu] budget is its measured median times a margin: a candidate slowed by that margin
-    (a sleep of margin x the measured time per call, on top of the real ONNX Runtime call) fails it."""
+    (a sleep of margin x the measured median per call, on top of the real ONNX Runtime call) fails it. The speedup
+    is judged against the reference measured in the same run (whose speed follows the machine's load), so its
+    slowed candidate sleeps this run's reference p50 / speedup_min: the measured speedup divided by its margin."""
     pytest.importorskip("tensorflow")
     from paritygate.latency import latency_check
     from paritygate.runtimes import candidate_runner
@@ -428,10 +449,15 @@ def test_each_bundled_budget_fails_a_candidate_slowed_by_its_margin(monkeypatch)
         budgets = budgets_for(spec, "cpu", "fp32")
         assert budgets.percentiles and budgets.speedups, f"{spec.name}: the bundled model has cpu budgets"
         real = candidate_runner(session, spec, "fp32")
-        p50 = {b.batch: b.limit_ms / P_MARGIN for b in budgets.percentiles if b.percentile == 50}
         kinds = {f"p{q}": {b.batch: b.limit_ms for b in budgets.percentiles if b.percentile == q} for q in (50, 90, 99)}
-        kinds["speedup"] = {batch: SPEEDUP_MARGIN * t for batch, t in p50.items()}
+        kinds["speedup"] = None  # set from the reference rows the runs above measured (and cached)
         for kind, delay_ms in kinds.items():
+            if kind == "speedup":
+                [minimum] = [b.minimum for b in budgets.speedups]
+                reference = {b: session.cache[("latency_reference", spec.name, b, "quick")]["p50_ms"]
+                             for b in (1, spec.max_batch)}
+                # the measured speedup divided by its margin, on top of the real call: S/2 of this run's reference
+                delay_ms = {b: ref / minimum for b, ref in reference.items()}
             if not delay_ms:
                 continue
             session.cache[("candidate", "onnxruntime", spec.name, "fp32")] = SlowedRunner(real, delay_ms).activate()

@@ -59,6 +59,7 @@ class LatencyResult:
     rows: list = field(default_factory=list)
     failures: list = field(default_factory=list)
     errors: list = field(default_factory=list)  # budgets that could not be judged (the reference could not run)
+    loaded: str = None  # load_note when the machine was busier than its cores at the start or end of the check
     notes: list = field(default_factory=list)
     machine: dict = None
 
@@ -105,9 +106,9 @@ def latency_check(session, spec, precision, profile=None):
     result.errors += errors
     result.failures += overhead_failures(spec, precision, result.rows)
     result.machine["load_average_end"] = load_average()
-    result.notes += [n for n in (budgets.note(spec, precision),
-                                 load_note(result.machine["load_average_end"], result.machine["usable_cores"]))
-                     if n]
+    cores = result.machine["usable_cores"]
+    result.loaded = load_note(result.machine["load_average"], cores) or load_note(result.machine["load_average_end"], cores)
+    result.notes += [n for n in (budgets.note(spec, precision), result.loaded) if n]
     result.notes += [f"{r['role']} batch {r['batch']}: one call takes ~{r['p50_ms'] * 1e3:.1f} us, so each sample "
                      f"is the mean of {r['calls_per_sample']} back-to-back calls (keeps the harness overhead "
                      f"under {OVERHEAD_LIMIT:.0%})" for r in result.rows if r["calls_per_sample"] > 1]
