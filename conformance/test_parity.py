@@ -16,6 +16,7 @@ def test_matches_reference(parity_session, parity_case, parity_details):
     if not result.passed:
         parity_details["reproducer"] = parity_session.save_reproducer(spec, precision, "matches_reference",
                                                                        ref.inputs, result.failures)
+        _localize(parity_session, spec, precision, ref, parity_details)
     assert result.passed, "\n".join(result.failures)
 
 
@@ -75,3 +76,13 @@ def _describe_candidate(session, spec, precision):
     if precision == "fp16":
         out["fp16_keep_fp32"] = list(session.fp16_keep_fp32 or FP16_KEEP_FP32)
     return out
+
+
+def _localize(session, spec, precision, ref, details):
+    """A failing fp16/int8 check: where precision breaks and a verified plan (``--parity-localize=off``: none)."""
+    from paritygate.divergence import localize_failure
+
+    found = localize_failure(session, spec, precision, ref.inputs, reference_outputs=ref.outputs, labels=ref.labels,
+                             compare_task=True)
+    if found is not None:
+        details["divergence"] = found

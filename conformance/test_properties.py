@@ -43,6 +43,12 @@ def _run_property(prop, last, session, spec, precision, check, details):
                                        for k, v in last["feed"].items()}
             if last.get("failing_result") is not None:
                 details.update(last["failing_result"].details())
+            if check == "property_parity":
+                from paritygate.divergence import localize_failure
+
+                found = localize_failure(session, spec, precision, last["feed"])
+                if found is not None:
+                    details["divergence"] = found
         raise
 
 

@@ -163,7 +163,20 @@ BAD = {
     "bad model name": (_set("name", value="my model"), "my model", ["'name'", "does not match"]),
     "bad beam handler": (_set("beam", value={"handler": "no_colon"}), "m", ["'beam.handler'", "no_colon"]),
     "empty inputs": (_set("inputs", value={}), "m", ["'inputs'"]),
+    "lossy int->float16 cast": (_input(dtype="int32", range=[0, 5000], reference_dtype="float16"), "m",
+                                ["input 'x'", "int32 values in [0, 5000]", "float16", "exact"]),
+    "lossy float->int cast": (_input(candidate_dtype="int32"), "m", ["input 'x'", "float32", "int32"]),
+    "narrowing float cast": (_input(candidate_dtype="float16"), "m", ["input 'x'", "float16"]),
+    "candidate name empty": (_input(candidate=""), "m", ["'inputs.x.candidate'"]),
 }
+
+
+def test_a_side_may_declare_another_dtype_where_the_cast_is_exact(folder):
+    doc = {"models": [minimal()]}
+    doc["models"][0]["inputs"]["x"] = {"shape": [-1, 80], "dtype": "int32", "range": [0, 42],
+                                       "reference_dtype": "float32", "candidate": "input"}
+    x = load_config(write_config(folder, doc))[0].inputs["x"]
+    assert (x.dtype_of("reference"), x.dtype_of("candidate"), x.candidate) == (np.float32, np.int32, "input")
 
 
 @pytest.mark.parametrize("case", list(BAD))

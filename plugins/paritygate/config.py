@@ -31,9 +31,15 @@ class TensorSpec:
     dtype: np.dtype
     range: tuple  # inclusive (low, high)
     candidate: str = None  # the candidate's name for this input, when it differs (``candidate = "..."``)
+    reference_dtype: np.dtype = None  # the dtype a side declares, when it differs: its feed is cast, exactly
+    candidate_dtype: np.dtype = None
 
     def with_batch(self, batch):
         return (batch,) + tuple(self.shape[1:])
+
+    def dtype_of(self, side):
+        """The dtype ``side`` ("reference" / "candidate") is fed: its own declared dtype, else ``dtype``."""
+        return getattr(self, f"{side}_dtype") or self.dtype
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class ModelSpec:
     tolerances: dict = field(default_factory=dict)
     beam: dict = None
     latency: dict = field(default_factory=dict)
+    precision: dict = field(default_factory=dict)  # [models.precision]: fp16_keep_fp32 / int8_exclude lists
 
     def where(self, key):
         return f"{self.source}: model '{self.name}': key '{key}'"
@@ -136,7 +143,30 @@ def _tensor_spec(where, name, table):
                                   f"within {dtype} [{info.min}, {info.max}]")
     elif not (np.isfinite(low) and np.isfinite(high)) or max(abs(low), abs(high)) > float(np.finfo(dtype).max):
         raise ConfigError(f"{where}: input '{name}' range {[low, high]}: expected finite bounds within {dtype}")
-    return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high), candidate=table.get("candidate"))
+    sides = {f"{side}_dtype": _exact_cast(where, name, dtype, (low, high), table.get(f"{side}_dtype"))
+             for side in ("reference", "candidate")}
+    return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high), candidate=table.get("candidate"), **sides)
+
+
+def _exact_cast(where, name, dtype, bounds, target):
+    """A side's declared dtype, accepted only when every value of ``dtype`` within ``bounds`` survives the cast
+    (ints into wider ints or into floats whose mantissa holds them; floats into wider floats; bool into any)."""
+    if target is None:
+        return None
+    to = np.dtype(target)
+    if dtype.kind == "b" or to == dtype:
+        return to
+    if dtype.kind in "iu" and to.kind in "iu":
+        info = np.iinfo(to)
+        exact = info.min <= bounds[0] and bounds[1] <= info.max
+    elif dtype.kind in "iu" and to.kind == "f":
+        exact = max(abs(bounds[0]), abs(bounds[1])) <= 2 ** (np.finfo(to).nmant + 1)
+    else:
+        exact = dtype.kind == "f" and to.kind == "f" and to.itemsize > dtype.itemsize
+    if not exact:
+        raise ConfigError(f"{where}: input '{name}': {dtype} values in {list(bounds)} do not all survive a cast to "
+                          f"{to}; a side's dtype may only differ where the cast is exact")
+    return to
 
 
 def _model_spec(path, table, check_files):
@@ -174,6 +204,7 @@ def _model_spec(path, table, check_files):
         tolerances=table.get("tolerances", {}),
         beam=table.get("beam"),
         latency=table.get("latency", {}),
+        precision={k: list(v) for k, v in table.get("precision", {}).items()},
     )
 
 

@@ -46,6 +46,9 @@ def pytest_addoption(parser):
     group.addoption("--parity-fp16-keep-fp32", metavar="OPS", default=None,
                     help="comma-separated ONNX op types kept in FP32 in the fp16 artifact (default: "
                          "LayerNormalization,Softmax,Exp,Pow,Sqrt,ReduceMean,ReduceSum,Erf)")
+    group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
+                    help="on a failing fp16/int8 check, localize the first divergent node and search a verified "
+                         "plan of nodes to keep in FP32 / leave unquantized (default: on)")
     group.addoption("--require-gpu", action="store_true", default=False,
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT")
     group.addoption("--update-goldens", action="store_true", default=False,
@@ -67,6 +70,7 @@ def pytest_configure(config):
         beam_runner=config.getoption("parity_beam_runner"),
         beam_options=config.getoption("parity_beam_option"),
         fp16_keep_fp32=config.getoption("parity_fp16_keep_fp32"),
+        localize=config.getoption("parity_localize") != "off",
         is_xdist_worker=hasattr(config, "workerinput"),
     )
     config.stash[SESSION_KEY] = session

@@ -20,7 +20,7 @@ class RuntimeSettings:
     cache: dict = field(default_factory=dict)
 
 
-def check_input_spec(spec, metadata, what):
+def check_input_spec(spec, metadata, what, side="candidate"):
     """The config's input spec must match the model's inputs by name, rank, dtype and fixed dims."""
     names, want = set(metadata), set(spec.inputs)
     if names != want:
@@ -31,8 +31,10 @@ def check_input_spec(spec, metadata, what):
         if len(shape) != len(tensor.shape):
             raise RunnerError(f"{what}: input '{name}' has rank {len(shape)} {list(shape)}, config declares "
                               f"rank {len(tensor.shape)} {list(tensor.shape)}")
-        if dtype != tensor.dtype:
-            raise RunnerError(f"{what}: input '{name}' has dtype {dtype}, config declares {tensor.dtype}")
+        if dtype != tensor.dtype_of(side):
+            key = f"{side}_dtype" if getattr(tensor, f"{side}_dtype") else "dtype"
+            raise RunnerError(f"{what}: input '{name}' has dtype {dtype}, config declares {tensor.dtype_of(side)} "
+                              f"({spec.where(f'inputs.{name}.{key}')})")
         for axis, (have, declared) in enumerate(zip(shape[1:], tensor.shape[1:]), start=1):
             if have not in (-1, declared):
                 raise RunnerError(f"{what}: input '{name}' dimension {axis} is {have}, config declares {declared}")
@@ -44,8 +46,8 @@ def reference_runner(session, spec):
         from paritygate.backend.tf.runner import TfRunner
 
         runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}").activate()
-        check_input_spec(spec, runner.input_metadata(), f"{spec.reference} (signature '{spec.signature}')")
-        session.cache[key] = runner
+        check_input_spec(spec, runner.input_metadata(), runner.describe(), side="reference")
+        session.cache[key] = _fed(runner, {}, _casts(spec, "reference"))
     return session.cache[key]
 
 
@@ -54,8 +56,7 @@ def candidate_runner(session, spec, precision):
     if key not in session.cache:
         runner = _build_candidate(session, spec, precision)
         names = {r: m["candidate"] for r, m in io_mapping(session, spec, runner)["inputs"].items()}
-        # Fed by the same names: the runner itself, so that latency measures no renaming layer.
-        session.cache[key] = runner if all(r == c for r, c in names.items()) else MappedRunner(runner, names)
+        session.cache[key] = _fed(runner, names, _casts(spec, "candidate"))
     return session.cache[key]
 
 
@@ -84,12 +85,23 @@ def reference_output_names(session, spec):
     return sorted(outputs) if outputs else list(reference_runner(session, spec).output_names)
 
 
-class MappedRunner(BaseRunner):
-    """A candidate runner fed by reference input names: renames the feed to the candidate's names."""
+def _casts(spec, side):
+    return {n: t.dtype_of(side) for n, t in spec.inputs.items() if t.dtype_of(side) != t.dtype}
 
-    def __init__(self, runner, inputs):
+
+def _fed(runner, names, casts):
+    """The runner itself when fed as is (latency then measures no extra layer), else a MappedRunner."""
+    renamed = {r: c for r, c in names.items() if r != c}
+    return MappedRunner(runner, renamed, casts) if renamed or casts else runner
+
+
+class MappedRunner(BaseRunner):
+    """A runner fed by the config's input names and dtypes: renames the feed to the runner's names and casts
+    inputs whose side declares another dtype (config.py accepts only casts that are exact over the range)."""
+
+    def __init__(self, runner, inputs, casts=None):
         super().__init__(runner.name)
-        self.runner, self.inputs = runner, inputs
+        self.runner, self.inputs, self.casts = runner, inputs, dict(casts or {})
         self.path = getattr(runner, "path", None)
         self.is_active = runner.is_active
         self.output_names = runner.output_names
@@ -98,7 +110,8 @@ class MappedRunner(BaseRunner):
         self.runner.activate()
 
     def infer_impl(self, feed):
-        outputs = self.runner.infer({self.inputs.get(k, k): v for k, v in feed.items()})
+        outputs = self.runner.infer({self.inputs.get(k, k): v.astype(self.casts[k]) if k in self.casts else v
+                                     for k, v in feed.items()})
         self.last_inference_time = self.runner.last_inference_time
         return outputs
 
@@ -134,7 +147,7 @@ def _build_candidate(session, spec, precision):
         path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
         runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
         what = str(path)
-    check_input_spec(spec, MappedRunner(runner, _input_names(spec, runner)).input_metadata(), what)
+    check_input_spec(spec, MappedRunner(runner, _input_names(spec, runner)).input_metadata(), what, side="candidate")
     return runner
 
 

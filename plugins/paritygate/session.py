@@ -48,7 +48,7 @@ def environment():
 class ParitySession:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False,
                  update_goldens=False, device_class=None, beam_runner=None, beam_options=(),
-                 fp16_keep_fp32=None, is_xdist_worker=False):
+                 fp16_keep_fp32=None, is_xdist_worker=False, localize=True):
         self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
         self.is_bundled = config_path is None
         self.requested_runtime = runtime
@@ -61,6 +61,7 @@ class ParitySession:
         self.fp16_keep_fp32 = tuple(op.strip() for op in fp16_keep_fp32.split(",") if op.strip()) \
             if fp16_keep_fp32 is not None else None
         self.is_xdist_worker = is_xdist_worker
+        self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
         self.checks = []
         self.worker_cache_stats = {}
         self._models = None

@@ -4,7 +4,7 @@ import base64
 import html
 import io
 
-from paritygate.report.markdown import ICON, _note, _stat_cell
+from paritygate.report.markdown import ICON, _divergence_note, _note, _stat_cell
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top}.fail,.error{background:#fdd}
@@ -45,6 +45,7 @@ def _plots(check):
         b.set_title("error vs reference magnitude")
         images.append(f'<img src="{_png(fig)}" alt="{html.escape(o["output"])} error plots">')
         plt.close(fig)
+    images += _divergence_plot(check, plt)
     rows = check["details"].get("latency") or []
     if rows and any("samples_ms" in r for r in rows):
         fig, ax = plt.subplots(figsize=(5, 3))
@@ -68,7 +69,7 @@ def render_html(data):
             "<th>note</th><th>plots</th></tr>")]
     for c in data["checks"]:
         repro = c["details"].get("reproducer")
-        note = html.escape(_note(c)) + (f"<br><code>{html.escape(repro['command'])}</code>" if repro else "")
+        note = html.escape(_note(c) + _divergence_note(c)) + (f"<br><code>{html.escape(repro['command'])}</code>" if repro else "")
         tol = "".join(f"<br><small>{html.escape(o['output'])}: tolerance from {html.escape(o['tolerance']['source'])}"
                       f"</small>" for o in c["details"].get("outputs") or [])
         out.append(f"<tr class={c['status']}><td>{html.escape(c['model'])}</td><td>{c['precision'] or '—'}</td>"
@@ -76,3 +77,31 @@ def render_html(data):
                    f"<td>{html.escape(_stat_cell(c))}{tol}</td><td>{note}</td><td>{''.join(_plots(c))}</td></tr>")
     out.append("</table>")
     return "\n".join(out) + "\n"
+
+
+def _divergence_plot(check, plt):
+    """Error by depth for a failing fp16/int8 check (details["divergence"]["error_by_depth"]): max abs and max rel
+    error of every matched node output against its depth, the first divergent node marked."""
+    d = check["details"].get("divergence") or {}
+    rows = d.get("error_by_depth") or []
+    if not rows:
+        return []
+
+    def finite(v):
+        return v if isinstance(v, (int, float)) else 1e30  # "inf"/"nan" strings in strict JSON: plot at the top
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    depth = [r["depth"] for r in rows]
+    ax.scatter(depth, [max(finite(r["max_abs"]), 1e-12) for r in rows], s=6, label="max abs")
+    ax.scatter(depth, [max(finite(r["max_rel"]), 1e-12) for r in rows], s=6, marker="x", label="max rel")
+    first = next((r for r in rows if r["node"] == d.get("first_node")), None)
+    if first is not None:
+        ax.axvline(first["depth"], color="r", ls="--", label=f"first divergent: {first['node']} ({first['op_type']})")
+    ax.set_yscale("log")
+    ax.set_xlabel("node depth (longest path from the inputs)")
+    ax.set_ylabel("error vs FP32 ONNX")
+    ax.set_title("error by depth")
+    ax.legend(fontsize=7)
+    image = f'<img src="{_png(fig)}" alt="error by depth">'
+    plt.close(fig)
+    return [image]

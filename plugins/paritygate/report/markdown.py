@@ -28,6 +28,24 @@ def _note(check):
     return text if len(text) <= 240 else text[:240] + "… (full text in parity-report.json)"
 
 
+def _divergence_note(check):
+    """Where precision broke and the plan that repairs it (details["divergence"], paritygate/divergence.py)."""
+    d = check["details"].get("divergence")
+    if not d:
+        return ""
+    if d.get("error"):
+        return f" · localization failed: {d['error']}".replace("|", "\\|")
+    where = (f"first divergent node `{d['first_node']}` ({d['op_type']}), max abs error "
+             f"{_num(d['max_abs_error'])}" if d.get("first_node") else (d.get("note") or "no divergent node"))
+    plan = d.get("keep_fp32", d.get("exclude_from_quantization"))
+    if plan is None:
+        return f" · {where}"
+    verb = "keep in FP32" if "keep_fp32" in d else "leave unquantized"
+    status = "verified ✅" if d.get("verified") else "not verified ❌"
+    config = f": `{d['config'].splitlines()[1]}`" if d.get("config") else ""
+    return f" · {where}; {verb} {', '.join(f'`{n}`' for n in plan) or 'nothing'} ({status}){config}"
+
+
 def _environment_line(data):
     env = data["environment"]
     gpu = (env.get("gpu") or {}).get("name") or f"none ({env.get('gpu_unavailable_reason')})"
@@ -46,7 +64,7 @@ def render_markdown(data):
              "|---|---|---|---|---|---|"]
     for c in checks:
         lines.append(f"| {c['model']} | {c['precision'] or '—'} | {c['check']} | {ICON[c['status']]} | "
-                     f"{_stat_cell(c)} | {_note(c)} |")
+                     f"{_stat_cell(c)} | {_note(c)}{_divergence_note(c)} |")
     latency = [c for c in checks if c["details"].get("latency")]
     if latency:
         lines += ["", "## Latency", "",

@@ -81,8 +81,9 @@ def _quiet_env():
 
 def fp16_onnx(spec, keep_fp32=FP16_KEEP_FP32):
     src = fp32_onnx(spec)
+    plan = precision_list(spec, "fp16_keep_fp32")  # [models.precision]: node names or op types kept in FP32
     key = key_of(src=hash_path(src), keep=sorted(keep_fp32), occ=_version("onnxconverter-common"),
-                 onnx=_version("onnx"), io="float32-outputs-restored")
+                 onnx=_version("onnx"), io="float32-outputs-restored", **({"plan": sorted(plan)} if plan else {}))
 
     def build(out):
         from onnxconverter_common import float16
@@ -90,11 +91,13 @@ def fp16_onnx(spec, keep_fp32=FP16_KEEP_FP32):
         source = load_checked(src)
         for i, node in enumerate(source.graph.node):  # the converter names its Casts after nodes: "" collides
             node.name = node.name or f"{node.op_type}__{i}"
+        check_precision_list(spec, "fp16_keep_fp32", plan, source)
         floats = {o.name for o in source.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
         with warnings.catch_warnings():  # weights beyond float16 are clamped by design; parity measures the effect
             warnings.filterwarnings("ignore", r"the float32 number .* will be truncated to", UserWarning)
             model = float16.convert_float_to_float16(
-                source, keep_io_types=True, op_block_list=list(keep_fp32) + list(float16.DEFAULT_OP_BLOCK_LIST))
+                source, keep_io_types=True, op_block_list=list(keep_fp32) + list(float16.DEFAULT_OP_BLOCK_LIST) +
+                list(plan), node_block_list=list(plan))
         onnx.save(_restore_float32_outputs(model, floats), str(out))
 
     return cached_file("onnx", f"{spec.name}-fp16-{key}", ".onnx", build)
@@ -137,8 +140,9 @@ def load_calibration(spec):
 def int8_onnx(spec, ops=INT8_OPS):
     calib = load_calibration(spec)
     src = fp32_onnx(spec)
+    plan = precision_list(spec, "int8_exclude")  # [models.precision]: node names or op types left unquantized
     key = key_of(src=hash_path(src), calib=hash_path(spec.calibration), ops=sorted(ops),
-                 ort=_version("onnxruntime"), onnx=_version("onnx"))
+                 ort=_version("onnxruntime"), onnx=_version("onnx"), **({"plan": sorted(plan)} if plan else {}))
 
     def build(out):
         from onnxruntime import quantization as q
@@ -146,15 +150,31 @@ def int8_onnx(spec, ops=INT8_OPS):
         from paritygate.iomap import input_map
 
         names = input_map(spec, [i.name for i in load_checked(src).graph.input])  # reference -> ONNX input names
+        check_precision_list(spec, "int8_exclude", plan, load_checked(src))
         n = len(next(iter(calib.values())))
         reader = _Reader([{names[k]: v[i:i + 1] for k, v in calib.items()} for i in range(n)])
         q.quantize_static(str(src), str(out), reader, quant_format=q.QuantFormat.QDQ,
                           activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
-                          per_channel=True, op_types_to_quantize=list(ops),
+                          per_channel=True, op_types_to_quantize=[op for op in ops if op not in plan],
+                          nodes_to_exclude=list(plan),
                           calibrate_method=q.CalibrationMethod.MinMax,
                           extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
 
     return cached_file("onnx", f"{spec.name}-int8-{key}", ".onnx", build)
+
+
+def precision_list(spec, key):
+    """A ``[models.precision]`` list of the model (node names or op types), as a tuple."""
+    return tuple((getattr(spec, "precision", None) or {}).get(key, ()))
+
+
+def check_precision_list(spec, key, entries, model):
+    """Every entry must name a node or an op type of the FP32 graph: a typo must not silently keep nothing."""
+    names = {n.name for n in model.graph.node} | {n.op_type for n in model.graph.node}
+    unknown = [e for e in entries if e not in names]
+    if unknown:
+        raise RunnerError(f"{spec.where('precision.' + key)}: {unknown} name no node and no op type of the FP32 "
+                          f"graph ({len(model.graph.node)} nodes, op types {sorted({n.op_type for n in model.graph.node})})")
 
 
 class _Reader:

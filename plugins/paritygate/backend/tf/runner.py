@@ -1,4 +1,4 @@
-"""Native TensorFlow reference: a SavedModel signature or a .keras file, run on CPU."""
+"""Native TensorFlow reference: a SavedModel signature, a .keras file or a legacy Keras 2 .h5 file, run on CPU."""
 
 import hashlib
 from pathlib import Path
@@ -24,9 +24,17 @@ class TfRunner(BaseRunner):
 
     def activate_impl(self):
         if self.path.suffix == ".keras":
-            self._load_keras()
+            self._load_keras(lazy_import("keras"))
+        elif self.path.suffix == ".h5":
+            self._load_keras(_legacy_keras(self.path))
         else:
             self._load_saved_model()
+
+    def describe(self):
+        """The reference as messages name it: a SavedModel with its signature, or a Keras file."""
+        if self.path.suffix in (".keras", ".h5"):
+            return f"{self.path} (Keras {'3' if self.path.suffix == '.keras' else '2 legacy HDF5'} file)"
+        return f"{self.path} (signature '{self.signature}')"
 
     def _load_saved_model(self):
         if not (self.path / "saved_model.pb").exists():
@@ -48,15 +56,15 @@ class TfRunner(BaseRunner):
                         for k, s in specs.items()}
         self.output_names = sorted(fn.structured_outputs)
 
-    def _load_keras(self):
-        keras = lazy_import("keras")
+    def _load_keras(self, keras):
         try:
             model = keras.saving.load_model(str(self.path), compile=False)
         except Exception as err:
             raise RunnerError(f"{self.path}: cannot load Keras model: {err}") from err
         self._variables = [(getattr(w, "path", w.name), np.asarray(w.numpy())) for w in model.weights]
         names = [t.name.split(":")[0] for t in model.inputs]
-        self._inputs = {n: (np.dtype(t.dtype), tuple(-1 if d is None else d for d in t.shape))
+        self._inputs = {n: (np.dtype(getattr(t.dtype, "as_numpy_dtype", t.dtype)),
+                            tuple(-1 if d is None else d for d in t.shape))
                         for n, t in zip(names, model.inputs)}
         outs = getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))]
         self.output_names = list(outs)
@@ -97,3 +105,15 @@ class TfRunner(BaseRunner):
     def deactivate_impl(self):
         self._fn = None
         self._keep = None
+
+
+def _legacy_keras(path):
+    """Keras 2's loader for a legacy .h5 file: tf_keras (Keras 3 reads only some .h5 files; Keras 2 layer configs
+    such as LSTM's `time_major` make it fail). tf-keras declares a dependency on `tensorflow`, not tensorflow-cpu:
+    install it with `pip install --no-deps tf-keras==<your TensorFlow version>`."""
+    try:
+        import tf_keras
+    except ImportError as err:
+        raise RunnerError(f"{path}: a legacy Keras 2 .h5 reference needs tf_keras (pip install --no-deps "
+                          "tf-keras matching your TensorFlow version), or save the model as .keras / SavedModel") from err
+    return tf_keras

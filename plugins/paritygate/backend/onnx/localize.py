@@ -1,0 +1,176 @@
+"""Where precision breaks: the FP32 ONNX and its FP16/INT8 artifact run on one input with every intermediate
+tensor exposed (Polygraphy's ``--onnx-outputs mark all``), compared node by node in topological order.
+
+Matching. Both artifacts derive from the same FP32 graph and keep its node names: onnxconverter-common adds
+``Cast`` nodes (``<node>_input_castN`` / ``<node>_output_castN``, renaming a kept node's output to
+``<node>_output_cast_N``) and quantize_static adds ``QuantizeLinear``/``DequantizeLinear`` nodes (renaming a
+quantized graph output to ``<out>_QuantizeLinear_Input``). So an FP32 node is paired with the candidate node
+of the same name and op type, output by output position; the inserted Cast and Q/DQ nodes have no FP32
+counterpart and are not compared themselves (their effect shows in the consumer's output). A node without a
+same-named counterpart is paired by output tensor name.
+
+Tolerance per tensor (``tensor_tolerance``): an element fails when
+``|cand - ref| > atol * max|ref| + rtol * |ref|``, with atol/rtol the failing check's own tolerance
+(``comparator.tolerance.tolerance_for``: TF-TRT's 1e-2 for FP16, 3e-1/1e-1 for INT8). It is the check's
+``numpy.isclose`` rule with the absolute term scaled to the tensor's magnitude: floating-point and
+quantization errors are relative to the values (FP16 rounds each value to 2^-11 of itself; a symmetric INT8
+tensor steps by max|x|/127), so an intermediate of magnitude 1e3 may carry 1e3 times the absolute error of an
+O(1) output, and the normwise (max) scale rather than a purely elementwise one tolerates the cancellation
+near zero where elementwise relative error is unbounded (Higham, *Accuracy and Stability of Numerical
+Algorithms*, 2nd ed., section 1.2 and 7.1: normwise vs componentwise error).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paritygate.lazy import lazy_import
+
+onnx = lazy_import("onnx")
+ort = lazy_import("onnxruntime")
+
+
+def named_nodes(model):
+    """Give unnamed nodes the names the fp16 loader gives them (``<op>__<index>``), in place; returns model."""
+    for i, node in enumerate(model.graph.node):
+        node.name = node.name or f"{node.op_type}__{i}"
+    return model
+
+
+def depths(model):
+    """Node name -> depth: 1 + the deepest producer of its inputs (graph inputs and initializers are 0).
+    ONNX requires graph.node in topological order (IR spec, "Graphs"), so one pass suffices."""
+    tensor_depth, out = {}, {}
+    for node in model.graph.node:
+        d = 1 + max((tensor_depth.get(i, 0) for i in node.input if i), default=0)
+        out[node.name] = d
+        for o in node.output:
+            tensor_depth[o] = d
+    return out
+
+
+def pair_tensors(fp32_model, cand_model):
+    """FP32 tensor name -> candidate tensor name, for every FP32 node output that has a counterpart."""
+    cand_nodes = {n.name: n for n in cand_model.graph.node if n.name}
+    cand_tensors = {o for n in cand_model.graph.node for o in n.output} | {i.name for i in cand_model.graph.input}
+    pairs = {}
+    for node in fp32_model.graph.node:
+        twin = cand_nodes.get(node.name)
+        if twin is not None and twin.op_type == node.op_type and len(twin.output) == len(node.output):
+            pairs.update({o: c for o, c in zip(node.output, twin.output) if o and c})
+        else:
+            pairs.update({o: o for o in node.output if o in cand_tensors})
+    return pairs
+
+
+def run_marked(model, feed, names):
+    """Run ``model`` (a ModelProto) on ``feed`` with the tensors ``names`` exposed as graph outputs."""
+    marked = onnx.ModelProto()
+    marked.CopyFrom(model)
+    have = {o.name for o in marked.graph.output}
+    for name in names:
+        if name not in have:
+            marked.graph.output.append(onnx.ValueInfoProto(name=name))  # type left to ONNX Runtime's inference
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    sess = ort.InferenceSession(marked.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+    wanted = [o.name for o in sess.get_outputs() if o.name in set(names)]
+    return dict(zip(wanted, sess.run(wanted, feed)))
+
+
+def tensor_error(ref, cand, atol, rtol):
+    """(max abs error, max rel error, passed) of one tensor under the magnitude-scaled rule (module doc)."""
+    r, c = np.asarray(ref, np.float64), np.asarray(cand, np.float64)
+    if r.shape != c.shape:
+        return float("inf"), float("inf"), False
+    if r.size == 0:
+        return 0.0, 0.0, True
+    finite = np.isfinite(r)
+    scale = float(np.abs(r[finite]).max()) if finite.any() else 0.0
+    same_nonfinite = (r == c) | (np.isnan(r) & np.isnan(c))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # inf - inf, x / 0: handled below
+        err = np.where(same_nonfinite, 0.0, np.abs(c - r))
+        err = np.where(np.isnan(err), np.inf, err)
+        rel = np.where(err == 0, 0.0, err / np.abs(r))
+    bound = atol * scale + rtol * np.abs(r)
+    return float(err.max()), float(rel.max()), bool(np.all(err <= bound))
+
+
+@dataclass
+class NodeError:
+    node: str
+    op_type: str
+    depth: int
+    tensor: str
+    max_abs: float
+    max_rel: float
+    passed: bool
+
+    def as_dict(self):
+        return {"node": self.node, "op_type": self.op_type, "depth": self.depth, "tensor": self.tensor,
+                "max_abs": self.max_abs, "max_rel": self.max_rel, "passed": self.passed}
+
+
+@dataclass
+class Divergence:
+    rows: list = field(default_factory=list)  # NodeError per compared node output, topological order
+    unmatched: list = field(default_factory=list)  # FP32 node outputs with no candidate counterpart
+
+    @property
+    def first(self):
+        return next((r for r in self.rows if not r.passed), None)
+
+    def failing(self):
+        return [r for r in self.rows if not r.passed]
+
+
+def _is_float(arr):
+    return np.asarray(arr).dtype.kind == "f"
+
+
+def divergence(fp32_model, cand_model, feed, atol, rtol):
+    """Compare every matched float intermediate of ``cand_model`` with ``fp32_model``'s on ``feed``."""
+    fp32_model = named_nodes(_copy(fp32_model))
+    pairs = pair_tensors(fp32_model, cand_model)
+    ref = run_marked(fp32_model, feed, [o for n in fp32_model.graph.node for o in n.output if o])
+    cand = run_marked(cand_model, feed, sorted(set(pairs.values())))
+    depth = depths(fp32_model)
+    result = Divergence()
+    for node in fp32_model.graph.node:
+        for out in node.output:
+            if not out or out not in ref or not _is_float(ref[out]):
+                continue
+            if pairs.get(out) not in cand:
+                result.unmatched.append(out)
+                continue
+            max_abs, max_rel, ok = tensor_error(ref[out], cand[pairs[out]], atol, rtol)
+            result.rows.append(NodeError(node.name, node.op_type, depth[node.name], out, max_abs, max_rel, ok))
+    return result
+
+
+def _copy(model):
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def upstream(model, node_name, eligible, exclude=()):
+    """The nearest nodes upstream of ``node_name`` (through its inputs) for which ``eligible(node)`` holds and
+    that are not in ``exclude``: where to look when keeping the divergent node itself did not help."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    by_name = {n.name: n for n in model.graph.node}
+    found, seen = [], set()
+    frontier = [by_name[node_name]] if node_name in by_name else []
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for i in node.input:
+                p = producer.get(i)
+                if p is None or p.name in seen:
+                    continue
+                seen.add(p.name)
+                (found if eligible(p) and p.name not in exclude else nxt).append(p)
+        if found:
+            return [p.name for p in found]
+        frontier = nxt
+    return []

@@ -1,0 +1,167 @@
+"""paritygate.backend.onnx.localize / repair and paritygate.divergence: precision breaks injected into ONNX graphs
+made in code are found at the right node, and the plan (keep in FP32 / leave unquantized) verifies."""
+
+import numpy as np
+import pytest
+
+from paritygate import divergence
+from paritygate.backend.base import RunnerError
+from paritygate.backend.onnx import loader, localize
+from tests.conftest import make_onnx, toy_spec
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxconverter_common")
+pytestmark = pytest.mark.onnx
+
+h = onnx.helper
+FLOAT = onnx.TensorProto.FLOAT
+
+
+def const(name, value):
+    return h.make_node("Constant", [], [name], name=name, value=h.make_tensor(name, FLOAT, [], [value]))
+
+
+def run(path, feed):
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+
+
+# -- an intermediate that overflows FP16 -------------------------------------------------------------------
+def overflow_onnx(path):
+    """y = LayerNormalization(x * 1e4) over 4 features: for |x| > 6.55, x * 1e4 exceeds float16's 65504. The
+    constant is within float16 range, so the converter's constant clamping plays no part.
+
+    Why a LayerNormalization behind it: ONNX Runtime's CPU provider (1.31, x86) has FP16 kernels for few ops
+    (LayerNormalization, Transpose, Concat, Max/Min/Clip, Identity, measured); it runs the others upcast to FP32
+    and drops the FP16 round trip between two upcast ops, so an overflowing Mul feeding another Mul never shows
+    there. A LayerNormalization running in FP16 (not kept in FP32) reads the product in FP16, as TensorRT would."""
+    scale = onnx.numpy_helper.from_array(np.ones(4, np.float32), "gamma")
+    bias = onnx.numpy_helper.from_array(np.zeros(4, np.float32), "beta")
+    nodes = [const("k_up", 1e4), h.make_node("Mul", ["x", "k_up"], ["big"], name="scale_up"),
+             h.make_node("LayerNormalization", ["big", "gamma", "beta"], ["y"], name="layer_norm", axis=-1)]
+    return make_onnx(path, nodes, outputs=("y",), width=4, initializers=[scale, bias])
+
+
+@pytest.fixture
+def overflow(tmp_path, parity_cache):
+    spec = toy_spec(onnx=overflow_onnx(tmp_path / "overflow.onnx"), precisions=("fp32", "fp16"),
+                    inputs={"x": ((-1, 4), "float32", (-10.0, 10.0))})
+    x = np.random.default_rng(0).uniform(-10, 10, (8, 4)).astype(np.float32)
+    x[:4] /= 2  # samples 0..3 stay within float16 (|x| * 1e4 <= 5e4), samples 4..7 do not
+    x[4:, 0] = 9.0
+    return spec, {"x": x}, run(spec.onnx, {"x": x})
+
+
+def test_fp16_overflow_breaks_the_check(overflow):
+    spec, feed, ref = overflow
+    out = run(loader.fp16_onnx(spec, keep_fp32=()), feed)["y"]
+    assert np.isfinite(out[:4]).all() and not np.isfinite(out[4:]).any(axis=1).all() is False
+    assert (~np.isfinite(out[4:])).any(axis=1).all()  # the break the tests below localize
+    np.testing.assert_allclose(run(loader.fp16_onnx(spec), feed)["y"], ref["y"], atol=1e-2, rtol=1e-2)  # kept
+
+
+def test_fp16_overflow_is_localized_at_the_mul_and_the_plan_verifies(overflow):
+    spec, feed, ref = overflow
+    d = divergence.localize_and_repair(spec, "fp16", feed, ref, fp16_ops=())
+    assert "error" not in d, d
+    assert (d["first_node"], d["op_type"], d["tensor"]) == ("scale_up", "Mul", "big")
+    assert d["max_abs_error"] == float("inf")
+    assert d["input"]["samples"] == [4, 5, 6, 7]  # the samples that failed the check
+    assert d["verified"] is True and d["keep_fp32"] == ["scale_up", "layer_norm"]
+    assert d["config"].splitlines()[1] == 'fp16_keep_fp32 = ["scale_up", "layer_norm"]'
+    by_node = {r["node"]: r for r in d["error_by_depth"]}
+    assert by_node["k_up"]["max_abs"] == 0 and by_node["scale_up"]["depth"] == 2
+    # the plan, written as config, builds an artifact that passes on the same inputs
+    import dataclasses
+
+    fixed = dataclasses.replace(spec, precision={"fp16_keep_fp32": d["keep_fp32"]})
+    np.testing.assert_allclose(run(loader.fp16_onnx(fixed, keep_fp32=()), feed)["y"], ref["y"], rtol=1e-2, atol=1e-2)
+
+
+def test_localization_pairs_tensors_across_the_inserted_casts(overflow):
+    spec, feed, _ = overflow
+    import dataclasses
+
+    plan = dataclasses.replace(spec, precision={"fp16_keep_fp32": ["scale_up"]})
+    kept = onnx.load(str(loader.fp16_onnx(plan, keep_fp32=())))
+    fp32 = onnx.load(str(spec.onnx))
+    pairs = localize.pair_tensors(fp32, kept)
+    assert pairs["big"] == "scale_up_output_cast_0"  # a kept node's own FP32 output, not the Cast after it
+    assert pairs["y"] == "layer_norm_cast_to_y"  # keep_io_types renames the producer of a graph output
+    div = localize.divergence(fp32, kept, feed, 1e-2, 1e-2)
+    assert div.first.node == "layer_norm" and not div.unmatched  # the FP16 cast after the kept Mul overflows
+
+
+def test_fp16_plan_entry_that_names_nothing_is_an_error_naming_the_key(overflow):
+    spec, _, _ = overflow
+    import dataclasses
+
+    bad = dataclasses.replace(spec, precision={"fp16_keep_fp32": ["scale_upp"]})
+    with pytest.raises(RunnerError, match=r"key 'precision.fp16_keep_fp32': \['scale_upp'\] name no node"):
+        loader.fp16_onnx(bad)
+
+
+# -- a quantized op that breaks INT8 ------------------------------------------------------------------------
+def outlier_onnx(path):
+    """y = relu(x @ W1) @ W2, W1 the identity with column 0 scaled by 1000: per-tensor symmetric INT8 of the
+    MatMul's output steps by ~1000/127, which rounds columns 1..7 (|v| <= 1) to zero; W2 ignores column 0."""
+    w1 = np.eye(8, dtype=np.float32)
+    w1[:, 0] *= 1000
+    w2 = np.random.default_rng(0).uniform(-1, 1, (8, 4)).astype(np.float32)
+    w2[0] = 0
+    inits = [onnx.numpy_helper.from_array(w1, "W1"), onnx.numpy_helper.from_array(w2, "W2")]
+    nodes = [h.make_node("MatMul", ["x", "W1"], ["h"], name="outlier_matmul"),
+             h.make_node("Relu", ["h"], ["r"], name="relu"),
+             h.make_node("MatMul", ["r", "W2"], ["y"], name="head_matmul")]
+    path = make_onnx(path, nodes, outputs=("y",), width=8, initializers=inits)
+    model = onnx.load(str(path))
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 4
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture
+def outlier(tmp_path, parity_cache):
+    calib = tmp_path / "calib.npz"
+    rng = np.random.default_rng(1)
+    np.savez(calib, x=rng.uniform(-1, 1, (16, 8)).astype(np.float32))
+    spec = toy_spec(onnx=outlier_onnx(tmp_path / "outlier.onnx"), precisions=("fp32", "int8"), calibration=calib,
+                    inputs={"x": ((-1, 8), "float32", (-1.0, 1.0))})
+    x = rng.uniform(-1, 1, (6, 8)).astype(np.float32)
+    return spec, {"x": x}, run(spec.onnx, {"x": x})
+
+
+def test_int8_outlier_is_localized_and_the_exclusion_verifies(outlier):
+    spec, feed, ref = outlier
+    assert np.abs(run(loader.int8_onnx(spec), feed)["y"] - ref["y"]).max() > 0.3  # the break: beyond INT8 atol
+    d = divergence.localize_and_repair(spec, "int8", feed, ref)
+    assert "error" not in d, d
+    # relu(x @ W1) still matches at its own (outlier) scale; the head MatMul, fed the rounded-away columns, is
+    # the first output to leave tolerance
+    assert (d["first_node"], d["op_type"]) == ("head_matmul", "MatMul")
+    assert d["verified"] is True and "outlier_matmul" in d["exclude_from_quantization"]
+    assert "keep_fp32" not in d and d["config"].splitlines()[1].startswith("int8_exclude = [")
+    import dataclasses
+
+    fixed = dataclasses.replace(spec, precision={"int8_exclude": d["exclude_from_quantization"]})
+    assert np.abs(run(loader.int8_onnx(fixed), feed)["y"] - ref["y"]).max() < 0.3
+
+
+def test_int8_exclusion_by_op_type_leaves_that_op_unquantized(outlier):
+    spec, _, _ = outlier
+    import dataclasses
+
+    path = loader.int8_onnx(dataclasses.replace(spec, precision={"int8_exclude": ["MatMul"]}))
+    assert path != loader.int8_onnx(spec)  # the plan is part of the cache key
+    assert "QuantizeLinear" not in [n.op_type for n in onnx.load(str(path)).graph.node]
+
+
+# -- the tolerance rule -------------------------------------------------------------------------------------
+def test_tensor_error_scales_the_absolute_term_with_the_magnitude():
+    ref = np.array([1000.0, 1.0, 0.0])
+    assert localize.tensor_error(ref, ref + [5.0, 5.0, 5.0], 1e-2, 1e-2)[2]  # 5 <= 1e-2 * 1000 + ...
+    assert not localize.tensor_error(ref, ref + [0, 11.0, 0], 1e-2, 1e-2)[2]
+    assert not localize.tensor_error(ref, np.array([np.inf, 1, 0]), 1e-2, 1e-2)[2]
+    assert localize.tensor_error(np.array([np.inf]), np.array([np.inf]), 1e-2, 1e-2)[2]  # same non-finite
+    assert not localize.tensor_error(np.zeros(3), np.array([0, 0, 1e-9]), 1e-2, 1e-2)[2]  # zero tensor: exact

@@ -1,0 +1,79 @@
+"""Regenerate the committed input sets of the third-party models (deterministic; nothing downloaded):
+
+    python -m tests.thirdparty.make_inputs
+
+basic_pitch  2 s clips at 22050 Hz (43844 samples, the model's window): piano-like notes (harmonics 1-6 with
+             1/k amplitudes, exponential decay), two-note chords and a rest, at levels 0.05-0.8, plus -60 dB noise.
+             inputs/basic_pitch.npz (golden/property inputs), calibration/basic_pitch.npz (int8), disjoint seeds.
+nakdimon     Hebrew sentences encoded as nakdimon 0.1.2 encodes them (nakdimon/dataset.py: ids into
+             [''] + SPECIAL_TOKENS + VALID_LETTERS, final letters folded to regular ones, zero-padded to 80).
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).parent
+SAMPLES, RATE = 43844, 22050
+
+# nakdimon/hebrew.py: SPECIAL_TOKENS + VALID_LETTERS; ids start at 1 (0 is the mask/padding token)
+HEBREW = [chr(c) for c in range(0x05D0, 0x05EA + 1)]
+TABLE = ["", "H", "O", "5", " ", "!", '"', "'", "(", ")", ",", "-", ".", ":", ";", "?"] + HEBREW
+FINALS = dict(zip("ךםןףץ", "כמנפצ"))
+SENTENCES = [
+    "בראשית ברא אלהים את השמים ואת הארץ.",
+    "והארץ היתה תהו ובהו וחשך על פני תהום.",
+    "ויאמר אלהים יהי אור ויהי אור.",
+    "הילד הלך לבית הספר בבוקר עם אחותו הקטנה.",
+    "מחר נלך לים אם מזג האוויר יהיה נעים.",
+    "האם ראית את הספר החדש שקניתי אתמול?",
+    "הממשלה החליטה להשקיע בתחבורה ציבורית.",
+    "שלום, מה שלומך היום?",
+    "אני אוהב לקרוא ספרים בערב, ליד החלון.",
+    "העיר ירושלים יפה מאוד בשעות הערב.",
+    "הוא כתב מכתב ארוך לחבר שלו בחו\"ל.",
+    "התלמידים שאלו שאלות רבות במהלך השיעור.",
+]
+
+
+def encode(text, length=80):
+    ids = [TABLE.index(FINALS.get(c, c)) for c in text][:length]
+    return np.array(ids + [0] * (length - len(ids)), dtype=np.int32)
+
+
+def note(freq, seconds, level, rng):
+    t = np.arange(SAMPLES) / RATE
+    env = np.exp(-3.0 * t) * (t < seconds)
+    wave = sum(np.sin(2 * np.pi * k * freq * t + rng.uniform(0, 2 * np.pi)) / k for k in range(1, 7))
+    return level * env * wave / 2.45  # 2.45: the peak of the harmonic sum above
+
+
+def clips(seed, count):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        midi = rng.integers(36, 96, size=2)
+        freqs = 440.0 * 2.0 ** ((midi - 69) / 12)
+        level = float(rng.uniform(0.05, 0.8))
+        x = note(freqs[0], rng.uniform(0.3, 2.0), level, rng)
+        if i % 3 == 1:  # a chord
+            x = x + note(freqs[1], rng.uniform(0.3, 2.0), level, rng)
+        if i % 3 == 2:  # a rest, then a later note
+            x = np.roll(x, SAMPLES // 2) * (np.arange(SAMPLES) >= SAMPLES // 2)
+        x = x + 1e-3 * rng.standard_normal(SAMPLES)
+        out.append(np.clip(x, -1.0, 1.0))
+    return np.asarray(out, dtype=np.float32)[..., None]
+
+
+def main():
+    for folder in ("inputs", "calibration"):
+        (HERE / folder).mkdir(exist_ok=True)
+    np.savez(HERE / "inputs" / "basic_pitch.npz", input_2=clips(1, 6))
+    np.savez(HERE / "calibration" / "basic_pitch.npz", input_2=clips(2, 8))
+    ids = np.stack([encode(s) for s in SENTENCES])
+    np.savez(HERE / "inputs" / "nakdimon.npz", input_1=ids[:8])
+    np.savez(HERE / "calibration" / "nakdimon.npz", input_1=ids[8:])
+
+
+if __name__ == "__main__":
+    main()
