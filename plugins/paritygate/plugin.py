@@ -154,6 +154,8 @@ def _classify(report, call):
 def pytest_report_teststatus(report, config):
     """`error`, `inconclusive` and `regenerated` get their own word in the terminal (counts, -r summary, verbose lines)."""
     status = getattr(report, REPORT_ATTR, None)
+    if status is None and report.when == "call" and report.passed:  # xdist ships user_properties, not attributes
+        status = next((v for k, v in report.user_properties if k == REPORT_ATTR and v in MARKED), None)
     if status == "error":
         return "error", "E", "ERROR"
     if status == "inconclusive":
