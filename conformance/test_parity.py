@@ -18,6 +18,12 @@ def test_matches_reference(parity_session, parity_case, parity_details):
                                                                        ref.inputs, result.failures)
         _localize(parity_session, spec, precision, ref, parity_details)
     assert result.passed, "\n".join(result.failures)
+    parity_details["informativeness"] = result.informativeness
+    if not result.informativeness["informative"]:
+        from paritygate.vacuity import message
+        from paritygate.verdict import Inconclusive
+
+        raise Inconclusive(message(spec, "matches_reference", result.informativeness), allowed=spec.allow_uninformative)
 
 
 def test_accepts_every_batch_size(parity_session, parity_case, parity_details):
@@ -67,14 +73,18 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
 
 
 def _describe_candidate(session, spec, precision):
-    """What ran as the candidate: runtime, artifact and, for fp16, the ops kept in FP32."""
-    from paritygate.backend.onnx.loader import FP16_KEEP_FP32
+    """What ran as the candidate: runtime, artifact, for fp16 the ops kept in FP32, and the ONNX artifact's report
+    (TensorRT lint findings, FP16 nodes blocked, constants FP16 cannot hold: paritygate.backend.onnx.loader)."""
+    from paritygate.backend.onnx.loader import FP16_KEEP_FP32, artifact_report
     from paritygate.runtimes import candidate_runner
 
     runner = candidate_runner(session, spec, precision)
     out = {"runtime": session.runtime, "runner": runner.name, "artifact": str(getattr(runner, "path", "") or "")}
     if precision == "fp16":
         out["fp16_keep_fp32"] = list(session.fp16_keep_fp32 or FP16_KEEP_FP32)
+    if precision not in spec.engines:  # a prebuilt engine has no ONNX artifact
+        report = artifact_report(spec, precision, session.fp16_keep_fp32)
+        out.update({k: report[k] for k in ("lint", "fp16_blocked", "constants_out_of_range", "built_by_suite")})
     return out
 
 

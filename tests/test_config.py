@@ -283,3 +283,14 @@ def test_source_is_the_resolved_config_path(folder):
     path = write_config(folder, {"models": [minimal()]})
     (spec,) = load_config(Path(str(folder) + "/./parity.toml"))
     assert spec.source == path.resolve() and spec.where("inputs") == f"{path}: model 'm': key 'inputs'"
+
+
+def test_allow_uninformative_and_nondeterministic_keys(folder):
+    doc = {"models": [dict(minimal(), allow_uninformative=True, nondeterministic="atomics in reductions (docs link)")]}
+    spec = load_config(write_config(folder, doc))[0]
+    assert spec.allow_uninformative is True and spec.nondeterministic.startswith("atomics")
+    plain = load_config(write_config(folder, {"models": [minimal()]}))[0]
+    assert plain.allow_uninformative is False and plain.nondeterministic is None
+    for key, value, words in (("allow_uninformative", "yes", "expected boolean"), ("nondeterministic", "", "non-empty")):
+        with pytest.raises(ConfigError, match=f"model 'm': key '{key}': .*{words}"):
+            load_config(write_config(folder, {"models": [dict(minimal(), **{key: value})]}))

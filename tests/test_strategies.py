@@ -147,3 +147,53 @@ def test_profiles_exist_and_hypothesis_profile_selects(tmp_path, chosen):
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (got["dev"], got["ci"], got["nightly"]) == ([10, False, None], [25, True, None], [400, False, None])
     assert got["current"] == got[chosen or "dev"]  # dev is the default
+
+
+# -- in-distribution inputs: the model's own input sets, as is and perturbed ------------------------------
+def _pool():
+    spec = toy_spec(max_batch=4, inputs={"x": ((-1, 2), "float32", (-1.0, 1.0)), "ids": ((-1, 3), "int32", (0, 9))})
+    pool = strategies.InputPool()
+    pool.add(spec, "golden", "g.npz", {"x": np.full((3, 2), 0.5, np.float32), "ids": np.full((3, 3), 4, np.int32)})
+    pool.add(spec, "calibration", "c.npz", {"x": np.full((2, 2), 1.0, np.float32), "ids": np.full((2, 3), 9, np.int32)})
+    return spec, pool
+
+
+@settings(max_examples=40)
+@given(st.data())
+def test_feeds_draw_rows_from_the_input_sets_and_record_their_sources(data):
+    spec, pool = _pool()
+    feed = data.draw(feeds(spec, pool=pool))
+    assert_respects(spec, feed)
+    assert len(feed.sources) == feed["x"].shape[0]
+    for i, source in enumerate(feed.sources):
+        assert source in ("noise", "golden", "golden~perturbed", "calibration", "calibration~perturbed")
+        if source == "golden":
+            assert (feed["x"][i] == 0.5).all() and (feed["ids"][i] == 4).all()
+
+
+def test_each_input_set_is_an_explicit_example():
+    spec, pool = _pool()
+    explicit = strategies.pool_feeds(spec, pool)
+    assert [f.sources for f in explicit] == [["golden"] * 3, ["calibration"] * 2]
+    assert [f.sources[0] for f in strategies.corner_feeds(spec)] == ["corner:low", "corner:high", "corner:zero"]
+
+
+def test_an_input_set_that_does_not_fit_the_spec_names_file_and_tensor():
+    spec, pool = _pool()
+    with pytest.raises(strategies.InputSetError, match=r"bad.npz: array 'x' is float64\[3, 2\], expected float32"):
+        pool.add(spec, "heldout", "bad.npz", {"x": np.zeros((3, 2)), "ids": np.zeros((3, 3), np.int32)})
+    with pytest.raises(strategies.InputSetError, match=r"bad.npz: array 'x' holds values in \[0.0, 2.0\], outside"):
+        pool.add(spec, "heldout", "bad.npz", {"x": np.array([[0, 2]] * 3, np.float32), "ids": np.zeros((3, 3), np.int32)})
+    with pytest.raises(strategies.InputSetError, match="bad.npz: input set lacks input 'ids'"):
+        pool.add(spec, "heldout", "bad.npz", {"x": np.zeros((3, 2), np.float32)})
+
+
+@settings(max_examples=30)
+@given(st.integers(0, 2**32 - 1))
+def test_perturbation_stays_within_the_range(seed):
+    spec, _ = _pool()
+    rng = np.random.default_rng(seed)
+    x = strategies.perturb(spec.inputs["x"], np.array([1.0, -1.0], np.float32), rng)
+    ids = strategies.perturb(spec.inputs["ids"], np.array([0, 9, 5], np.int32), rng)
+    assert x.dtype == np.float32 and -1.0 <= x.min() and x.max() <= 1.0
+    assert ids.dtype == np.int32 and 0 <= ids.min() and ids.max() <= 9

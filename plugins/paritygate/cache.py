@@ -7,6 +7,7 @@ converts and quantizes nothing, and a changed input can never be served a stale 
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -34,11 +35,18 @@ def key_of(**parts):
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
+def report_path(artifact):
+    """The build report written beside an artifact (``<key>.report.json``)."""
+    return Path(artifact).with_suffix(".report.json")
+
+
 def cached_file(kind, key, suffix, build):
     """Return ``<root>/<kind>/<key><suffix>``, calling ``build(tmp_path)`` to make it when absent.
 
     The build writes a temporary file that is renamed into place, so concurrent xdist workers never see
-    a half-written artifact; the loser of a race simply overwrites with identical content.
+    a half-written artifact; the loser of a race simply overwrites with identical content. A build that
+    raises leaves nothing behind. When ``build`` returns a dict (its build report: converter, settings,
+    findings), it is written as ``<key>.report.json`` beside the artifact, before the artifact appears.
     """
     target = cache_root() / kind / f"{key}{suffix}"
     if target.exists():
@@ -48,10 +56,42 @@ def cached_file(kind, key, suffix, build):
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{key}-", suffix=suffix)
     os.close(fd)
     try:
-        build(Path(tmp))
+        report = build(Path(tmp))
+        if report is not None:
+            _write_atomically(report_path(target), json.dumps(report, indent=1, sort_keys=True, default=str))
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     STATS["builds"] += 1
     return target
+
+
+def cached_dir(kind, key, build):
+    """Like ``cached_file`` for a folder (e.g. a SavedModel): ``build(tmp_dir)`` fills a fresh temporary folder
+    that is renamed to ``<root>/<kind>/<key>``; a build that raises leaves nothing behind."""
+    target = cache_root() / kind / key
+    if target.exists():
+        STATS["hits"] += 1
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}-"))
+    try:
+        build(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not target.exists():  # a concurrent worker renamed its identical folder first: keep that one
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    STATS["builds"] += 1
+    return target
+
+
+def _write_atomically(path, text):
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)

@@ -7,6 +7,7 @@ import numpy as np
 from paritygate import goldens
 from paritygate.comparator.compare import compare_outputs
 from paritygate.comparator.task import task_metrics
+from paritygate.comparator.tolerance import tolerance_for
 from paritygate.runtimes import candidate_runner, reference_runner
 
 HIST_BINS = np.concatenate([[0.0], np.logspace(-9, 2, 23)])  # |error| histogram edges for the report plots
@@ -48,6 +49,7 @@ class ParityResult:
     outputs: list  # OutputComparison
     task: dict = None
     failures: list = field(default_factory=list)
+    informativeness: dict = None  # paritygate.vacuity: what the inputs drew out of the reference
 
     @property
     def passed(self):
@@ -58,9 +60,13 @@ class ParityResult:
                 "failures": self.failures, **extra}
 
 
-def compare(spec, precision, ref_outputs, cand_outputs, labels=None, compare_task=True):
-    """Elementwise policy for every output plus the task metric for the model's task."""
-    result = ParityResult(spec.name, precision, compare_outputs(spec, precision, ref_outputs, cand_outputs))
+def compare(spec, precision, ref_outputs, cand_outputs, labels=None, compare_task=True, floors=None,
+            cosine_floors=None):
+    """Elementwise policy (with the cosine budget) for every output plus the task metric for the model's task.
+
+    ``floors`` / ``cosine_floors``: the reference's own noise per output (paritygate.reference_noise)."""
+    result = ParityResult(spec.name, precision,
+                          compare_outputs(spec, precision, ref_outputs, cand_outputs, floors, cosine_floors))
     for o in result.outputs:
         o._plot = (ref_outputs[o.output], cand_outputs[o.candidate_output])
         if not o.passed:
@@ -90,6 +96,15 @@ def _with_plot_data(comparison, max_points=1500):
 
 def candidate_parity(session, spec, precision):
     """The candidate at ``precision`` on the model's reference set (goldens, or live TF)."""
+    from paritygate import vacuity
+
     ref = reference_set(session, spec)
     cand = run_batched(candidate_runner(session, spec, precision), ref.inputs, spec.max_batch)
-    return compare(spec, precision, ref.outputs, cand, ref.labels), ref
+    result = compare(spec, precision, ref.outputs, cand, ref.labels)
+
+    def limit(name, out):
+        t = tolerance_for(spec, precision, name)
+        return t.atol + t.rtol * np.abs(out.astype(np.float64))
+
+    result.informativeness = vacuity.informativeness(spec, [ref.outputs], limit)
+    return result, ref

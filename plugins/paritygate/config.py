@@ -60,6 +60,8 @@ class ModelSpec:
     beam: dict = None
     latency: dict = field(default_factory=dict)
     precision: dict = field(default_factory=dict)  # [models.precision]: fp16_keep_fp32 / int8_exclude lists
+    allow_uninformative: bool = False  # an uninformative check is recorded as inconclusive, not failing the run
+    nondeterministic: str = None  # why repeated runs may differ (the runtime's docs): determinism is bounded
 
     def where(self, key):
         return f"{self.source}: model '{self.name}': key '{key}'"
@@ -205,6 +207,8 @@ def _model_spec(path, table, check_files):
         beam=table.get("beam"),
         latency=table.get("latency", {}),
         precision={k: list(v) for k, v in table.get("precision", {}).items()},
+        allow_uninformative=table.get("allow_uninformative", False),
+        nondeterministic=table.get("nondeterministic"),
     )
 
 

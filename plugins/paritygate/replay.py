@@ -21,7 +21,6 @@ import numpy as np
 
 META = "__meta__"
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
-REPEATS = 3  # determinism: runs of the same feed, as conformance/test_properties.py::test_determinism
 
 
 class ReplayError(Exception):
@@ -72,67 +71,70 @@ class Replayed:
     check: str
     passed: bool
     lines: list = field(default_factory=list)  # what was compared, one line each
+    subject: str = "the candidate"  # who the check judges
 
 
-# -- one function per replayable check: (settings, spec, precision, inputs) -> Replayed ----------------------
-def _parity(check, compare_task):
-    def run(settings, spec, precision, inputs):
-        from paritygate.checks import compare
-        from paritygate.runtimes import candidate_runner, reference_runner
+# -- one function per replayable check: (settings, spec, precision, inputs, meta) -> Replayed -----------------
+def _matches_reference(settings, spec, precision, inputs, meta):
+    """The candidate vs the live TF reference on the saved inputs: the elementwise policy and the task metric."""
+    from paritygate.checks import compare
+    from paritygate.runtimes import candidate_runner, reference_runner
 
-        ref = reference_runner(settings, spec).infer(inputs)
-        cand = candidate_runner(settings, spec, precision).infer(inputs)
-        result = compare(spec, precision, ref, cand, compare_task=compare_task)
-        lines = [("PASS " if o.passed else "FAIL ") + o.describe() for o in result.outputs]
-        lines += [f"task: {result.task}"] if result.task else []
-        return Replayed(check, result.passed, lines + result.failures)
+    ref = reference_runner(settings, spec).infer(inputs)
+    cand = candidate_runner(settings, spec, precision).infer(inputs)
+    result = compare(spec, precision, ref, cand)
+    lines = [("PASS " if o.passed else "FAIL ") + o.describe() for o in result.outputs]
+    lines += [f"task: {result.task}"] if result.task else []
+    return Replayed("matches_reference", result.passed, lines + result.failures)
+
+
+def _property(check):
+    """The property's own per-input check (``paritygate.properties.CHECKS``), with the reference run in every
+    configuration the candidate is judged in, exactly as the property ran it on this input."""
+
+    def run(settings, spec, precision, inputs, meta):
+        from paritygate.properties import CHECKS
+        from paritygate.reference_noise import Ledger, reference_noise
+        from paritygate.runtimes import candidate_runner
+
+        ledger = Ledger()
+        judge = CHECKS[check](spec, precision, candidate_runner(settings, spec, precision), ledger)
+        profile = reference_noise(settings, spec).profile(inputs)
+        try:
+            judge(inputs, profile)
+        except AssertionError as err:
+            return Replayed(check, False, str(err).splitlines() + _unstable_lines(ledger))
+        return Replayed(check, True, [f"PASS {o.describe()}" for o in ledger.worst.values()] + _unstable_lines(ledger))
 
     return run
 
 
-def _batch_invariance(settings, spec, precision, inputs):
-    """Each element alone (batch of 1) vs in the saved batch and moved within it: the candidate only."""
-    from paritygate.checks import compare
-    from paritygate.runtimes import candidate_runner
-
-    candidate = candidate_runner(settings, spec, precision)
-    together = candidate.infer(inputs)
-    n = len(next(iter(inputs.values())))
-    order = np.roll(np.arange(n), 1)
-    shuffled = candidate.infer({k: v[order] for k, v in inputs.items()})
-    back = {c: r for r, c in spec.outputs.items()}  # candidate vs candidate: undo the output name mapping
-    lines, passed = [], True
-    for i in range(n):
-        alone = {back.get(k, k): v for k, v in candidate.infer({k: v[i:i + 1] for k, v in inputs.items()}).items()}
-        for other, label in (({k: v[i:i + 1] for k, v in together.items()}, f"element {i} of a batch of {n}"),
-                             ({k: v[np.flatnonzero(order == i)] for k, v in shuffled.items()},
-                              f"element {i} moved within the batch")):
-            result = compare(spec, precision, alone, other, compare_task=False)
-            passed &= result.passed
-            lines += [f"{'PASS' if o.passed else 'FAIL'} {label} vs alone: {o.describe()}" for o in result.outputs]
-    return Replayed("batch_invariance", passed, lines)
+def _unstable_lines(ledger):
+    return [f"note: the reference disagrees with itself on output '{u['output']}' ({u['configuration']} vs the "
+            f"whole batch) by {u['max_spread']:.3g}, over the limit {u['limit_at_worst']:.3g}"
+            for u in ledger.unstable]
 
 
-def _determinism(settings, spec, precision, inputs):
-    from paritygate.runtimes import candidate_runner
+def _reference_unstable(settings, spec, precision, inputs, meta):
+    """The reference's own spread on the saved inputs against the limit of the check that found it (named in
+    the reproducer's message, ``<model> <check>: ...``)."""
+    from paritygate import properties as p
+    from paritygate.reference_noise import Ledger, reference_noise
 
-    candidate = candidate_runner(settings, spec, precision)
-    first = candidate.infer(inputs)
-    lines, passed = [], True
-    for attempt in range(2, REPEATS + 1):
-        again = candidate.infer(inputs)
-        for name, value in first.items():
-            same = np.array_equal(value, again[name], equal_nan=True)
-            passed &= same
-            diff = 0.0 if same else float(np.nanmax(np.abs(value.astype(float) - again[name])))
-            lines.append(f"{'PASS' if same else 'FAIL'} output '{name}' run 1 vs run {attempt}: "
-                         f"{'bit-identical' if same else f'max abs difference {diff:.3g}'}")
-    return Replayed("determinism", passed, lines)
+    found_by = str((meta.get("failures") or [""])[0]).split(":", 1)[0].split()[-1:] or ["property_parity"]
+    limit, which = {"batch_invariance": (lambda n, r: p._invariance_limit(spec, r), "batch1"),
+                    "determinism": (p._determinism_limit(spec), "repeat")}.get(
+        found_by[0], (lambda n, r: p._policy_limit(spec, precision, n, r), None))
+    ledger = Ledger()
+    ledger.note_unstable(inputs, reference_noise(settings, spec).profile(inputs), limit, which)
+    return Replayed("reference_unstable", not ledger.unstable,
+                    _unstable_lines(ledger) or ["the reference agrees with itself within the check's limit"],
+                    subject="the reference")
 
 
-REPLAYS = {"matches_reference": _parity("matches_reference", compare_task=True),
-           "property_parity": _parity("property_parity", compare_task=False),
-           "batch_invariance": _batch_invariance, "determinism": _determinism}
+REPLAYS = {"matches_reference": _matches_reference, "property_parity": _property("property_parity"),
+           "batch_invariance": _property("batch_invariance"), "determinism": _property("determinism"),
+           "reference_unstable": _reference_unstable}
 
 
 def replay(path, check=None, runtime=None):
@@ -155,7 +157,7 @@ def replay(path, check=None, runtime=None):
     keep = meta.get("fp16_keep_fp32")
     settings = RuntimeSettings(runtime or meta["runtime"], tuple(keep) if keep is not None else None)
     try:
-        return REPLAYS[check](settings, spec, meta["precision"], inputs)
+        return REPLAYS[check](settings, spec, meta["precision"], inputs, meta)
     except (RunnerError, SuiteError, OSError) as err:
         raise ReplayError(f"{path}: {type(err).__name__}: {err}") from err
 
@@ -187,7 +189,8 @@ def main(argv=None):
     print(f"check: {result.check}")
     for line in result.lines:
         print(line)
-    print("not reproduced: the candidate passes" if result.passed else "reproduced: the candidate still fails")
+    print(f"not reproduced: {result.subject} passes" if result.passed else
+          f"reproduced: {result.subject} still fails")
     return EXIT_PASS if result.passed else EXIT_FAIL
 
 

@@ -18,6 +18,7 @@ from paritygate.verdict import REPORT_ATTR, STATUSES
 
 _WORKER_KEY = "paritygate_checks"
 _CACHE_KEY = "paritygate_cache_stats"
+_FINDINGS_KEY = "paritygate_findings"
 DETAILS_KEY = pytest.StashKey[dict]()  # a test's details for its check, filled through `parity_details`
 
 
@@ -63,6 +64,7 @@ class ParitySession:
         self.is_xdist_worker = is_xdist_worker
         self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
         self.checks = []
+        self.findings = []  # facts for the model owner that are no candidate verdict (e.g. reference_unstable)
         self.worker_cache_stats = {}
         self._models = None
         self.cache = {}  # per-process memo for loaded references, artifacts and runners
@@ -133,6 +135,12 @@ class ParitySession:
         self.checks.append({"model": model, "precision": precision, "check": check, "status": status,
                             "details": _jsonable(details or {})})
 
+    def record_finding(self, kind, model, precision, check, details):
+        """A finding about the model rather than a verdict on the candidate (``reference_unstable``: the
+        reference disagrees with itself beyond the policy); ``details`` holds its numbers and a ``summary``."""
+        self.findings.append({"kind": kind, "model": model, "precision": precision, "check": check,
+                              "details": _jsonable(details or {})})
+
     def record_test_outcome(self, item, report):
         """Each conformance test over a model is one check: its outcome becomes the check's status."""
         model, precision = case_of(item)
@@ -157,6 +165,7 @@ class ParitySession:
 
     def merge_worker(self, workeroutput):
         self.checks.extend(json.loads(workeroutput.get(_WORKER_KEY, "[]")))
+        self.findings.extend(json.loads(workeroutput.get(_FINDINGS_KEY, "[]")))
         for key, n in json.loads(workeroutput.get(_CACHE_KEY, "{}")).items():
             self.worker_cache_stats[key] = self.worker_cache_stats.get(key, 0) + n
 
@@ -171,6 +180,7 @@ class ParitySession:
             from paritygate.cache import STATS
 
             workeroutput[_WORKER_KEY] = json.dumps(self.checks)
+            workeroutput[_FINDINGS_KEY] = json.dumps(self.findings)
             workeroutput[_CACHE_KEY] = json.dumps(STATS)
             return
         if self.report_dir is not None:
@@ -189,7 +199,7 @@ class ParitySession:
                           f"{err.strerror or err}") from err
 
     def summary_lines(self):
-        if not self.checks:
+        if not self.checks and not self.findings:
             return []
         counts = {s: sum(c["status"] == s for c in self.checks) for s in STATUSES}
         text = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
@@ -200,6 +210,9 @@ class ParitySession:
             repro = c["details"].get("reproducer")
             if repro:
                 lines.append(f"paritygate: {c['model']} {c['precision']} {c['check']} failed; replay: {repro['command']}")
+        for f in self.findings:
+            lines.append(f"paritygate: finding {f['kind']}: {f['model']} {f['precision'] or ''} {f['check']}: "
+                         f"{f['details'].get('summary', '')}".replace("  ", " "))
         if self.report_dir is not None:
             lines.append(f"paritygate: report written to {self.report_dir}")
         return lines

@@ -266,3 +266,34 @@ def test_ten_million_float32_elements_compare_in_under_half_a_second():
         times.append(time.perf_counter() - start)
     assert r.elements == 10_000_000
     assert min(times) < 0.5, f"best of 3: {min(times):.3f} s"
+
+
+# -- the cosine budget, enforced where the reference's rms is above the floor atol alone could breach -------
+COS = Tolerance(0.3, 0.1, "t", 0.997, "Polygraphy")
+
+
+def test_a_failing_cosine_fails_the_output_and_cites_its_source():
+    ref = np.full(100, 10.0, np.float32)
+    ref[::2] = -10.0
+    cand = ref + np.where(np.arange(100) % 4 < 2, 1.2, -1.2).astype(np.float32)  # within atol + rtol*10 = 1.3
+    r = compare_array(ref, cand, COS)
+    assert r.mismatches == 0 and r.cosine_enforced and r.cosine < 0.997
+    assert not r.passed and r.cosine_failed
+    assert "below the budget 0.997 (Polygraphy" in r.describe()
+    assert compare_array(ref, cand, Tolerance(0.3, 0.1, "t")).passed, "no budget: reported only"
+
+
+def test_the_cosine_is_not_enforced_at_the_absolute_error_floor():
+    ref = np.array([0.5, 0.5], np.float32)  # rms 0.5 < 0.3 / 0.0776: atol alone may move the cosine this far
+    r = compare_array(ref, np.array([0.75, 0.25], np.float32), COS)
+    assert r.cosine < 0.997 and not r.cosine_enforced and r.passed
+
+
+def test_the_reference_noise_floor_widens_only_where_it_exceeds_the_policy():
+    ref = np.array([1.0, 2.0, 3.0], np.float32)
+    cand = np.array([1.05, 2.0, 3.0], np.float32)
+    tight = Tolerance(1e-3, 0.0, "t")
+    assert not compare_array(ref, cand, tight).passed
+    r = compare_array(ref, cand, tight, floor=np.array([0.06, 0.0, 0.0]))
+    assert r.passed and r.widened_by_reference == 1
+    assert not compare_array(ref, cand, tight, floor=np.array([0.04, 0.0, 0.0])).passed

@@ -15,13 +15,36 @@ def spec(tolerances=None):
 
 
 def test_defaults_and_their_sources():
-    assert DEFAULTS["fp32"] == Tolerance(1e-5, 1e-5, tol_mod.TF_TRT_BASE)
-    assert DEFAULTS["fp16"] == Tolerance(1e-2, 1e-2, tol_mod.TF_TRT_BASE)
-    assert DEFAULTS["int8"] == Tolerance(3e-1, 1e-1, tol_mod.TF_TRT_INT8)
+    cos = (tol_mod.COSINE_MIN, tol_mod.COSINE_SOURCE)
+    assert DEFAULTS["fp32"] == Tolerance(1e-5, 1e-5, tol_mod.TF_TRT_BASE, *cos)
+    assert DEFAULTS["fp16"] == Tolerance(1e-2, 1e-2, tol_mod.TF_TRT_BASE, *cos)
+    assert DEFAULTS["int8"] == Tolerance(3e-1, 1e-1, tol_mod.TF_TRT_INT8, *cos)
     assert "tf_trt_integration_test_base.py" in tol_mod.TF_TRT_BASE
     assert "INT8" in tol_mod.TF_TRT_INT8
-    for t in DEFAULTS.values():
-        assert t.source and t.as_dict() == {"atol": t.atol, "rtol": t.rtol, "source": t.source}
+    for t in DEFAULTS.values():  # every row shows its cosine budget, its source and where it applies
+        assert t.source and t.as_dict() == {"atol": t.atol, "rtol": t.rtol, "source": t.source,
+                                            "cosine_min": 0.997, "cosine_source": tol_mod.COSINE_SOURCE,
+                                            "cosine_applies_above_rms": t.cosine_rms_floor()}
+    assert DEFAULTS["int8"].cosine_rms_floor() == pytest.approx(0.3 / 0.0776, rel=1e-3)
+
+
+def test_overrides_keep_the_cosine_budget():
+    t = tolerance_for(spec({"int8": {"atol": 0.5}}), "int8", "y")
+    assert (t.cosine_min, t.cosine_source) == (tol_mod.COSINE_MIN, tol_mod.COSINE_SOURCE)
+
+
+def test_batch_bound_scales_with_the_output_and_its_dtype():
+    import numpy as np
+
+    s = spec()  # one input element: n = 1
+    a = np.array([[2.0, -4.0]], np.float32)
+    assert tol_mod.invariance_bound(s, a, a) == pytest.approx(10 * 4.0 * np.finfo(np.float32).eps / 2)
+    assert tol_mod.invariance_bound(s, a.astype(np.float16), a.astype(np.float16)) == pytest.approx(
+        10 * 4.0 * np.finfo(np.float16).eps / 2)
+    assert tol_mod.invariance_bound(s, a.astype(np.int32), a.astype(np.int32)) == 0.0
+    image = toy_spec(inputs={"image": ((-1, 32, 32, 3), "float32", (-1.0, 1.0))})
+    assert tol_mod.reduction_length(image) == 3072
+    assert tol_mod.invariance_bound(image, a, a) == pytest.approx(10 * np.sqrt(3072) * 4.0 * 2**-24)
 
 
 def test_every_budget_has_a_named_source():

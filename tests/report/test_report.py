@@ -161,3 +161,22 @@ def test_unwritable_report_folder_fails_the_run_early(pytester, inner):
     assert f"--parity-report={blocker / 'sub'}: report folder is not writable" in output
     assert "passed" not in output and "failed" not in output  # no test ran
     assert "Traceback" not in output
+
+
+def test_findings_reach_json_markdown_and_terminal_and_merge_across_workers(tmp_path):
+    worker = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime", is_xdist_worker=True)
+    details = {"summary": "the reference disagrees with itself by 0.03", "max_spread": 0.03,
+               "reproducer": {"npz": "/r/x.npz", "command": "python -m paritygate.replay /r/x.npz"}}
+    worker.record_finding("reference_unstable", "toy", "fp32", "property_parity", details)
+    out = {}
+    worker.finish(workeroutput=out)
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s.merge_worker(out)
+    assert s.findings == worker.findings and s.findings[0]["details"]["max_spread"] == 0.03
+    assert ("paritygate: finding reference_unstable: toy fp32 property_parity: the reference disagrees with "
+            "itself by 0.03") in s.summary_lines()
+    write_report(s, tmp_path / "r")
+    data = json.loads((tmp_path / "r" / "parity-report.json").read_text())
+    assert data["findings"][0]["kind"] == "reference_unstable" and data["checks"] == []
+    md = (tmp_path / "r" / "parity-report.md").read_text()
+    assert "## Findings" in md and "**reference_unstable** toy fp32 property_parity" in md and "/r/x.npz" in md

@@ -28,6 +28,9 @@ class OutputComparison:
     mean_rel: float = 0.0
     p99_rel: float = 0.0
     cosine: float = 1.0
+    cosine_enforced: bool = False  # the reference's rms is above the budget's floor (tolerance.COSINE_MIN)
+    cosine_failed: bool = False
+    widened_by_reference: int = 0  # elements judged against k x the reference's own spread (noise floor)
     worst: dict = field(default_factory=dict)  # index, batch element, reference and candidate values
     failing_batch_elements: list = field(default_factory=list)
 
@@ -43,7 +46,13 @@ class OutputComparison:
         return (f"output '{self.output}': {self.mismatches}/{self.elements} elements outside "
                 f"atol={self.tolerance['atol']:g} rtol={self.tolerance['rtol']:g} "
                 f"({self.nonfinite_mismatches} non-finite), max abs {self.max_abs:.3g}, "
-                f"max rel {self.max_rel:.3g}, cosine {self.cosine:.6f};{where}")
+                f"max rel {self.max_rel:.3g}, cosine {self.cosine:.6f}{self._cosine_text()};{where}")
+
+    def _cosine_text(self):
+        if not self.cosine_failed:
+            return ""
+        return (f" below the budget {self.tolerance['cosine_min']:g} ({self.tolerance['cosine_source']}; applies "
+                f"to outputs of reference rms > {self.tolerance['cosine_applies_above_rms']:.3g})")
 
 
 def pair_outputs(spec, ref_names, cand_names):
@@ -73,8 +82,11 @@ def pair_outputs(spec, ref_names, cand_names):
     return mapping
 
 
-def compare_array(ref, cand, tol, name="output", cand_name=None):
-    """Compare one output; numpy.isclose semantics plus statistics, NaN/Inf rules of the policy."""
+def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cosine_floor=None):
+    """Compare one output; numpy.isclose semantics plus statistics, NaN/Inf rules of the policy.
+
+    ``floor`` (an array of ref's shape, optional) raises each element's limit to max(atol + rtol*|ref|, floor):
+    the reference's own noise (paritygate.properties). ``cosine_floor`` lowers the cosine budget likewise."""
     cand_name = cand_name or name
     ref, cand = np.asarray(ref), np.asarray(cand)
     if ref.shape != cand.shape:
@@ -102,6 +114,10 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
     absref = np.abs(r)
     scratch = np.multiply(absref, work.type(tol.rtol))  # the limit atol + rtol*|ref|, later the relative error
     scratch += work.type(tol.atol)
+    if floor is not None:
+        floor = np.broadcast_to(np.asarray(floor, dtype=work), ref.shape).ravel()
+        out.widened_by_reference = int(np.count_nonzero(floor > scratch))
+        np.maximum(scratch, floor, out=scratch)
     bad = diff > scratch
     if nonfinite_bad is not None:
         bad |= nonfinite_bad
@@ -122,8 +138,20 @@ def compare_array(ref, cand, tol, name="output", cand_name=None):
         # p99 over the finite elements only (the zeroed positions would shift it)
         out.p99_abs = _p99(diff if finite is None else diff[finite])
         out.p99_rel = _p99(rel if finite is None else rel[finite])
-        out.cosine = _cosine(r, c)
+        out.cosine, norm = _cosine(r, c)
+        _enforce_cosine(out, tol, norm / np.sqrt(n_finite), cosine_floor)
     return out
+
+
+def _enforce_cosine(out, tol, rms, cosine_floor):
+    """The cosine budget fails the output where it applies: reference rms above the floor at which atol alone
+    could breach it (tolerance.COSINE_MIN explains the rule)."""
+    if tol.cosine_min is None:
+        return
+    budget = tol.cosine_min if cosine_floor is None else min(tol.cosine_min, cosine_floor)
+    out.cosine_enforced = bool(rms > tol.cosine_rms_floor())
+    if out.cosine_enforced and out.cosine < budget:
+        out.cosine_failed, out.passed = True, False
 
 
 def _locate_worst(out, ref, cand, diff, limit, bad, nonfinite_bad):
@@ -171,19 +199,25 @@ def _cosine(a, b, block=1 << 18):
         dot += float(np.dot(x, y))
         na += float(np.dot(x, x))
         nb += float(np.dot(y, y))
+    norm = np.sqrt(na)  # the reference's norm: the caller divides by sqrt(n) for its rms
     if na == 0 and nb == 0:
-        return 1.0
+        return 1.0, norm
     if na == 0 or nb == 0:
-        return 0.0
-    return dot / (np.sqrt(na) * np.sqrt(nb))
+        return 0.0, norm
+    return dot / (norm * np.sqrt(nb)), norm
 
 
-def compare_outputs(spec, precision, ref_outputs, cand_outputs):
-    """Compare every reference output with its paired candidate output; returns OutputComparisons."""
+def compare_outputs(spec, precision, ref_outputs, cand_outputs, floors=None, cosine_floors=None):
+    """Compare every reference output with its paired candidate output; returns OutputComparisons.
+
+    ``floors`` / ``cosine_floors``: per reference output, the reference's own noise (see compare_array)."""
     mapping = pair_outputs(spec, list(ref_outputs), list(cand_outputs))
-    return [compare_array(ref_outputs[r], cand_outputs[c], tolerance_for(spec, precision, r), r, c)
+    floors, cosine_floors = floors or {}, cosine_floors or {}
+    return [compare_array(ref_outputs[r], cand_outputs[c], tolerance_for(spec, precision, r), r, c,
+                          floors.get(r), cosine_floors.get(r))
             for r, c in mapping.items()]
 
 
 def cosine_ok(comparison):
-    return comparison.cosine >= COSINE_MIN
+    """The comparison's cosine meets its budget (the tolerance's, else Polygraphy's default)."""
+    return comparison.cosine >= (comparison.tolerance.get("cosine_min") or COSINE_MIN)

@@ -13,7 +13,9 @@ def report_dict(session):
     return {"schema": SCHEMA, "environment": session.environment, "runtime": session.runtime,
             "config": str(session.config_path), "device_class": session.device_class,
             "artifact_cache": session.cache_stats(),
-            "checks": sorted(session.checks, key=lambda c: (c["model"], c["precision"] or "", c["check"]))}
+            "checks": sorted(session.checks, key=lambda c: (c["model"], c["precision"] or "", c["check"])),
+            "findings": sorted(session.findings, key=lambda f: (f["kind"], f["model"], f["precision"] or "",
+                                                                  f["check"]))}
 
 
 def write_report(session, folder):

@@ -77,8 +77,22 @@ def render_markdown(data):
                              f"{row.get('batch')} | {_num(row.get('p50_ms', 0), '.3f')} | "
                              f"{_num(row.get('p90_ms', 0), '.3f')} | {_num(row.get('p99_ms', 0), '.3f')} | "
                              f"{row.get('budget') or '—'} | {'—' if within is None else ('yes' if within else 'NO')} |")
+    lines += _findings(data.get("findings") or [])
     repro = [(c, c["details"]["reproducer"]) for c in checks if c["details"].get("reproducer")]
     if repro:
         lines += ["", "## Reproducers", ""]
         lines += [f"- {c['model']} {c['precision']} {c['check']}: `{r['command']}`" for c, r in repro]
     return "\n".join(lines) + "\n"
+
+
+def _findings(findings):
+    """Facts about the model that are no verdict on the candidate (e.g. the reference unstable on an input)."""
+    if not findings:
+        return []
+    lines = ["", "## Findings", "", "Not candidate failures: the model's own behaviour, for its owner.", ""]
+    for f in findings:
+        d = f["details"]
+        replay = f" Inputs: `{d['reproducer']['npz']}`" if d.get("reproducer") else ""
+        lines.append(f"- **{f['kind']}** {f['model']} {f['precision'] or ''} {f['check']}: "
+                     f"{d.get('summary', '')}.{replay}")
+    return lines

@@ -56,7 +56,7 @@ def test_infer_errors_name_the_model(toy_saved_model):
     with runner:
         with pytest.raises(RunnerError, match=rf"^{toy_saved_model}: feed is missing input\(s\) \['x'\]"):
             runner.infer({"w": X})
-        with pytest.raises(RunnerError, match=rf"^{toy_saved_model}: signature 'serving_default' failed on inputs "
+        with pytest.raises(RunnerError, match=rf"^{toy_saved_model} \(signature 'serving_default'\): failed on inputs "
                                               r".*'x': \('float32', \(4, 3\)\)"):
             runner.infer({"x": np.zeros((4, 3), np.float32)})
         with pytest.raises(TypeError, match="dict of input name -> numpy.ndarray"):

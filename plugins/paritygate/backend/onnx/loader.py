@@ -1,33 +1,52 @@
-"""ONNX artifacts per precision, shared by every runtime, each cached by content hash.
+"""ONNX artifacts per precision, shared by every runtime, each validated before it is cached by content hash.
 
-fp32: the configured ONNX, or the reference converted with tf2onnx.
-fp16: fp32 converted with onnxconverter-common, I/O kept float32, a stated op list kept in FP32.
-int8: explicit Q/DQ ONNX from onnxruntime.quantization.quantize_static, calibrated on the model's inputs.
+fp32: the configured ONNX (used as it is), or the reference converted with tf2onnx (a ``.keras`` reference is
+      first exported as a SavedModel, ``paritygate.backend.tf.loader``).
+fp16: fp32 converted with onnxconverter-common, I/O kept float32, a stated op list kept in FP32 (``fp16.py``).
+int8: explicit Q/DQ ONNX from onnxruntime.quantization.quantize_static, calibrated on the model's inputs
+      (``int8.py``).
+
+Every artifact the suite builds passes ``validate.py`` (checker, strict shape inference, an ONNX Runtime session,
+one smoke run) and the TensorRT lint (``trt_lint.py``) before it is cached; a build that fails raises
+``ArtifactError`` (a ``SuiteError``: status ``error``, never the candidate's ``fail``) and leaves no file. Its
+build report (converter, settings, lint findings, blocked FP16 nodes, constants FP16 cannot hold) is cached beside
+it and read back by ``artifact_report``.
+
+Lint policy: a finding that a suite build adds to its source graph (an fp16 or int8 artifact with an INT32
+DequantizeLinear, say) is the suite's error and stops the build. A finding the source already had (an op in the
+user's ONNX, or in tf2onnx's faithful conversion of the user's SavedModel) is the candidate's: it is reported in
+the check details and does not fail the ONNX Runtime checks; on a GPU, TensorRT's own parser decides.
 """
 
+import json
 import subprocess
 import sys
-import warnings
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 from paritygate.backend.base import RunnerError
-from paritygate.cache import cached_file, hash_path, key_of
+from paritygate.backend.onnx import trt_lint, validate
+from paritygate.backend.onnx.validate import ArtifactError
+from paritygate.cache import cache_root, cached_file, hash_path, key_of, report_path
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
 
-OPSET = 17  # tf2onnx 1.17's default target; TensorRT 10's ONNX parser supports opsets 9..20 (TensorRT support matrix)
+OPSET = 17  # tf2onnx 1.17's default target; TensorRT 10's ONNX parser supports opsets 9..20 (trt_lint's table)
 
 # Ops whose FP16 execution overflows or loses too much: LayerNorm and softmax reductions overflow in FP16
 # (NVIDIA/TensorRT#2564, #3101, #4355); Exp/Pow/Sqrt/Reduce* are the pieces tf2onnx decomposes them into.
 FP16_KEEP_FP32 = ("LayerNormalization", "Softmax", "Exp", "Pow", "Sqrt", "ReduceMean", "ReduceSum", "Erf")
 
-# Static Q/DQ quantization that TensorRT accepts: symmetric signed INT8 for activations and weights
-# (TensorRT explicit quantization requires zero-point 0: TensorRT developer guide, "Explicit Quantization").
+# Static Q/DQ quantization that TensorRT accepts: see int8.py for each setting's source.
 INT8_OPS = ("Conv", "MatMul", "Gemm")
+
+# Part of every artifact's cache key: bump when a build changes, so that no stale artifact is served.
+BUILD = {"fp32": "tf2onnx+validated+lint-v2", "fp16": "isolated-outputs+exact-constants+node-retry+validated+lint-v4",
+         "int8": "qdq-s8-perchannel-float-bias+unshared-biases+validated+lint-v2"}
+TF2ONNX = "tf2onnx"
 
 
 def _version(dist):
@@ -50,27 +69,56 @@ def load_checked(path):
     return model
 
 
+def _input_names(spec, model):
+    """Reference input name -> ``model``'s input name (paritygate.iomap), errors naming the config key."""
+    from paritygate import iomap
+
+    try:
+        return iomap.input_map(spec, [i.name for i in model.graph.input])
+    except iomap.MappingError as err:
+        raise RunnerError(f"{spec.where('inputs')}: {err}") from None
+
+
+def _lint_or_raise(source, model, report, converter):
+    """Record the artifact's lint findings; raise when the build added any to its source's."""
+    report["lint"] = trt_lint.lint(model)
+    added = trt_lint.new_findings(trt_lint.lint(source), report["lint"])
+    if added:
+        text = "; ".join(f"{f['message']} ({f['source']})" for f in added[:5])
+        more = f" (and {len(added) - 5} more)" if len(added) > 5 else ""
+        raise ArtifactError(converter, f"TensorRT lint ({len(added)} finding(s) the build added)", text + more,
+                            added[0]["node"])
+
+
+# -- fp32 --------------------------------------------------------------------------------------------------
 def fp32_onnx(spec):
     """The fp32 candidate: ``spec.onnx`` when given, else the reference converted with tf2onnx (cached)."""
     if spec.onnx is not None:
         load_checked(spec.onnx)
         return Path(spec.onnx)
-    key = key_of(reference=hash_path(spec.reference), signature=spec.signature, opset=OPSET,
-                 tf2onnx=_version("tf2onnx"), tf=_version("tensorflow-cpu") or _version("tensorflow"))
+    from paritygate.backend.tf.loader import EXPORT_VERSION, is_keras
+
+    key = key_of(reference=hash_path(spec.reference), signature=None if is_keras(spec.reference) else spec.signature,
+                 opset=OPSET, tf2onnx=_version("tf2onnx"), tf=_version("tensorflow-cpu") or _version("tensorflow"),
+                 keras=(EXPORT_VERSION, _version("keras")) if is_keras(spec.reference) else None, build=BUILD["fp32"])
     return cached_file("onnx", f"{spec.name}-fp32-{key}", ".onnx", lambda tmp: _convert(spec, tmp))
 
 
 def _convert(spec, out):
-    source = Path(spec.reference)
-    if source.suffix == ".keras":
-        raise RunnerError(f"{spec.where('reference')}: {source} is a .keras file; tf2onnx converts SavedModels: "
-                          "give `onnx = ...` for this model or point `reference` at a SavedModel directory")
-    cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(source), "--signature_def",
-           spec.signature, "--opset", str(OPSET), "--output", str(out)]
+    from paritygate.backend.tf.loader import saved_model_of
+
+    saved_model, signature = saved_model_of(spec)
+    cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(saved_model), "--signature_def",
+           signature, "--opset", str(OPSET), "--output", str(out)]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_quiet_env())
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        raise RunnerError(f"{source}: tf2onnx conversion failed ({' '.join(cmd)}):\n{tail}")
+        raise ArtifactError(TF2ONNX, f"conversion of {spec.reference} ({' '.join(cmd)})", tail,
+                            validate.node_of(tail))
+    model = onnx.load(str(out))
+    validate.validate(model, validate.smoke_feeds(spec, model, _input_names(spec, model)), TF2ONNX)
+    return {"converter": TF2ONNX, "version": _version("tf2onnx"), "command": cmd, "source": str(saved_model),
+            "lint": trt_lint.lint(model)}
 
 
 def _quiet_env():
@@ -79,44 +127,29 @@ def _quiet_env():
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
+# -- fp16 --------------------------------------------------------------------------------------------------
 def fp16_onnx(spec, keep_fp32=FP16_KEEP_FP32):
     src = fp32_onnx(spec)
     plan = precision_list(spec, "fp16_keep_fp32")  # [models.precision]: node names or op types kept in FP32
     key = key_of(src=hash_path(src), keep=sorted(keep_fp32), occ=_version("onnxconverter-common"),
-                 onnx=_version("onnx"), io="float32-outputs-restored", **({"plan": sorted(plan)} if plan else {}))
+                 onnx=_version("onnx"), ort=_version("onnxruntime"), build=BUILD["fp16"],
+                 **({"plan": sorted(plan)} if plan else {}))
 
     def build(out):
-        from onnxconverter_common import float16
+        from paritygate.backend.onnx import fp16
 
-        source = load_checked(src)
-        for i, node in enumerate(source.graph.node):  # the converter names its Casts after nodes: "" collides
-            node.name = node.name or f"{node.op_type}__{i}"
+        source = fp16.name_nodes(load_checked(src))
         check_precision_list(spec, "fp16_keep_fp32", plan, source)
-        floats = {o.name for o in source.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
-        with warnings.catch_warnings():  # weights beyond float16 are clamped by design; parity measures the effect
-            warnings.filterwarnings("ignore", r"the float32 number .* will be truncated to", UserWarning)
-            model = float16.convert_float_to_float16(
-                source, keep_io_types=True, op_block_list=list(keep_fp32) + list(float16.DEFAULT_OP_BLOCK_LIST) +
-                list(plan), node_block_list=list(plan))
-        onnx.save(_restore_float32_outputs(model, floats), str(out))
+        feeds = validate.smoke_feeds(spec, source, _input_names(spec, source))
+        model, report = fp16.convert(source, list(keep_fp32) + list(plan), feeds, keep_nodes=plan)
+        _lint_or_raise(source, model, report, fp16.CONVERTER)
+        onnx.save(model, str(out))
+        return report
 
     return cached_file("onnx", f"{spec.name}-fp16-{key}", ".onnx", build)
 
 
-def _restore_float32_outputs(model, names):
-    """keep_io_types leaves a graph output float16 when a kept-FP32 op (e.g. the final Softmax) produces it:
-    cast those outputs back to float32, so that every artifact's I/O stay float32."""
-    for out in model.graph.output:
-        if out.name in names and out.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16:
-            half = f"{out.name}_fp16"
-            for node in model.graph.node:
-                node.input[:] = [half if i == out.name else i for i in node.input]
-                node.output[:] = [half if o == out.name else o for o in node.output]
-            model.graph.node.append(onnx.helper.make_node("Cast", [half], [out.name], to=onnx.TensorProto.FLOAT))
-            out.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
-    return model
-
-
+# -- int8 --------------------------------------------------------------------------------------------------
 def load_calibration(spec):
     if spec.calibration is None:
         raise RunnerError(f"{spec.where('calibration')}: int8 needs calibration data, but none is configured")
@@ -142,23 +175,26 @@ def int8_onnx(spec, ops=INT8_OPS):
     src = fp32_onnx(spec)
     plan = precision_list(spec, "int8_exclude")  # [models.precision]: node names or op types left unquantized
     key = key_of(src=hash_path(src), calib=hash_path(spec.calibration), ops=sorted(ops),
-                 ort=_version("onnxruntime"), onnx=_version("onnx"), **({"plan": sorted(plan)} if plan else {}))
+                 ort=_version("onnxruntime"), onnx=_version("onnx"), build=BUILD["int8"],
+                 **({"plan": sorted(plan)} if plan else {}))
 
     def build(out):
-        from onnxruntime import quantization as q
+        from paritygate.backend.onnx import int8
 
-        from paritygate.iomap import input_map
-
-        names = input_map(spec, [i.name for i in load_checked(src).graph.input])  # reference -> ONNX input names
-        check_precision_list(spec, "int8_exclude", plan, load_checked(src))
-        n = len(next(iter(calib.values())))
-        reader = _Reader([{names[k]: v[i:i + 1] for k, v in calib.items()} for i in range(n)])
-        q.quantize_static(str(src), str(out), reader, quant_format=q.QuantFormat.QDQ,
-                          activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
-                          per_channel=True, op_types_to_quantize=[op for op in ops if op not in plan],
-                          nodes_to_exclude=list(plan),
-                          calibrate_method=q.CalibrationMethod.MinMax,
-                          extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+        source = load_checked(src)
+        check_precision_list(spec, "int8_exclude", plan, source)
+        names = _input_names(spec, source)  # reference -> ONNX input names
+        rows = len(next(iter(calib.values())))
+        feeds = [{names[k]: v[i:i + 1] for k, v in calib.items()} for i in range(rows)]
+        try:
+            report = int8.quantize(source, out, feeds, [op for op in ops if op not in plan], exclude=plan)
+        except Exception as err:  # quantize_static raises ValueError, RuntimeError, ORT errors
+            message = " ".join(str(err).strip().splitlines()[:3])[:600]
+            raise ArtifactError(int8.CONVERTER, "quantization", message, validate.node_of(str(err))) from err
+        model = onnx.load(str(out))
+        validate.validate(model, feeds[0], int8.CONVERTER)
+        _lint_or_raise(source, model, report, int8.CONVERTER)
+        return report
 
     return cached_file("onnx", f"{spec.name}-int8-{key}", ".onnx", build)
 
@@ -177,16 +213,22 @@ def check_precision_list(spec, key, entries, model):
                           f"graph ({len(model.graph.node)} nodes, op types {sorted({n.op_type for n in model.graph.node})})")
 
 
-class _Reader:
-    def __init__(self, feeds):
-        self._it = iter(feeds)
-
-    def get_next(self):
-        return next(self._it, None)
-
-
 def onnx_artifact(spec, precision, fp16_keep_fp32=None):
     """Path of the ONNX artifact for ``precision`` (built on first use, then served from the cache)."""
     if precision == "fp16":
         return fp16_onnx(spec, FP16_KEEP_FP32 if fp16_keep_fp32 is None else fp16_keep_fp32)
     return {"fp32": fp32_onnx, "int8": int8_onnx}[precision](spec)
+
+
+def artifact_report(spec, precision, fp16_keep_fp32=None):
+    """What the check details record about the candidate's artifact: its TensorRT ``lint`` findings, the nodes
+    kept in FP32 because the runtime rejected them in FP16 (``fp16_blocked``), the constants FP16 cannot hold
+    (``constants_out_of_range``), and the whole build ``report`` (None for a user-supplied ONNX, linted here)."""
+    path = Path(onnx_artifact(spec, precision, fp16_keep_fp32))
+    sidecar = report_path(path)
+    built = cache_root() in path.parents and sidecar.exists()
+    report = json.loads(sidecar.read_text()) if built else None
+    lint = report.get("lint", []) if built else trt_lint.lint(load_checked(path))
+    return {"artifact": str(path), "built_by_suite": built, "lint": lint,
+            "fp16_blocked": (report or {}).get("fp16_blocked", []),
+            "constants_out_of_range": (report or {}).get("constants_out_of_range", []), "report": report}

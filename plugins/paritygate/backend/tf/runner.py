@@ -72,8 +72,9 @@ class TfRunner(BaseRunner):
         def call(feed):
             args = [feed[n] for n in names]
             result = model(args if len(args) > 1 else args[0], training=False)
-            result = result if isinstance(result, (list, tuple)) else [result]
-            return dict(zip(self.output_names, result))
+            if isinstance(result, dict):
+                return {k: result[k] for k in self.output_names}
+            return dict(zip(self.output_names, result if isinstance(result, (list, tuple)) else [result]))
 
         self._fn = call
 
@@ -95,7 +96,7 @@ class TfRunner(BaseRunner):
         try:
             outputs = self._fn(feed)
         except Exception as err:
-            raise RunnerError(f"{self.path}: signature '{self.signature}' failed on inputs "
+            raise RunnerError(f"{self.describe()}: failed on inputs "
                               f"{ {k: (v.dtype.name, v.shape) for k, v in feed.items()} }: {err}") from err
         return {k: np.asarray(v) for k, v in outputs.items()}
 

@@ -1,0 +1,88 @@
+"""The reference as a SavedModel, for the tools that read SavedModels (tf2onnx).
+
+A SavedModel reference is used as it is. A ``.keras`` file is exported once into the artifact cache as a
+SavedModel (a legacy ``.h5`` file likewise, through tf_keras) whose ``serving_default`` signature takes the Keras model's input names and returns a dict by its
+``output_names`` (Keras 3 ``keras.export.ExportArchive``), so that the converted ONNX carries the same tensor names
+as the Keras reference and every comparison pairs them by name.
+"""
+
+from importlib import metadata
+from pathlib import Path
+
+from paritygate.backend.base import RunnerError
+from paritygate.cache import cached_dir, hash_path, key_of
+from paritygate.lazy import lazy_import
+
+tf = lazy_import("tensorflow")
+
+EXPORT_VERSION = "keras-export-archive-v1"  # bump when the export changes: the cache key follows it
+
+
+def _version(dist):
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def is_keras(path):
+    """A Keras 3 ``.keras`` file or a legacy Keras 2 ``.h5`` file (read with tf_keras, as the reference runner does)."""
+    return Path(path).suffix in (".keras", ".h5")
+
+
+def _keras_for(path):
+    if Path(path).suffix == ".h5":
+        from paritygate.backend.tf.runner import _legacy_keras
+
+        return _legacy_keras(path)
+    return lazy_import("keras")
+
+
+def saved_model_of(spec):
+    """(SavedModel directory, signature) for ``spec.reference``: the reference itself, or its cached export."""
+    if not is_keras(spec.reference):
+        return Path(spec.reference), spec.signature
+    key = key_of(keras_file=hash_path(spec.reference), keras=_version("keras"),
+                 tf=_version("tensorflow-cpu") or _version("tensorflow"), export=EXPORT_VERSION)
+    folder = cached_dir("saved_model", f"{spec.name}-keras-{key}", lambda tmp: export_keras(spec.reference, tmp))
+    return folder, "serving_default"
+
+
+def keras_io(model):
+    """(input names, output names) of a loaded Keras model, as the reference runner names them."""
+    inputs = [t.name.split(":")[0] for t in model.inputs]
+    outputs = list(getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))])
+    return inputs, outputs
+
+
+def load_keras(path):
+    keras = _keras_for(path)
+    try:
+        return keras.saving.load_model(str(path), compile=False)
+    except Exception as err:  # keras raises many types for a corrupt or foreign file
+        raise RunnerError(f"{path}: cannot load Keras model: {err}") from err
+
+
+def export_keras(path, out):
+    """Write the Keras model at ``path`` as a SavedModel into the folder ``out`` (signature serving_default)."""
+    keras = _keras_for(path)
+    model = load_keras(path)
+    inputs, outputs = keras_io(model)
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=n) for n, t in zip(inputs, model.inputs)]
+
+    def serve(*args):
+        result = model(list(args) if len(args) > 1 else args[0], training=False)
+        if isinstance(result, dict):
+            return {k: result[k] for k in outputs}
+        return dict(zip(outputs, result if isinstance(result, (list, tuple)) else [result]))
+
+    try:
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        archive.add_endpoint("serve", serve, input_signature=specs)
+        archive.write_out(str(out), verbose=False)
+    except Exception as err:  # tracing a Keras model raises many types
+        from paritygate.backend.onnx.validate import ArtifactError
+
+        raise ArtifactError("keras.export.ExportArchive", f"SavedModel export of {path}",
+                            " ".join(str(err).strip().splitlines()[:3])[:600]) from err

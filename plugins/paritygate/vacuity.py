@@ -1,0 +1,111 @@
+"""Vacuity guard: how much information a check's inputs drew out of the reference.
+
+A check passes honestly only on inputs that could have shown a failure. For the reference outputs a check
+saw (all its examples, stacked along the batch axis) this measures, per output, the spread across inputs and
+whether a *constant* candidate (each element fixed at the midpoint of the reference's range over the inputs)
+would have passed the check's own limit on every input; for classification the share of argmax ties and the
+number of distinct classes among decided inputs; for detection the share of inputs with at least one detection
+scoring >= DETECTION_MIN_SCORE. ``reasons`` lists what makes the check uninformative (empty: informative).
+
+Thresholds and their reasoning:
+- constant output: a candidate ignoring its inputs would pass, so the check cannot tell it from the model.
+- classification: an input is a tie when its top two scores differ by no more than the fp32 tolerance at the
+  top score (TF-TRT's 1e-5 + 1e-5*|top|): the reference itself cannot order them, so top-1 agreement there is
+  decided by rounding. Fewer than 2 distinct classes among the decided inputs means a candidate answering that
+  one class always agrees: the inputs cannot show a wrong class.
+- detection: MIN_DETECTION_SHARE below.
+"""
+
+import numpy as np
+
+from paritygate.comparator.task import TaskSpecError, _detection_outputs, classification_output
+from paritygate.comparator.tolerance import DETECTION_MIN_SCORE, TF_TRT_BASE
+
+TIE_ATOL = TIE_RTOL = 1e-5  # the fp32 tolerance (tolerance.DEFAULTS["fp32"]), source TF_TRT_BASE
+# Detection: at least 10% of the inputs must hold a detection. Below that, 9 comparisons in 10 are of empty
+# outputs (zeros in every slot), which any candidate that never detects also produces; the bundled ssd's own
+# input sets have a detection in every scene, so a check drawing on them reaches far more (measured ~0.5).
+MIN_DETECTION_SHARE = 0.1
+
+HELP = ("inputs that move the reference would help: the model's own data (goldens inputs/<model>.npz, the held-out "
+        "set inputs/<model>_heldout.npz, the calibration set), or a wider declared input range; if the model is "
+        "meant to behave like this, set allow_uninformative = true for it")
+
+
+def stack_outputs(outputs_list):
+    """Reference outputs of every example (dicts name -> batch-first array) stacked per output."""
+    names = outputs_list[0].keys() if outputs_list else ()
+    return {k: np.concatenate([np.asarray(o[k]).reshape(-1, *np.shape(o[k])[1:]) for o in outputs_list])
+            for k in names}
+
+
+def informativeness(spec, outputs_list, limit):
+    """Statistics and reasons for the stacked reference outputs; ``limit(name, ref)`` gives the check's
+    per-element limit (broadcastable to ``ref``) within which a candidate passes."""
+    stacked = stack_outputs(outputs_list)
+    rows = len(next(iter(stacked.values()))) if stacked else 0
+    info = {"inputs": rows, "outputs": {}, "reasons": []}
+    for name, ref in stacked.items():
+        info["outputs"][name] = stats = _output_stats(ref, limit(name, ref))
+        if stats["constant_candidate_passes"]:
+            info["reasons"].append(
+                f"output '{name}' is constant over the {rows} inputs within the check's limit (spread "
+                f"{stats['max_range']:.3g}): a candidate ignoring its inputs would pass")
+    if spec.task == "classification" and stacked:
+        _classification(spec, stacked, info)
+    if spec.task == "detection" and stacked:
+        _detection(spec, stacked, info)
+    info["informative"] = not info["reasons"]
+    return info
+
+
+def _output_stats(ref, limit):
+    r = ref.astype(np.float64)
+    finite = np.where(np.isfinite(r), r, np.nan)
+    lo, hi = np.nanmin(finite, axis=0), np.nanmax(finite, axis=0)
+    mid = (lo + hi) / 2
+    with np.errstate(invalid="ignore"):
+        passes = bool(np.all(~(np.abs(r - mid) > np.broadcast_to(limit, r.shape))))
+    return {"std_across_inputs_max": float(np.nanmax(np.nanstd(finite, axis=0))) if r.size else 0.0,
+            "max_range": float(np.nanmax(hi - lo)) if r.size else 0.0,
+            "constant_candidate_passes": passes}
+
+
+def _classification(spec, stacked, info):
+    try:
+        name = classification_output(spec, stacked)
+    except TaskSpecError:
+        return
+    scores = stacked[name].astype(np.float64)
+    if scores.ndim != 2 or scores.shape[1] < 2:
+        return
+    top2 = np.sort(scores, axis=1)[:, -2:]
+    ties = (top2[:, 1] - top2[:, 0]) <= TIE_ATOL + TIE_RTOL * np.abs(top2[:, 1])
+    classes = sorted({int(c) for c in np.argmax(scores[~ties], axis=1)})
+    info["classification"] = {"output": name, "tie_share": float(ties.mean()), "decided_inputs": int((~ties).sum()),
+                              "distinct_argmax": classes[:50], "tie_rule": f"top-2 gap <= fp32 tolerance ({TF_TRT_BASE})"}
+    if len(classes) < 2:
+        info["reasons"].append(
+            f"classification: {int(ties.sum())} of {len(ties)} inputs are argmax ties and the decided inputs "
+            f"show {len(classes)} class(es) {classes}: a candidate answering one class always would agree")
+
+
+def _detection(spec, stacked, info):
+    try:
+        keys = _detection_outputs(spec, stacked)
+    except TaskSpecError:
+        return
+    scores = stacked[keys["scores"]]
+    share = float(np.mean(np.any(scores >= DETECTION_MIN_SCORE, axis=tuple(range(1, scores.ndim)))))
+    info["detection"] = {"share_with_detection": share, "min_score": DETECTION_MIN_SCORE,
+                         "min_share": MIN_DETECTION_SHARE}
+    if share < MIN_DETECTION_SHARE:
+        info["reasons"].append(f"detection: {share:.1%} of the inputs hold a detection scoring >= "
+                               f"{DETECTION_MIN_SCORE} (at least {MIN_DETECTION_SHARE:.0%} needed): the check "
+                               "compares mostly empty outputs")
+
+
+def message(spec, check, info):
+    """The Inconclusive message: why, and which inputs would help."""
+    return (f"{spec.name} {check}: the inputs could not have shown a failure: " + "; ".join(info["reasons"])
+            + f". {HELP.replace('<model>', spec.name)}")
