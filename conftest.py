@@ -1,15 +1,7 @@
-"""Repository-level conftest: the plugin itself comes in through the ``pytest11`` entry point.
-
-Hypothesis profiles (dev / ci / nightly) are registered here once and chosen by HYPOTHESIS_PROFILE.
-"""
+"""Repository-level conftest: the plugin itself comes in through the ``pytest11`` entry point (which also
+registers the Hypothesis profiles dev / ci / nightly, chosen by HYPOTHESIS_PROFILE)."""
 
 try:
-    from paritygate.strategies import register_profiles
+    import paritygate.plugin  # noqa: F401
 except ImportError:  # pragma: no cover - the plugin is not installed: `pip install -e .`
     raise SystemExit("paritygate is not installed: run `pip install -e '.[cpu]'` from the repository root")
-
-try:
-    register_profiles()
-except ImportError:
-    pass  # hypothesis not installed: property tests skip through pytest.importorskip
-

@@ -35,6 +35,7 @@ def beam_check(request, parity_session, beam_subject, parity_details):
     from paritygate.beam.checks import PIPELINE_CHECKS, batch_latency
     from paritygate.beam.direct import DIRECT_CHECKS
     from paritygate.beam.expectations import expectations_for, match
+    from paritygate.beam.multiprocess import multi_process
 
     def run(name, **kwargs):
         expected = match(name, beam_subject, _expectations(parity_session, expectations_for))
@@ -42,7 +43,8 @@ def beam_check(request, parity_session, beam_subject, parity_details):
             reason = " | ".join(e.describe() for e in expected)
             request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
             parity_details["expectations"] = [e.as_dict() for e in expected]
-        check = {**PIPELINE_CHECKS, **DIRECT_CHECKS, "beam_batch_latency": batch_latency}[name]
+        check = {**PIPELINE_CHECKS, **DIRECT_CHECKS, "beam_batch_latency": batch_latency,
+                 "beam_multi_process": multi_process}[name]
         result = check(beam_subject, **kwargs)
         parity_details.update(result.details())
         assert result.passed, f"{beam_subject.spec.name} {name} ({result.handler}):\n" + "\n".join(result.failures)
@@ -84,6 +86,11 @@ def test_beam_batch_weight(beam_check):
 
 def test_beam_maybe_keyed_mixed(beam_check):
     beam_check("beam_maybe_keyed_mixed")
+
+
+def test_beam_multi_process(beam_check):
+    """The handler pickled into 2 worker processes (Beam's multi-process mode), each loading its own model."""
+    beam_check("beam_multi_process")
 
 
 @pytest.mark.latency

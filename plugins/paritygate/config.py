@@ -10,13 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.bundled import fixtures_dir
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
 SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
-BUNDLED_CONFIG = Path(__file__).resolve().parents[2] / "fixtures" / "parity.toml"
+BUNDLED_CONFIG = fixtures_dir() / "parity.toml"  # package data in a wheel, fixtures/ in a checkout
 PRECISIONS = ("fp32", "fp16", "int8")
 
 

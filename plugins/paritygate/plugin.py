@@ -35,6 +35,13 @@ def pytest_addoption(parser):
                          "is present, else onnxruntime)")
     group.addoption("--parity-report", metavar="DIR", default=None,
                     help="write parity-report.json/.md/.html and reproducers into DIR (default: no report)")
+    group.addoption("--parity-baseline", metavar="PATH", default=None,
+                    help="a previous parity-report.json: report new failures, fixed checks and drift against it; "
+                         "new failures fail the run (default: no comparison)")
+    group.addoption("--parity-baseline-fail", metavar="EXPR", action="append", default=[],
+                    help="fail the run on drift vs --parity-baseline, repeatable: FIELD:VALUE%% (relative growth) "
+                         "or FIELD:VALUE (absolute), e.g. max_abs:100%% p99_ms:10%% cosine:0.001 "
+                         "(default: drift is reported, not gating)")
     group.addoption("--parity-device-class", metavar="NAME", default=None,
                     help="latency budget class [models.latency.<NAME>] (default: derived from the GPU name, "
                          "'cpu' without a GPU)")
@@ -60,6 +67,7 @@ def pytest_configure(config):
         pin_xdist_worker(config.workerinput.get("workerid"), worker_count=config.workerinput.get("workercount"))
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    _register_hypothesis_profiles()
     session = ParitySession(
         config_path=config.getoption("parity_config"),
         runtime=config.getoption("parity_runtime"),
@@ -72,6 +80,8 @@ def pytest_configure(config):
         fp16_keep_fp32=config.getoption("parity_fp16_keep_fp32"),
         localize=config.getoption("parity_localize") != "off",
         is_xdist_worker=hasattr(config, "workerinput"),
+        baseline=config.getoption("parity_baseline"),
+        baseline_fail=config.getoption("parity_baseline_fail"),
     )
     config.stash[SESSION_KEY] = session
     if not session.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected
@@ -79,11 +89,29 @@ def pytest_configure(config):
             _ = session.models
         except ConfigError as err:
             raise pytest.UsageError(str(err)) from err
+    if not session.is_xdist_worker:  # a bad baseline or gate fails the run at once, not after the checks
+        from paritygate.report.baseline import BaselineError
+
+        try:
+            session.check_baseline()
+        except BaselineError as err:
+            raise pytest.UsageError(str(err)) from err
     if session.report_dir is not None:
         try:
             session.check_report_dir()
         except OSError as err:
             raise pytest.UsageError(str(err)) from err
+
+
+def _register_hypothesis_profiles():
+    """Profiles dev / ci / nightly (paritygate.strategies), chosen by HYPOTHESIS_PROFILE, in any project that
+    installs the plugin; without Hypothesis the property tests skip through ``pytest.importorskip``."""
+    from paritygate.lazy import available
+
+    if available("hypothesis"):
+        from paritygate.strategies import register_profiles
+
+        register_profiles()
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so that `-m gpu` also selects trt tests
@@ -127,7 +155,14 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     _classify(report, call)
     session = item.config.stash[SESSION_KEY]
-    session.record_test_outcome(item, report)
+    check = session.record_test_outcome(item, report)
+    if check is not None:  # the check's key numbers become JUnit XML <property> elements (CI test tabs)
+        from paritygate.report.text import key_numbers
+
+        # junitxml writes the properties of the teardown report, which copies item.user_properties
+        item.user_properties.extend(key_numbers(check))
+        if report.when == "teardown":
+            report.user_properties.extend(key_numbers(check))
 
 
 def _classify(report, call):
@@ -168,6 +203,8 @@ def pytest_report_teststatus(report, config):
 def pytest_sessionfinish(session, exitstatus):
     parity = session.config.stash[SESSION_KEY]
     parity.finish(workeroutput=getattr(session.config, "workeroutput", None))
+    if parity.baseline_fails() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # new failures or gating drift vs --parity-baseline
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -2,8 +2,10 @@
 
 For every input a property check generates, the reference (TF) runs in the configurations the candidate is
 judged in: the whole batch, again (repeated), and each element alone (batch 1). Its spread per output element
-is the largest difference between those runs. The candidate is judged against max(policy limit, K_REFERENCE x
-spread) on that element: never held to closer agreement than the reference has with itself. Where the spread
+is the largest difference between those runs over that input's output elements (the issue's "on that input":
+where TF drifts at silence, it drifts by different amounts on neighbouring elements, and a candidate as good as
+the reference may drift where TF happened not to). The candidate is judged against max(policy limit,
+K_REFERENCE x spread) on that input: never held to closer agreement than the reference has with itself. Where the spread
 exceeds the check's own limit, the reference is unstable on that input: a finding for the model owner
 (``ParitySession.record_finding``, kind ``reference_unstable``) with the numbers and a reproducer, not a
 candidate failure.
@@ -82,12 +84,16 @@ class Profile:
         self.outputs, self.configs, self.digest = outputs, configs, digest
 
     def spread(self, which=None):
-        """Per output: elementwise max |configuration - outputs| over ``which`` configurations (default all)."""
+        """Per output: max |configuration - outputs| over ``which`` configurations (default all) and over each
+        input's (batch row's) elements, broadcast to the output's shape."""
         names = [which] if which else list(self.configs)
         out = {}
         for k, ref in self.outputs.items():
             diffs = [_difference(ref, self.configs[c][k]) for c in names if c in self.configs]
-            out[k] = np.maximum.reduce(diffs) if diffs else np.zeros(ref.shape)
+            d = np.maximum.reduce(diffs) if diffs else np.zeros(ref.shape)
+            if d.ndim > 1:
+                d = np.broadcast_to(d.reshape(d.shape[0], -1).max(axis=1).reshape((-1,) + (1,) * (d.ndim - 1)), d.shape)
+            out[k] = d
         return out
 
     def worst_configuration(self, name):

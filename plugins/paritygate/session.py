@@ -4,7 +4,6 @@ import json
 import math
 import os
 import platform
-import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -49,7 +48,7 @@ def environment():
 class ParitySession:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False,
                  update_goldens=False, device_class=None, beam_runner=None, beam_options=(),
-                 fp16_keep_fp32=None, is_xdist_worker=False, localize=True):
+                 fp16_keep_fp32=None, is_xdist_worker=False, localize=True, baseline=None, baseline_fail=()):
         self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
         self.is_bundled = config_path is None
         self.requested_runtime = runtime
@@ -63,6 +62,9 @@ class ParitySession:
             if fp16_keep_fp32 is not None else None
         self.is_xdist_worker = is_xdist_worker
         self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
+        self.baseline_path = Path(baseline).resolve() if baseline else None
+        self.baseline_fail = list(baseline_fail)
+        self.baseline_section = None  # the report's "baseline" section, once the run is compared with it
         self.checks = []
         self.findings = []  # facts for the model owner that are no candidate verdict (e.g. reference_unstable)
         self.worker_cache_stats = {}
@@ -134,6 +136,7 @@ class ParitySession:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
         self.checks.append({"model": model, "precision": precision, "check": check, "status": status,
                             "details": _jsonable(details or {})})
+        return self.checks[-1]
 
     def record_finding(self, kind, model, precision, check, details):
         """A finding about the model rather than a verdict on the candidate (``reference_unstable``: the
@@ -161,7 +164,9 @@ class ParitySession:
             details.setdefault("reason", report.wasxfail)
         details.setdefault("nodeid", item.nodeid)
         check = item.originalname.removeprefix("test_")
-        self.record(model, precision, check, status, details)
+        from paritygate.report.evidence import attach_worst_inputs
+
+        return self.record(model, precision, check, status, attach_worst_inputs(details))
 
     def merge_worker(self, workeroutput):
         self.checks.extend(json.loads(workeroutput.get(_WORKER_KEY, "[]")))
@@ -183,10 +188,46 @@ class ParitySession:
             workeroutput[_FINDINGS_KEY] = json.dumps(self.findings)
             workeroutput[_CACHE_KEY] = json.dumps(STATS)
             return
+        if self.baseline_path is not None:
+            self.compare_with_baseline()
         if self.report_dir is not None:
             from paritygate.report import write_report
 
             write_report(self, self.report_dir)
+
+    # -- baseline -------------------------------------------------------------------------------------
+    def check_baseline(self):
+        """Read the baseline and parse the gates up front (BaselineError names the file or expression)."""
+        from paritygate.report.baseline import load_baseline, parse_gates
+
+        self._gates = parse_gates(self.baseline_fail)
+        if self.baseline_fail and self.baseline_path is None:
+            from paritygate.report.baseline import BaselineError
+
+            raise BaselineError("--parity-baseline-fail needs --parity-baseline=PATH (the report to compare with)")
+        if self.baseline_path is not None:
+            self._baseline = load_baseline(self.baseline_path)
+
+    def compare_with_baseline(self):
+        from paritygate.report import report_dict
+        from paritygate.report.baseline import compare
+
+        if not hasattr(self, "_baseline"):
+            self.check_baseline()
+        self.baseline_section = compare(report_dict(self), self._baseline, self.baseline_path, self._gates)
+        return self.baseline_section
+
+    def baseline_fails(self):
+        """Why the comparison with the baseline fails the run (new failures, gating drift), or []."""
+        b = self.baseline_section
+        if not b:
+            return []
+        reasons = [f"new failure vs baseline: {f['model']} {f['precision'] or 'model-level'} {f['check']} "
+                   f"({f['status']}; baseline: {f['baseline_status'] or 'not run'})" for f in b["new_failures"]]
+        reasons += [f"drift past --parity-baseline-fail {d['threshold']}: {d['model']} {d['precision'] or ''} "
+                    f"{d['check']} {d['where']} {d['field']} {d['baseline']:.4g} -> {d['current']:.4g} ({d['change']})"
+                    for d in b["drift"] if d["gating"]]
+        return reasons
 
     def check_report_dir(self):
         """Fail early (not after an hour of checks) when the report folder cannot be written."""
@@ -213,10 +254,22 @@ class ParitySession:
         for f in self.findings:
             lines.append(f"paritygate: finding {f['kind']}: {f['model']} {f['precision'] or ''} {f['check']}: "
                          f"{f['details'].get('summary', '')}".replace("  ", " "))
+        lines += self._baseline_lines()
         if self.report_dir is not None:
             lines.append(f"paritygate: report written to {self.report_dir}")
         return lines
 
+    def _baseline_lines(self):
+        b = self.baseline_section
+        if not b:
+            return []
+        lines = [(f"paritygate: vs baseline {b['path']}: {len(b['new_failures'])} new failure(s), "
+                 f"{len(b['fixed'])} fixed, {len(b['existing_failures'])} still failing, {len(b['drift'])} drift "
+                 f"({sum(d['gating'] for d in b['drift'])} gating)")]
+        if b["environment_differs"]:
+            lines.append("paritygate: WARNING: the baseline came from another machine or runtime: "
+                         + "; ".join(b["environment_differs"]))
+        return lines + [f"paritygate: {r}" for r in self.baseline_fails()]
 
 
 def case_of(item):
@@ -253,6 +306,8 @@ def _status_of(report):
 def _short_failure(report):
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
+    if text.startswith("AssertionError: ") and "\nassert " in text:  # the test's message, not pytest's rewrite
+        text = text.split("\nassert ", 1)[0]
     return text if len(text) <= 4000 else text[:4000] + " …(truncated in the report; see the pytest log)"
 
 
@@ -286,12 +341,9 @@ def _default(obj):
 
 def _ensure_zoo_built():
     """The bundled config points at SavedModels rebuilt from committed weights into the cache."""
-    repo = BUNDLED_CONFIG.parent.parent
-    if str(repo) not in sys.path:
-        sys.path.insert(0, str(repo))
-    from fixtures.zoo.build import ensure_built
+    from paritygate.bundled import zoo_module
 
-    ensure_built()
+    zoo_module("build").ensure_built()
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -19,7 +19,7 @@ from tests.conftest import make_onnx, scale, toy_spec
 pytestmark = [pytest.mark.beam, pytest.mark.onnx]
 
 KNOWN = expectations_for()
-ALL_CHECKS = {*checks.PIPELINE_CHECKS, *direct.DIRECT_CHECKS, "beam_batch_latency"}
+ALL_CHECKS = {*checks.PIPELINE_CHECKS, *direct.DIRECT_CHECKS, "beam_batch_latency", "beam_multi_process"}
 
 
 def _ids(check, subject):

@@ -1,11 +1,11 @@
-"""fixtures/zoo_handlers.py: the bundled models' factories return Beam's own handlers, and the other Beam
-handler for each single-input model (TF on .keras, ONNX) is conformant but for its known upstream defects."""
+"""fixtures/zoo_handlers.py: the bundled models' factories return Beam's ONNX handler or the suite's own TF
+handler (paritygate.beam.tf_handler: Beam's imports tensorflow_hub), and the other handler for each
+single-input model (TF on .keras, ONNX) is conformant but for its known upstream defects."""
 
 import pytest
 
 pytest.importorskip("apache_beam")
 pytest.importorskip("onnxruntime")
-pytest.importorskip("tensorflow_hub", reason="Beam 2.77's tensorflow_inference imports tensorflow_hub")
 
 from paritygate.beam import checks, direct
 from paritygate.beam.expectations import expectations_for, match
@@ -30,14 +30,15 @@ def _subject(parity_session, spec, factory):
     return HandlerUnderTest.from_spec(spec, reference_runner(parity_session, spec), factory=factory)
 
 
-def test_the_configured_factories_return_beams_own_handlers(zoo):
+def test_the_configured_factories_return_beams_onnx_or_the_suites_tf_handler(zoo):
     from apache_beam.ml.inference.onnx_inference import OnnxModelHandlerNumpy
-    from apache_beam.ml.inference.tensorflow_inference import TFModelHandlerNumpy
+
+    from paritygate.beam.tf_handler import TFNumpyHandler
 
     specs, handlers = zoo
     made = {name: getattr(handlers, name)(min_batch_size=2, max_batch_size=3) for name in specs}
     assert type(made["linear"]) is OnnxModelHandlerNumpy and type(made["ssd"]) is OnnxModelHandlerNumpy
-    assert type(made["mobilenet"]) is TFModelHandlerNumpy and isinstance(made["bert"], TFModelHandlerNumpy)
+    assert type(made["mobilenet"]) is TFNumpyHandler and type(made["bert"]) is TFNumpyHandler
     assert all(h.batch_elements_kwargs() == {"min_batch_size": 2, "max_batch_size": 3} for h in made.values())
     assert {m.beam["handler"] for m in specs.values()} == {f"zoo_handlers:{n}" for n in specs}
 

@@ -167,6 +167,22 @@ def test_nonfinite_mismatch_is_worse_than_any_finite_one():
     assert "1 non-finite" in r.describe()
 
 
+def test_nan_and_inf_are_counted_per_side_and_the_statistics_say_finite_only():
+    ref = np.ones(64, np.float32)
+    ref[0], ref[1] = INF, NAN
+    cand = np.ones(64, np.float32)
+    cand[1:32] = NAN  # 31 NaN, one of them matching the reference's NaN
+    cand[63] = -INF
+    r = compare_array(ref, cand, TOL, "y")
+    assert (r.reference_nan, r.reference_inf, r.candidate_nan, r.candidate_inf) == (1, 1, 31, 1)
+    assert r.finite_elements == 31 and r.nonfinite_mismatches == 32 and r.max_abs == 0.0
+    assert r.nonfinite_text() == "1 NaN in the reference; 1 Inf in the reference; 31 NaN in the candidate; " \
+                                 "1 Inf in the candidate"
+    assert "over the 31 finite elements only: max abs 0," in r.describe()
+    clean = compare_array(f32(1, 2), f32(1, 2), TOL)
+    assert clean.finite_elements == 2 and clean.nonfinite_text() == "" and "finite elements only" not in clean.describe()
+
+
 # -- worst element, failing batch elements -----------------------------------------------------------
 def test_worst_index_and_failing_batch_elements():
     ref = np.zeros((4, 2, 3), np.float32)

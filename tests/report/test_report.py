@@ -68,27 +68,51 @@ def test_json_report(session, report):
 
 def test_markdown_report(report):
     md = (report / "parity-report.md").read_text()
-    assert md.startswith("# Parity report")
+    assert md.startswith("# Parity report\n\n**Verdict: FAIL**")
     assert "Runtime **onnxruntime**" in md
+    assert ("✅ pass: 2 · ❌ fail: 1 · 💥 error: 0 · ❔ inconclusive: 0 · ⏭️ skip: 1 · ⚠️ xfail: 0 · "
+            "♻️ regenerated: 0") in md  # every status, zeros included
     rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| model")]
     table = [r for r in rows if r.count("|") - r.count("\\|") == 7]
-    assert [r.split(" | ")[:4] for r in table] == [["| alpha", "fp32", "latency", "✅ pass"],
+    assert [r.split(" | ")[:4] for r in table] == [["| toy", "fp32", "parity", "❌ fail"],  # failures first
+                                                   ["| alpha", "fp32", "latency", "✅ pass"],
                                                    ["| toy", "fp16", "parity", "✅ pass"],
-                                                   ["| toy", "fp32", "parity", "❌ fail"],
                                                    ["| zeta", "—", "goldens", "⏭️ skip"]]
-    fail = table[2]
+    fail = table[0]
     assert "y \\| z mismatch second line" in fail  # pipes escaped, newlines flattened
     assert "no goldens \\| run --update-goldens" in table[3]
-    assert "`y` max abs" in fail and "64/64 out of atol 1e-05/rtol 1e-05" in fail
+    assert "`y` 64/64 out of atol 1e-05/rtol 1e-05; max abs 0.001" in fail
     assert "## Latency" in md and "| alpha | fp32 | — | 1 | 1.000 | 1.500 | 2.000 | 3.0 | — |" in md
+    failures = md[md.index("## Failures"):md.index("## Checks")]
+    assert "### ❌ fail: toy fp32 parity" in failures
+    assert "```\ntoy fp32: y | z mismatch\nsecond line <b>\n```" in failures  # the full cause, as written
+    assert failures.count("- tolerance for `y`: atol 1e-05, rtol 1e-05 (source: tensorflow/python/compiler/tensorrt") == 1
 
 
-def test_markdown_truncates_long_messages(tmp_path):
+def test_markdown_keeps_full_causes_of_failures_out_of_the_table(tmp_path):
     s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
-    s.record("long", "fp32", "parity", "fail", {"message": "x" * 1000})
+    cause = "invalid artifact: " + "x" * 600 + " END OF CAUSE with `backticks` and ``` fences"
+    s.record("long", "fp32", "parity", "error", {"message": cause})
+    s.record("other", "fp32", "parity", "skip", {"reason": "y" * 1000})
     md = (write_report(s, tmp_path) / "parity-report.md").read_text()
     (row,) = [line for line in md.splitlines() if line.startswith("| long")]
-    assert "x" * 240 + "… (full text in parity-report.json)" in row and "x" * 241 not in row
+    assert "x" * 200 in row and "END OF CAUSE" not in row and "(full text under Failures below)" in row
+    assert "````\n" + cause + "\n````" in md  # fenced longer than the backticks inside
+    (skip,) = [line for line in md.splitlines() if line.startswith("| other")]
+    assert "y" * 240 + "… (full text in parity-report.json)" in skip and "y" * 241 not in skip
+
+
+def test_markdown_puts_nonfinite_counts_before_finite_only_statistics(tmp_path):
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    ref = np.ones((4, 8), np.float32)
+    cand = ref.copy()
+    cand.ravel()[:31] = np.nan
+    bad = compare(toy_spec(), "fp32", {"y": ref}, {"y": cand}, compare_task=False)
+    s.record("toy", "fp32", "parity", "fail", bad.details(message="\n".join(bad.failures)))
+    md = (write_report(s, tmp_path) / "parity-report.md").read_text()
+    (row,) = [line for line in md.splitlines() if line.startswith("| toy")]
+    assert "`y` 31 NaN in the candidate; 31/32 out of atol 1e-05/rtol 1e-05; finite-only (1/32 elements): " \
+           "max abs 0, p99 abs 0, cos 1.00000" in row
 
 
 def test_html_report_is_self_contained_with_plots(report):
@@ -100,15 +124,58 @@ def test_html_report_is_self_contained_with_plots(report):
     assert len(images) == 3  # two outputs with error histograms, one latency CDF
     for png in images:
         assert base64.b64decode(png).startswith(b"\x89PNG\r\n\x1a\n")
-    assert "&lt;b&gt;" in html and "<b>onnxruntime</b>" in html  # messages are escaped, the layout is not
-    assert "tolerance from" in html
+    assert "second line &lt;b&gt;" in html and "<b>Tolerance</b>" in html  # messages escaped, the layout not
+
+
+def test_html_leads_with_the_verdict_then_the_matrix_then_failures(report):
+    html = (report / "parity-report.html").read_text()
+    banner = html[html.index("<header id=verdict"):html.index("</header>")]
+    assert "<div class=word>FAIL</div>" in banner and "this run fails: 1 fail" in banner
+    counts = {s: int(n) for n, s in re.findall(r"<b>(\d+)</b> (\w+)</li>", banner)}
+    assert counts == {"pass": 2, "fail": 1, "error": 0, "inconclusive": 0, "skip": 1, "xfail": 0, "regenerated": 0,
+                      "findings": 0}
+    matrix = html[html.index("<section id=matrix"):html.index("</section>", html.index("<section id=matrix"))]
+    assert "<th>fp32</th><th>fp16</th><th>model-level</th>" in matrix  # precisions in policy order
+    assert "<a href='#c-toy-fp32-parity'" in matrix and "bg-fail'>fail</span><small>1 fail</small>" in matrix
+    order = [html.index(marker) for marker in ("<header id=verdict", "<section id=matrix", "<section id=failing",
+                                               "<section id=others", "<section id=skips><details>")]
+    assert order == sorted(order)  # verdict, matrix, failures, the rest, skips collapsed
+    assert "`" not in html.split("</style>")[1]  # no raw Markdown backticks
+    assert not re.search("[\u2600-\u27bf\U0001f300-\U0001faff]", html)  # text labels, not emoji
+
+
+def test_html_card_states_the_tolerance_source_once_and_the_worst_inputs(tmp_path):
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    bad = compare(toy_spec(), "fp32", {"y": 5 * X, "z": 2 * X}, {"y": 5 * X + 1, "z": 2 * X + 1}, compare_task=False)
+    details = bad.details(message="two outputs off")
+    for o in details["outputs"]:
+        o["worst"]["inputs"] = {"x": {"shape": [4], "dtype": "float32", "values": [0.5, -0.25, 1.0, 0.0]}}
+    s.record("toy", "fp32", "parity", "fail", details)
+    html = (write_report(s, tmp_path) / "parity-report.html").read_text()
+    card = html[html.index("<article"):html.index("</article>")]
+    assert card.count("source: tensorflow/python/compiler/tensorrt") == 1
+    assert "<b>Tolerance</b> for every output: atol 1e-05, rtol 1e-05 (source: tensorflow" in card
+    assert card.count("input <code>x</code> float32 [4] = [0.5, -0.25, 1, 0]") == 2  # per failing output
+
+
+def test_findings_are_counted_in_the_banner_and_listed(tmp_path):
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s.record("toy", "fp32", "property_parity", "pass", {})
+    s.record_finding("reference_unstable", "toy", "fp32", "property_parity",
+                     {"summary": "the reference differs from itself by 0.3 on batch element 2", "spread": 0.3})
+    folder = write_report(s, tmp_path)
+    html = (folder / "parity-report.html").read_text()
+    assert "<b>1</b> findings</li>" in html and "<div class=word>PASS</div>" in html  # a finding is no failure
+    assert "<td>reference_unstable</td>" in html and "differs from itself by 0.3" in html
+    md = (folder / "parity-report.md").read_text()
+    assert "· findings: 1" in md and "- **reference_unstable** toy fp32 property_parity: the reference" in md
 
 
 def test_html_without_plot_data_has_no_images(tmp_path):
     s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
     s.record("toy", "fp32", "parity", "error", {"message": "boom"})
     html = (write_report(s, tmp_path) / "parity-report.html").read_text()
-    assert "<img" not in html and "boom" in html and "class=error" in html
+    assert "<img" not in html and "<pre class=cause>boom</pre>" in html and "card st-error" in html
 
 
 def test_empty_session(tmp_path):
@@ -146,7 +213,7 @@ def test_report_is_written_when_checks_fail(pytester, inner):
     data = json.loads((out / "parity-report.json").read_text())
     assert [(c["model"], c["precision"], c["check"], c["status"]) for c in data["checks"]] == [
         ("bad", None, "parity", "fail"), ("good", None, "parity", "pass")]
-    assert "bad: y | z differ" in data["checks"][0]["details"]["message"]
+    assert data["checks"][0]["details"]["message"] == "AssertionError: bad: y | z differ"  # not pytest's rewrite
     assert data["checks"][0]["details"]["nodeid"] == "test_conformance.py::test_parity[bad]"
     assert "bad: y \\| z differ" in (out / "parity-report.md").read_text()
     assert (out / "parity-report.html").stat().st_size > 0
@@ -180,3 +247,15 @@ def test_findings_reach_json_markdown_and_terminal_and_merge_across_workers(tmp_
     assert data["findings"][0]["kind"] == "reference_unstable" and data["checks"] == []
     md = (tmp_path / "r" / "parity-report.md").read_text()
     assert "## Findings" in md and "**reference_unstable** toy fp32 property_parity" in md and "/r/x.npz" in md
+
+
+def test_an_allowed_inconclusive_does_not_fail_the_verdict(tmp_path):
+    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s.record("toy", "fp32", "property_parity", "inconclusive", {"message": "constant reference",
+                                                                "allow_uninformative": True})
+    folder = write_report(s, tmp_path)
+    assert "<div class=word>PASS</div>" in (folder / "parity-report.html").read_text()
+    assert "**Verdict: PASS**" in (folder / "parity-report.md").read_text()
+    s.record("toy", "fp16", "property_parity", "inconclusive", {"message": "argmax ties"})
+    html = (write_report(s, tmp_path) / "parity-report.html").read_text()
+    assert "<div class=word>FAIL</div>" in html and "this run fails: 1 inconclusive" in html

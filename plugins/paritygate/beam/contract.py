@@ -69,8 +69,9 @@ def make_handler(spec, factory, min_batch_size, max_batch_size):
     try:
         handler = factory(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
     except ImportError as err:
-        hint = (" (Beam 2.77's tensorflow_inference imports tensorflow_hub, which needs tf_keras under Keras 3: "
-                "pip install --no-deps tensorflow-hub tf-keras)" if err.name in ("tensorflow_hub", "tf_keras") else "")
+        hint = (" (Beam 2.77's tensorflow_inference imports tensorflow_hub, which needs tf_keras under Keras 3; "
+                "paritygate.beam.tf_handler.TFNumpyHandler needs neither)"
+                if err.name in ("tensorflow_hub", "tf_keras") else "")
         raise HandlerContractError(f"{where}: {handler_path(spec)} needs a module that is not installed: "
                                    f"{err}{hint}") from err
     if not isinstance(handler, ModelHandler):

@@ -10,6 +10,7 @@ on any runner). The handler's ``with_preprocess_fn`` / ``with_postprocess_fn`` f
 (``WithoutFns``), since Beam's Keyed wrappers refuse a handler that carries them.
 """
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ class BatchTrace:
     payload: int  # bytes of the batch's arrays
     digests: tuple  # the batch's elements, in order
     converted: tuple = ()  # (element digest, returned example digest, description): converted_examples
+    pid: int = None  # the process that ran the batch (multi-process runners: a worker)
 
 
 def unkeyed(element):
@@ -153,7 +155,7 @@ class TracedHandler(Delegating):
         seconds = time.perf_counter() - start
         examples = [unkeyed(e) for e in batch]
         trace = BatchTrace(len(batch), len(results), seconds, sum(payload_bytes(e) for e in examples),
-                           tuple(digest(e) for e in examples), converted_examples(examples, results))
+                           tuple(digest(e) for e in examples), converted_examples(examples, results), os.getpid())
         return results + [trace]
 
     def get_num_bytes(self, batch):

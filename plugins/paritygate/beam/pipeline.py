@@ -9,7 +9,9 @@ This module imports apache_beam: import it on first use.
 """
 
 import contextlib
+import os
 import pickle
+import sys
 import tempfile
 import time
 import uuid
@@ -55,6 +57,7 @@ class Case:
     poison: int = None  # index of the element replaced by a poison element (dead-letter check)
     exceptions: bool = False  # RunInference(...).with_exception_handling()
     weight: int = None  # max_batch_weight, in payload bytes (batch-weight check)
+    workers: int = 1  # > 1: Beam's multi-process mode, each worker a process that unpickles the handler
 
 
 @dataclass
@@ -131,8 +134,36 @@ def handler_stack(subject, case):
     return TracedHandler(inner, weight_batching(case.weight) if case.weight else None, pre, post, unkeyed=core)
 
 
-def make_pipeline(runner, options):
-    return beam.Pipeline(options=PipelineOptions([f"--runner={_RUNNER_PATHS.get(runner, runner)}", *options]))
+def make_pipeline(runner, options, workers=1):
+    return beam.Pipeline(options=PipelineOptions([f"--runner={_RUNNER_PATHS.get(runner, runner)}", *options,
+                                                  *multi_process_options(workers)]))
+
+
+def multi_process_options(workers):
+    """FnApiRunner / DirectRunner in multi-process mode: ``workers`` SDK worker processes
+    (``python -m apache_beam.runners.worker.sdk_worker_main``), each unpickling the handler and loading its model."""
+    if workers <= 1:
+        return []
+    return ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+
+
+@contextlib.contextmanager
+def worker_import_path(workers):
+    """Beam's local worker processes inherit this environment, not this process's sys.path: give them the
+    same import path (the config's folder, where handler modules live, is on it), as a container image or
+    ``--setup_file`` gives Dataflow's workers the handler's modules."""
+    if workers <= 1:
+        yield
+        return
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, before or ""] if p)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def output_folder(runner, options):
@@ -164,7 +195,8 @@ def _run(subject, case):
             handler = handler_stack(subject, case)
             run.batching = dict(handler.batch_elements_kwargs())
             run.namespace = handler.get_metrics_namespace()
-            result = _build_and_run(subject, case, handler, folder)
+            with worker_import_path(case.workers):
+                result = _build_and_run(subject, case, handler, folder)
             run.metrics = _metrics(result, run.namespace)
     except Exception as err:  # noqa: BLE001 - the pipeline failing is an outcome the checks report
         run.error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:500] if str(err).strip() else ''}"
@@ -195,9 +227,10 @@ def _as_sent(run, subject):
 
 
 def _build_and_run(subject, case, handler, folder):
-    p = make_pipeline(case.runner, subject.options)
+    p = make_pipeline(case.runner, subject.options, case.workers)
     transform = RunInference(handler)
-    pcoll = (p | "Indices" >> beam.Create(range(case.count), reshuffle=False)
+    # Several workers: Create's reshuffle lets the runner split the elements between the worker processes.
+    pcoll = (p | "Indices" >> beam.Create(range(case.count), reshuffle=case.workers > 1)
              | "Elements" >> beam.Map(_Element(subject.spec, case)))
     if case.exceptions:
         out, dlq = pcoll | "RunInference" >> transform.with_exception_handling()

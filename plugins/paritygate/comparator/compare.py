@@ -21,6 +21,11 @@ class OutputComparison:
     elements: int = 0
     mismatches: int = 0
     nonfinite_mismatches: int = 0
+    finite_elements: int = 0  # elements finite on both sides: the statistics below are over these only
+    reference_nan: int = 0
+    reference_inf: int = 0
+    candidate_nan: int = 0
+    candidate_inf: int = 0
     max_abs: float = 0.0
     mean_abs: float = 0.0
     p99_abs: float = 0.0
@@ -39,13 +44,22 @@ class OutputComparison:
         d["shape"] = list(self.shape)
         return d
 
+    def nonfinite_text(self):
+        """'31 NaN in the candidate; 2 Inf in the reference' or '' when every element is finite."""
+        parts = [f"{n} {kind} in the {side}" for side, kind, n in (
+            ("reference", "NaN", self.reference_nan), ("reference", "Inf", self.reference_inf),
+            ("candidate", "NaN", self.candidate_nan), ("candidate", "Inf", self.candidate_inf)) if n]
+        return "; ".join(parts)
+
     def describe(self):
         w = self.worst
         where = f" worst at index {w.get('index')} (batch element {w.get('batch_element')}): " \
                 f"reference {w.get('reference')}, candidate {w.get('candidate')}" if w else ""
+        nonfinite = self.nonfinite_text()
+        finite_only = f"{nonfinite}; over the {self.finite_elements} finite elements only: " if nonfinite else ""
         return (f"output '{self.output}': {self.mismatches}/{self.elements} elements outside "
                 f"atol={self.tolerance['atol']:g} rtol={self.tolerance['rtol']:g} "
-                f"({self.nonfinite_mismatches} non-finite), max abs {self.max_abs:.3g}, "
+                f"({self.nonfinite_mismatches} non-finite), {finite_only}max abs {self.max_abs:.3g}, "
                 f"max rel {self.max_rel:.3g}, cosine {self.cosine:.6f}{self._cosine_text()};{where}")
 
     def _cosine_text(self):
@@ -103,6 +117,9 @@ def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cos
     if not (np.isfinite(r).all() and np.isfinite(c).all()):
         r_fin, c_fin = np.isfinite(r), np.isfinite(c)
         finite = r_fin & c_fin
+        out.reference_nan, out.candidate_nan = int(np.count_nonzero(np.isnan(r))), int(np.count_nonzero(np.isnan(c)))
+        out.reference_inf = int(np.count_nonzero(~r_fin)) - out.reference_nan
+        out.candidate_inf = int(np.count_nonzero(~c_fin)) - out.candidate_nan
         # Non-finite rules: a non-finite candidate where the reference is finite always fails; a non-finite
         # reference passes only where the candidate holds the same value (NaN for NaN, +Inf for +Inf).
         same_nonfinite = ~r_fin & ((np.isnan(r) & np.isnan(c)) | (r == c))
@@ -127,6 +144,7 @@ def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cos
     if out.mismatches:
         _locate_worst(out, ref, cand, diff, scratch, bad, nonfinite_bad)
     n_finite = diff.size if finite is None else int(np.count_nonzero(finite))
+    out.finite_elements = n_finite
     if n_finite:
         rel = _relative(diff, absref, out=scratch)
         rel_finite = np.isfinite(rel)

@@ -10,19 +10,22 @@ SCHEMA = 1
 
 
 def report_dict(session):
-    return {"schema": SCHEMA, "environment": session.environment, "runtime": session.runtime,
+    data = {"schema": SCHEMA, "environment": session.environment, "runtime": session.runtime,
             "config": str(session.config_path), "device_class": session.device_class,
             "artifact_cache": session.cache_stats(),
             "checks": sorted(session.checks, key=lambda c: (c["model"], c["precision"] or "", c["check"])),
             "findings": sorted(session.findings, key=lambda f: (f["kind"], f["model"], f["precision"] or "",
-                                                                  f["check"]))}
+                                                                f["check"]))}
+    if getattr(session, "baseline_section", None) is not None:
+        data["baseline"] = session.baseline_section
+    return data
 
 
-def write_report(session, folder):
+def write_report(session, folder, data=None):
     """Write all three files; called at session end also when checks failed."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    data = report_dict(session)
+    data = report_dict(session) if data is None else data
     (folder / "parity-report.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     (folder / "parity-report.md").write_text(render_markdown(data))
     (folder / "parity-report.html").write_text(render_html(data))

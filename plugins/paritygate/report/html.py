@@ -1,107 +1,156 @@
-"""Self-contained HTML report with plots (matplotlib, embedded as base64 PNG)."""
+"""The self-contained HTML report, verdict first: a banner with the count of every status and the findings, a
+model x precision matrix of worst statuses linking to the checks, then the checks worst first (failures as
+cards with their full cause and evidence, passes in a table, skips collapsed). No script, no network."""
 
-import base64
 import html
-import io
+import json
 
-from paritygate.report.markdown import ICON, _divergence_note, _note, _stat_cell
+from paritygate.report import html_checks
+from paritygate.report.html_checks import badge
+from paritygate.report.text import PRECISION_ORDER, SEVERITY, by_severity, check_id, counts, run_fails, worst_status
+from paritygate.verdict import STATUSES
 
-CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top}.fail,.error{background:#fdd}
-.pass{background:#efe}.skip{background:#eee}.xfail{background:#ffd}img{max-width:560px}"""
-
-
-def _png(fig):
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def _plots(check):
-    """Error histogram and error vs reference magnitude per output; latency CDF per batch size."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib import pyplot as plt
-    except ImportError:
-        return ["<p>(plots need matplotlib: pip install 'paritygate[report]')</p>"]
-    images = []
-    for o in check["details"].get("outputs") or []:
-        if "error_histogram" not in o:
-            continue
-        fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3))
-        h = o["error_histogram"]
-        a.stairs(h["counts"], [max(e, 1e-10) for e in h["edges"]], fill=True)
-        a.set_xscale("log")
-        a.set_title(f"{o['output']}: |error| histogram")
-        a.set_xlabel("|error| (exact matches in the leftmost bin)")
-        a.axvline(max(o["tolerance"]["atol"], 1e-10), color="r", ls="--", label="atol")
-        a.legend()
-        s = o["error_vs_magnitude"]
-        b.scatter(s["reference_abs"], s["abs_error"], s=4)
-        b.set_xlabel("|reference|")
-        b.set_ylabel("|error|")
-        b.set_title("error vs reference magnitude")
-        images.append(f'<img src="{_png(fig)}" alt="{html.escape(o["output"])} error plots">')
-        plt.close(fig)
-    images += _divergence_plot(check, plt)
-    rows = check["details"].get("latency") or []
-    if rows and any("samples_ms" in r for r in rows):
-        fig, ax = plt.subplots(figsize=(5, 3))
-        for r in rows:
-            xs = sorted(r.get("samples_ms", []))
-            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=f"{r.get('runtime', '')} batch {r['batch']}")
-        ax.set_xscale("log")
-        ax.set_xlabel("ms (log)")
-        ax.set_ylabel("CDF")
-        ax.legend()
-        images.append(f'<img src="{_png(fig)}" alt="latency CDF">')
-        plt.close(fig)
-    return images
+ESC = html.escape
+COLOURS = {"fail": "#b42318", "error": "#c4320a", "inconclusive": "#6941c6", "xfail": "#93370d",
+           "regenerated": "#175cd3", "pass": "#067647", "skip": "#667085"}
+TINTS = {"fail": "#fee4e2", "error": "#ffead5", "inconclusive": "#ebe9fe", "xfail": "#fef0c7",
+         "regenerated": "#d1e9ff", "pass": "#dcfae6", "skip": "#f2f4f7"}
+CSS = """*{box-sizing:border-box}body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
+margin:0 auto;padding:16px 24px;max-width:1360px;color:#101828}h1{font-size:20px;margin:0 0 8px}
+h2{font-size:16px;margin:20px 0 8px}code,pre{font:12px/1.4 "DejaVu Sans Mono",Menlo,Consolas,monospace}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:4px 0}table{border-collapse:collapse;max-width:100%}
+td,th{border:1px solid #d0d5dd;padding:3px 8px;vertical-align:top;text-align:left}th{background:#f9fafb}
+img{max-width:100%;height:auto;display:block}.muted{color:#667085}a{color:inherit}
+.badge{display:inline-block;min-width:7.5em;padding:1px 6px;border-radius:4px;color:#fff;font-weight:600;
+font-size:12px;text-align:center;text-transform:uppercase;letter-spacing:.03em}
+#verdict{border-radius:8px;padding:12px 16px;color:#fff;display:flex;flex-wrap:wrap;gap:8px 24px;align-items:center}
+#verdict .word{font-size:26px;font-weight:700;letter-spacing:.04em}#verdict .why{flex:1 1 420px}
+#verdict ul{list-style:none;margin:0;padding:0;display:flex;flex-wrap:wrap;gap:6px}
+#verdict li{background:#fff;color:#101828;border-radius:6px;padding:2px 10px;border-left:6px solid}
+#verdict li b{font-size:16px}.env{margin:6px 0 0;color:#475467;font-size:12px}
+.matrix td,.matrix th{padding:4px 12px}.matrix td{min-width:9em}.matrix a{text-decoration:none;display:block}
+.matrix small{font-weight:400;color:#475467;margin-left:6px}
+.card{border:1px solid #d0d5dd;border-left:6px solid;border-radius:6px;padding:8px 12px;margin:10px 0}
+.card h3{font-size:15px;margin:0 0 4px}.card table{margin:6px 0}.cause{background:#f9fafb;padding:6px 8px;
+border-radius:4px}details{margin:6px 0}summary{cursor:pointer}.plots{display:flex;flex-wrap:wrap;gap:8px}
+.plots img{max-width:min(100%,640px)}.tag{font-size:12px;font-weight:600;color:#b42318;border:1px solid;
+border-radius:4px;padding:0 5px;margin-left:6px}.tag.old{color:#667085}#verdict li.zero{color:#667085}.checks td:nth-child(5){max-width:640px}
+"""
 
 
 def render_html(data):
-    env = html.escape(", ".join(f"{k}: {v}" for k, v in data["environment"].items()))
-    out = [f"<!doctype html><meta charset=utf-8><title>Parity report</title><style>{CSS}</style>",
-           f"<h1>Parity report</h1><p>Runtime <b>{html.escape(data['runtime'])}</b>; {env}</p>",
-           ("<table><tr><th>model</th><th>precision</th><th>check</th><th>status</th><th>statistics</th>"
-            "<th>note</th><th>plots</th></tr>")]
-    for c in data["checks"]:
-        repro = c["details"].get("reproducer")
-        note = html.escape(_note(c) + _divergence_note(c)) + (f"<br><code>{html.escape(repro['command'])}</code>" if repro else "")
-        tol = "".join(f"<br><small>{html.escape(o['output'])}: tolerance from {html.escape(o['tolerance']['source'])}"
-                      f"</small>" for o in c["details"].get("outputs") or [])
-        out.append(f"<tr class={c['status']}><td>{html.escape(c['model'])}</td><td>{c['precision'] or '—'}</td>"
-                   f"<td>{html.escape(c['check'])}</td><td>{ICON[c['status']]}</td>"
-                   f"<td>{html.escape(_stat_cell(c))}{tol}</td><td>{note}</td><td>{''.join(_plots(c))}</td></tr>")
-    out.append("</table>")
-    return "\n".join(out) + "\n"
+    checks = data["checks"]
+    parts = [(f"<!doctype html><html lang=en><meta charset=utf-8><title>Parity report: "
+             f"{_verdict_word(data)}</title><style>{CSS}{_status_css()}</style><body>"),
+             _banner(data), _matrix(checks),
+             *html_checks.render(by_severity(checks), data.get("baseline"), before_rest=[
+                 _baseline(data.get("baseline")), _findings(data.get("findings"))]), "</body></html>"]
+    return "\n".join(p for p in parts if p) + "\n"
 
 
-def _divergence_plot(check, plt):
-    """Error by depth for a failing fp16/int8 check (details["divergence"]["error_by_depth"]): max abs and max rel
-    error of every matched node output against its depth, the first divergent node marked."""
-    d = check["details"].get("divergence") or {}
-    rows = d.get("error_by_depth") or []
-    if not rows:
-        return []
+def _status_css():
+    return "".join(f".st-{s}{{border-color:{COLOURS[s]}}}.bg-{s}{{background:{COLOURS[s]}}}"
+                   f".tint-{s}{{background:{TINTS[s]}}}" for s in STATUSES)
 
-    def finite(v):
-        return v if isinstance(v, (int, float)) else 1e30  # "inf"/"nan" strings in strict JSON: plot at the top
 
-    fig, ax = plt.subplots(figsize=(6, 3))
-    depth = [r["depth"] for r in rows]
-    ax.scatter(depth, [max(finite(r["max_abs"]), 1e-12) for r in rows], s=6, label="max abs")
-    ax.scatter(depth, [max(finite(r["max_rel"]), 1e-12) for r in rows], s=6, marker="x", label="max rel")
-    first = next((r for r in rows if r["node"] == d.get("first_node")), None)
-    if first is not None:
-        ax.axvline(first["depth"], color="r", ls="--", label=f"first divergent: {first['node']} ({first['op_type']})")
-    ax.set_yscale("log")
-    ax.set_xlabel("node depth (longest path from the inputs)")
-    ax.set_ylabel("error vs FP32 ONNX")
-    ax.set_title("error by depth")
-    ax.legend(fontsize=7)
-    image = f'<img src="{_png(fig)}" alt="error by depth">'
-    plt.close(fig)
-    return [image]
+def _run_fails(data):
+    return run_fails(data["checks"]) or any(d["gating"] for d in (data.get("baseline") or {}).get("drift", []))
+
+
+def _verdict_word(data):
+    if not data["checks"]:
+        return "NO CHECKS RAN"
+    return "FAIL" if _run_fails(data) else "PASS"
+
+
+def _banner(data):
+    checks = data["checks"]
+    n = counts(checks)
+    word = _verdict_word(data)
+    colour = COLOURS["fail"] if word == "FAIL" else (COLOURS["pass"] if checks else COLOURS["skip"])
+    why = _why(data) if checks else "no check was recorded"
+    base = data.get("baseline")
+    if base:
+        why += (f"<br>vs baseline: {len(base['new_failures'])} new failure(s), {len(base['fixed'])} fixed, "
+                f"{len(base['existing_failures'])} still failing, {len(base['drift'])} drift "
+                f"({sum(d['gating'] for d in base['drift'])} gating)")
+    items = "".join(f"<li style='border-color:{COLOURS[s]}'{'' if n[s] else ' class=zero'}><b>{n[s]}</b> {s}</li>"
+                    for s in STATUSES)
+    findings = data.get("findings")
+    if findings is not None:
+        items += f"<li style='border-color:#344054'><b>{len(findings)}</b> findings</li>"
+    return (f"<h1>Parity report</h1><header id=verdict style='background:{colour}'>"
+            f"<div class=word>{word}</div><div class=why>{why}</div><ul aria-label='status counts'>{items}</ul>"
+            f"</header><p class=env>{ESC(_environment_line(data))}</p>")
+
+
+def _why(data):
+    failing = counts([c for c in data["checks"] if run_fails([c])])
+    parts = [f"{failing[s]} {s}" for s in ("fail", "error", "inconclusive") if failing[s]]
+    gates = sum(d["gating"] for d in (data.get("baseline") or {}).get("drift", []))
+    parts += [f"{gates} drift past --parity-baseline-fail"] if gates else []
+    if parts:
+        return f"this run fails: {', '.join(parts)}"
+    return "no check failed: each passed, was skipped with its reason, or is a recorded known failure"
+
+
+def _environment_line(data):
+    env = data.get("environment") or {}
+    gpu = (env.get("gpu") or {}).get("name") if isinstance(env.get("gpu"), dict) else None
+    return (f"Candidate runtime {data.get('runtime')} · device class {data.get('device_class')} · "
+            f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
+            f"TensorRT {env.get('tensorrt') or 'not installed'} · Beam {env.get('apache-beam')} · "
+            f"GPU {gpu or 'none'} · Python {env.get('python')} · config {data.get('config')}")
+
+
+def _matrix(checks):
+    if not checks:
+        return ""
+    models = sorted({c["model"] for c in checks})
+    present = {c["precision"] for c in checks}
+    columns = [p for p in PRECISION_ORDER if p in present] + sorted(p for p in present - {None}
+                                                                    if p not in PRECISION_ORDER)
+    columns += [None] if None in present else []
+    head = "".join(f"<th>{ESC(p) if p else 'model-level'}</th>" for p in columns)
+    rows = []
+    for m in models:
+        cells = [_cell([c for c in checks if c["model"] == m and c["precision"] == p]) for p in columns]
+        rows.append(f"<tr><th>{ESC(m)}</th>{''.join(cells)}</tr>")
+    return (f"<section id=matrix><h2>Model × precision (worst status; click for its checks)</h2>"
+            f"<table class=matrix><tr><th>model</th>{head}</tr>{''.join(rows)}</table></section>")
+
+
+def _cell(checks):
+    if not checks:
+        return "<td class=muted>—</td>"
+    worst = worst_status(c["status"] for c in checks)
+    first = min((c for c in checks if c["status"] == worst), key=lambda c: c["check"])
+    tally = ", ".join(f"{sum(c['status'] == s for c in checks)} {s}" for s in SEVERITY
+                      if any(c["status"] == s for c in checks))
+    return (f"<td class=tint-{worst}><a href='#{check_id(first)}' title='{ESC(tally)}'>{badge(worst)}"
+            f"<small>{ESC(tally)}</small></a></td>")
+
+
+def _baseline(base):
+    if not base:
+        return ""
+    return html_checks.baseline_section(base)
+
+
+def _findings(findings):
+    """Facts about the model that are no verdict on the candidate (e.g. the reference unstable on an input)."""
+    if not findings:
+        return ""
+    rows = []
+    for f in findings:
+        d = f.get("details") or {}
+        inputs = f"<br>inputs: <code>{ESC(str(d['reproducer'].get('npz')))}</code>" if d.get("reproducer") else ""
+        rest = {k: v for k, v in d.items() if k not in ("summary", "reproducer")}
+        more = (f"<details><summary>details</summary><pre>{ESC(json.dumps(rest, indent=1))}</pre></details>"
+                if rest else "")
+        rows.append(f"<tr><td>{ESC(str(f.get('kind')))}</td><td>{ESC(str(f.get('model')))}</td>"
+                    f"<td>{ESC(str(f.get('precision') or '—'))}</td><td>{ESC(str(f.get('check')))}</td>"
+                    f"<td>{ESC(str(d.get('summary', '')))}{inputs}{more}</td></tr>")
+    return (f"<section id=findings><h2>Findings ({len(findings)})</h2><p class=muted>Not candidate failures: the "
+            f"model's own behaviour, for its owner.</p><table><tr><th>kind</th><th>model</th><th>precision</th>"
+            f"<th>check</th><th>summary</th></tr>{''.join(rows)}</table></section>")

@@ -1,49 +1,60 @@
-"""Markdown summary, suitable for ``$GITHUB_STEP_SUMMARY``."""
+"""Markdown summary, suitable for ``$GITHUB_STEP_SUMMARY``: verdict and counts, changes since the baseline
+(new failures first), every failing check with its full cause, then the table of all checks."""
+
+import re
+
+from paritygate.report.text import (
+    by_severity,
+    cause,
+    counts,
+    divergence_text,
+    num,
+    run_fails,
+    statistics_text,
+    tolerance_groups,
+    tolerance_text,
+    worst_output,
+)
+from paritygate.verdict import STATUSES
 
 ICON = {"pass": "✅ pass", "fail": "❌ fail", "error": "💥 error", "inconclusive": "❔ inconclusive", "skip": "⏭️ skip",
         "xfail": "⚠️ xfail", "regenerated": "♻️ regenerated"}
+FAILING = ("fail", "error", "inconclusive")
+NOTE_CHARS = 240  # a table cell stays one readable line; the full cause is under "Failures" or in the JSON
 
 
-def _num(value, spec=".3g"):
-    """Format a statistic; non-finite values arrive as the strings "nan"/"inf" (strict JSON)."""
-    return format(value, spec) if isinstance(value, (int, float)) else str(value)
+def _cell(text):
+    return text.replace("\n", " ").replace("|", "\\|")
 
 
-def _stat_cell(check):
-    outs = check["details"].get("outputs") or []
-    worst = [o for o in outs if not o.get("passed", True)] or outs
-    if not worst:
-        return ""
-    o = max(worst, key=lambda o: o.get("max_abs", 0) if isinstance(o.get("max_abs", 0), (int, float)) else 1e300)
-    tol = o.get("tolerance", {})
-    return (f"`{o['output']}` max abs {_num(o.get('max_abs', 0))}, p99 abs {_num(o.get('p99_abs', 0))}, "
-            f"cos {_num(o.get('cosine', 1), '.5f')}, {o.get('mismatches', 0)}/{o.get('elements', 0)} out of "
-            f"atol {tol.get('atol', 0):g}/rtol {tol.get('rtol', 0):g}")
-
-
-def _note(check):
-    d = check["details"]
-    text = d.get("message") or d.get("reason") or d.get("note") or ""
-    text = text.replace("\n", " ").replace("|", "\\|")
-    return text if len(text) <= 240 else text[:240] + "… (full text in parity-report.json)"
+def _code(name):
+    return f"`{name}`"
 
 
 def _divergence_note(check):
-    """Where precision broke and the plan that repairs it (details["divergence"], paritygate/divergence.py)."""
-    d = check["details"].get("divergence")
-    if not d:
-        return ""
-    if d.get("error"):
-        return f" · localization failed: {d['error']}".replace("|", "\\|")
-    where = (f"first divergent node `{d['first_node']}` ({d['op_type']}), max abs error "
-             f"{_num(d['max_abs_error'])}" if d.get("first_node") else (d.get("note") or "no divergent node"))
-    plan = d.get("keep_fp32", d.get("exclude_from_quantization"))
-    if plan is None:
-        return f" · {where}"
-    verb = "keep in FP32" if "keep_fp32" in d else "leave unquantized"
-    status = "verified ✅" if d.get("verified") else "not verified ❌"
-    config = f": `{d['config'].splitlines()[1]}`" if d.get("config") else ""
-    return f" · {where}; {verb} {', '.join(f'`{n}`' for n in plan) or 'nothing'} ({status}){config}"
+    """" · first divergent node `n` (Op), ...; keep in FP32 `n` (verified)" or "" (paritygate/divergence.py)."""
+    text = divergence_text(check, _code)
+    return f" · {text}" if text else ""
+
+
+def _note(check):
+    text = _cell(cause(check) + _divergence_note(check))
+    if len(text) <= NOTE_CHARS:
+        return text
+    where = "under Failures below" if check["status"] in FAILING else "in parity-report.json"
+    return text[:NOTE_CHARS] + f"… (full text {where})"
+
+
+def _stat_cell(check):
+    o = worst_output(check)
+    return f"`{o['output']}` {statistics_text(o)}" if o else ""
+
+
+def _fenced(text):
+    """``text`` in a code fence longer than any run of backticks inside it."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence, text, fence]
 
 
 def _environment_line(data):
@@ -54,35 +65,99 @@ def _environment_line(data):
             f"TensorRT {env.get('tensorrt') or 'not installed'} · Beam {env.get('apache-beam')} · GPU: {gpu}")
 
 
-def render_markdown(data):
+def _verdict(data):
     checks = data["checks"]
-    counts = {s: sum(c["status"] == s for c in checks) for s in ICON}
-    lines = ["# Parity report", "",
-             _environment_line(data),
-             "", " · ".join(f"{ICON[s]}: {n}" for s, n in counts.items() if n) or "no checks ran", "",
-             "| model | precision | check | status | statistics (worst output) | note |",
-             "|---|---|---|---|---|---|"]
+    if not checks:
+        return ["no checks ran"]
+    n = counts(checks)
+    gating = [d for d in (data.get("baseline") or {}).get("drift", []) if d["gating"]]
+    word = "FAIL" if run_fails(checks) or gating else "PASS"
+    line = " · ".join(f"{ICON[s]}: {n[s]}" for s in STATUSES)
+    if data.get("findings") is not None:
+        line += f" · findings: {len(data['findings'])}"
+    return [f"**Verdict: {word}**", "", line]
+
+
+def _failure(c):
+    lines = ["", f"### {ICON[c['status']]}: {c['model']} {c['precision'] or 'model-level'} {c['check']}", ""]
+    lines += _fenced(cause(c) or "(no message recorded)")
+    d = c["details"]
+    for o in (o for o in d.get("outputs") or [] if not o.get("passed", True)):
+        lines.append(f"- output `{o['output']}`: {statistics_text(o)}")
+        w = o.get("worst") or {}
+        if w:
+            lines.append(f"  - worst element {w.get('index')} (batch element {w.get('batch_element')}): reference "
+                         f"{num(w.get('reference'), '.6g')}, candidate {num(w.get('candidate'), '.6g')}")
+        for name, v in (w.get("inputs") or {}).items():
+            shown = v.get("values", v.get("head"))
+            lines.append(f"  - its input `{name}` {v.get('dtype')} {v.get('shape')}: "
+                         f"{'' if 'values' in v else 'first values '}{[num(x, '.6g') for x in shown]}".replace("'", ""))
+    for tol, names in tolerance_groups(d.get("outputs") or []):
+        lines.append(f"- tolerance for {', '.join(f'`{n}`' for n in names)}: {tolerance_text(tol)}")
+    if d.get("divergence"):
+        lines.append(f"- where precision broke: {divergence_text(c, _code)}")
+    if d.get("reproducer"):
+        lines.append(f"- replay: `{d['reproducer']['command']}`")
+    return lines
+
+
+def _baseline(base):
+    lines = ["", "## Changes since baseline", "", f"Baseline: `{base['path']}`"]
+    if base.get("environment_differs"):
+        lines += ["", "> **Warning:** the baseline came from another machine or runtime: "
+                  + "; ".join(base["environment_differs"])]
+    for title, key in (("New failures", "new_failures"), ("Fixed", "fixed"),
+                       ("Still failing, as in the baseline", "existing_failures")):
+        if base.get(key):
+            lines += ["", f"**{title}** ({len(base[key])}):", ""]
+            lines += [f"- {ICON[i['status']]} {i['model']} {i['precision'] or 'model-level'} {i['check']} "
+                      f"(baseline: {i.get('baseline_status') or 'not run'})" for i in base[key]]
+    if base.get("drift"):
+        lines += ["", f"**Drift** ({len(base['drift'])}):", "",
+                  "| | check | where | statistic | baseline | now | change | threshold |", "|---|---|---|---|---|---|---|---|"]
+        for d in sorted(base["drift"], key=lambda d: not d["gating"]):
+            lines.append(f"| {'**gates**' if d['gating'] else 'reported'} | {d['model']} {d['precision'] or ''} "
+                         f"{d['check']} | {d['where']} | {d['field']} | {num(d['baseline'], '.4g')} | "
+                         f"{num(d['current'], '.4g')} | {d['change']} | `{d['threshold']}` |")
+    if len(lines) == 4:
+        lines += ["", "No change: no new failure, nothing fixed, no drift past the thresholds."]
+    return lines
+
+
+def render_markdown(data):
+    checks = by_severity(data["checks"])
+    lines = ["# Parity report", "", *_verdict(data), "", _environment_line(data)]
+    if data.get("baseline"):
+        lines += _baseline(data["baseline"])
+    failing = [c for c in checks if c["status"] in FAILING]
+    if failing:
+        lines += ["", "## Failures"]
+        for c in failing:
+            lines += _failure(c)
+    lines += ["", "## Checks", "", "| model | precision | check | status | statistics (worst output) | note |",
+              "|---|---|---|---|---|---|"]
     for c in checks:
         lines.append(f"| {c['model']} | {c['precision'] or '—'} | {c['check']} | {ICON[c['status']]} | "
-                     f"{_stat_cell(c)} | {_note(c)}{_divergence_note(c)} |")
-    latency = [c for c in checks if c["details"].get("latency")]
-    if latency:
-        lines += ["", "## Latency", "",
-                  "| model | precision | runtime | batch | p50 ms | p90 ms | p99 ms | budget | within budget |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for c in latency:
-            for row in c["details"]["latency"]:
-                within = row.get("within_budget")
-                lines.append(f"| {c['model']} | {c['precision'] or '—'} | {row.get('runtime', '—')} | "
-                             f"{row.get('batch')} | {_num(row.get('p50_ms', 0), '.3f')} | "
-                             f"{_num(row.get('p90_ms', 0), '.3f')} | {_num(row.get('p99_ms', 0), '.3f')} | "
-                             f"{row.get('budget') or '—'} | {'—' if within is None else ('yes' if within else 'NO')} |")
-    lines += _findings(data.get("findings") or [])
-    repro = [(c, c["details"]["reproducer"]) for c in checks if c["details"].get("reproducer")]
-    if repro:
-        lines += ["", "## Reproducers", ""]
-        lines += [f"- {c['model']} {c['precision']} {c['check']}: `{r['command']}`" for c, r in repro]
+                     f"{_cell(_stat_cell(c))} | {_note(c)} |")
+    lines += _latency(checks) + _findings(data.get("findings")) + _reproducers(checks)
     return "\n".join(lines) + "\n"
+
+
+def _latency(checks):
+    latency = [c for c in checks if c["details"].get("latency")]
+    if not latency:
+        return []
+    lines = ["", "## Latency", "",
+             "| model | precision | runtime | batch | p50 ms | p90 ms | p99 ms | budget | within budget |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c in sorted(latency, key=lambda c: (c["model"], c["precision"] or "")):
+        for row in c["details"]["latency"]:
+            within = row.get("within_budget")
+            lines.append(f"| {c['model']} | {c['precision'] or '—'} | {row.get('runtime', '—')} | "
+                         f"{row.get('batch')} | {num(row.get('p50_ms', 0), '.3f')} | "
+                         f"{num(row.get('p90_ms', 0), '.3f')} | {num(row.get('p99_ms', 0), '.3f')} | "
+                         f"{row.get('budget') or '—'} | {'—' if within is None else ('yes' if within else 'NO')} |")
+    return lines
 
 
 def _findings(findings):
@@ -91,8 +166,16 @@ def _findings(findings):
         return []
     lines = ["", "## Findings", "", "Not candidate failures: the model's own behaviour, for its owner.", ""]
     for f in findings:
-        d = f["details"]
+        d = f.get("details") or {}
         replay = f" Inputs: `{d['reproducer']['npz']}`" if d.get("reproducer") else ""
         lines.append(f"- **{f['kind']}** {f['model']} {f['precision'] or ''} {f['check']}: "
                      f"{d.get('summary', '')}.{replay}")
     return lines
+
+
+def _reproducers(checks):
+    repro = [(c, c["details"]["reproducer"]) for c in checks if c["details"].get("reproducer")]
+    if not repro:
+        return []
+    return ["", "## Reproducers", ""] + [f"- {c['model']} {c['precision']} {c['check']}: `{r['command']}`"
+                                         for c, r in repro]

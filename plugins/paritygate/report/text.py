@@ -1,0 +1,169 @@
+"""Words and numbers shared by the Markdown and HTML reports and the JUnit properties: status order, the full
+cause of a check, and error statistics that say first how many values were NaN or Inf."""
+
+import json
+
+from paritygate.verdict import STATUSES
+
+# Worst first: a matrix cell shows the first of these among its checks, and rows are listed in this order.
+SEVERITY = ("fail", "error", "inconclusive", "xfail", "regenerated", "pass", "skip")
+assert set(SEVERITY) == set(STATUSES), "every verdict word needs a place in the report's order"
+PRECISION_ORDER = ("fp32", "fp16", "int8")
+
+
+def num(value, spec=".3g"):
+    """Format a statistic; non-finite values arrive as the strings "nan"/"inf" (strict JSON)."""
+    if isinstance(value, bool):
+        return str(value)
+    return format(value, spec) if isinstance(value, (int, float)) else str(value)
+
+
+def worst_status(statuses):
+    statuses = list(statuses)
+    return min(statuses, key=SEVERITY.index) if statuses else None
+
+
+def by_severity(checks):
+    """Checks ordered failures first, then errors, inconclusive, xfail, regenerated, passes and skips."""
+    return sorted(checks, key=lambda c: (SEVERITY.index(c["status"]), c["model"], _precision_rank(c["precision"]),
+                                         c["check"]))
+
+
+def _precision_rank(precision):
+    """fp32, fp16, int8, then any other precision by name, then model-level checks (no precision)."""
+    if precision in PRECISION_ORDER:
+        return (0, PRECISION_ORDER.index(precision), "")
+    return (1, 0, precision) if precision else (2, 0, "")
+
+
+def counts(checks):
+    """Count of every verdict word, zeros included, in the vocabulary's order."""
+    return {s: sum(c["status"] == s for c in checks) for s in STATUSES}
+
+
+def run_fails(checks):
+    """Whether these checks fail the run: a fail or error, or an inconclusive the model does not allow."""
+    return any(c["status"] in ("fail", "error") or
+               (c["status"] == "inconclusive" and not c["details"].get("allow_uninformative")) for c in checks)
+
+
+def cause(check):
+    """The full cause of a check's status (never cut): the failure message, skip/xfail reason or note."""
+    d = check["details"]
+    return str(d.get("message") or d.get("reason") or d.get("note") or "")
+
+
+def check_id(check):
+    """An HTML id for a check's row."""
+    raw = f"{check['model']}-{check['precision'] or 'model'}-{check['check']}"
+    return "c-" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in raw)
+
+
+def nonfinite_counts(o):
+    """(side, kind, count) for every non-zero NaN/Inf count of an output comparison (schema-1 reports
+    written before these counts existed have none)."""
+    return [(side, kind, o.get(f"{side}_{kind.lower()}", 0)) for side in ("reference", "candidate")
+            for kind in ("NaN", "Inf") if o.get(f"{side}_{kind.lower()}", 0)]
+
+
+def finite_only(o):
+    """Whether the output's statistics cover only part of its elements (non-finite values left out)."""
+    finite = o.get("finite_elements")
+    if finite is None:  # older report: only the non-finite mismatches were counted
+        return bool(o.get("nonfinite_mismatches"))
+    return finite < o.get("elements", 0)
+
+
+def nonfinite_text(o):
+    parts = [f"{n} {kind} in the {side}" for side, kind, n in nonfinite_counts(o)]
+    if not parts and o.get("nonfinite_mismatches"):
+        parts = [f"{o['nonfinite_mismatches']} non-finite mismatches"]
+    return "; ".join(parts)
+
+
+def statistics_text(o):
+    """One output's statistics, NaN/Inf first and finite-only statistics labelled as such."""
+    tol = o.get("tolerance", {})
+    out_of = (f"{o.get('mismatches', 0)}/{o.get('elements', 0)} out of atol {num(tol.get('atol', 0), 'g')}"
+              f"/rtol {num(tol.get('rtol', 0), 'g')}")
+    stats = (f"max abs {num(o.get('max_abs', 0))}, p99 abs {num(o.get('p99_abs', 0))}, "
+             f"cos {num(o.get('cosine', 1), '.5f')}")
+    if o.get("cosine_failed"):
+        stats += f" (below the cosine budget {num(tol.get('cosine_min'), 'g')})"
+    if finite_only(o):
+        finite = o.get("finite_elements")
+        over = f" ({finite}/{o.get('elements', 0)} elements)" if finite is not None else ""
+        return f"{nonfinite_text(o)}; {out_of}; finite-only{over}: {stats}"
+    return f"{out_of}; {stats}"
+
+
+def worst_output(check):
+    """The output to summarise a check by: a failing one with the most non-finite values, else the largest
+    finite max abs error."""
+    outs = check["details"].get("outputs") or []
+    pool = [o for o in outs if not o.get("passed", True)] or outs
+    if not pool:
+        return None
+
+    def badness(o):
+        m = o.get("max_abs", 0)
+        return (o.get("nonfinite_mismatches", 0), m if isinstance(m, (int, float)) else float("inf"))
+
+    return max(pool, key=badness)
+
+
+def tolerance_groups(outputs):
+    """[(tolerance dict, [output names])]: each distinct tolerance (atol, rtol, cosine budget and their sources)
+    once, with the outputs it covers."""
+    groups = {}
+    for o in outputs:
+        tol = o.get("tolerance") or {}
+        key = json.dumps({k: tol.get(k) for k in ("atol", "rtol", "source", "cosine_min", "cosine_source")})
+        groups.setdefault(key, (tol, []))[1].append(o["output"])
+    return list(groups.values())
+
+
+def tolerance_text(tol):
+    """'atol 1e-05, rtol 1e-05 (source: ...); cosine >= 0.997 where the reference rms > 0.00013 (source: ...)'."""
+    text = f"atol {num(tol.get('atol'), 'g')}, rtol {num(tol.get('rtol'), 'g')} (source: {tol.get('source', 'unstated')})"
+    if tol.get("cosine_min") is not None:
+        text += (f"; cosine >= {num(tol['cosine_min'], 'g')} where the reference rms > "
+                 f"{num(tol.get('cosine_applies_above_rms'), '.3g')} (source: {tol.get('cosine_source')})")
+    return text
+
+
+def key_numbers(check):
+    """The numbers a CI test tab should show for a check: (name, value) pairs for JUnit properties."""
+    props = [("paritygate.status", check["status"])]
+    for o in check["details"].get("outputs") or []:
+        name = f"paritygate.{o['output']}"
+        props += [(f"{name}.mismatches", f"{o.get('mismatches', 0)}/{o.get('elements', 0)}")]
+        props += [(f"{name}.{side}_{kind.lower()}", n) for side, kind, n in nonfinite_counts(o)]
+        label = ".finite_only" if finite_only(o) else ""
+        props += [(f"{name}{label}.{k}", o[k]) for k in ("max_abs", "p99_abs", "max_rel", "cosine") if k in o]
+    task = check["details"].get("task") or {}
+    props += [(f"paritygate.task.{k}", v) for k, v in task.items() if isinstance(v, (int, float)) and
+              not isinstance(v, bool) and k not in ("samples", "min_ratio")]
+    for row in check["details"].get("latency") or []:
+        where = f"paritygate.latency.{row.get('role', 'candidate')}.batch{row.get('batch')}"
+        props += [(f"{where}.{k}", row[k]) for k in ("p50_ms", "p99_ms") if k in row]
+    return [(k, v if isinstance(v, str) else num(v, "g")) for k, v in props]
+
+
+def divergence_text(check, code=str):
+    """Where precision broke and the plan that repairs it (``details["divergence"]``, paritygate/divergence.py),
+    in words; ``code`` wraps node and op names (backticks in Markdown, <code> in HTML)."""
+    d = check["details"].get("divergence")
+    if not d:
+        return ""
+    if d.get("error"):
+        return f"localization failed: {d['error']}"
+    where = (f"first divergent node {code(d['first_node'])} ({d.get('op_type')}), max abs error "
+             f"{num(d.get('max_abs_error'))}" if d.get("first_node") else (d.get("note") or "no divergent node"))
+    plan = d.get("keep_fp32", d.get("exclude_from_quantization"))
+    if plan is None:
+        return where
+    verb = "keep in FP32" if "keep_fp32" in d else "leave unquantized"
+    status = "verified" if d.get("verified") else "NOT verified"
+    config = f"; config: {code(d['config'].splitlines()[1])}" if d.get("config") and "\n" in d["config"] else ""
+    return f"{where}; {verb} {', '.join(code(n) for n in plan) or 'nothing'} ({status}){config}"
