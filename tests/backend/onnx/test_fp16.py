@@ -126,3 +126,20 @@ def test_a_build_that_stays_invalid_raises_naming_the_node():
     with pytest.raises(validate.ArtifactError, match=r"^onnxconverter-common .* smoke run on .* at node "
                                                       r"'fixed_batch'"):
         fp16.convert(graph(nodes, initializers=[shape]), (), {"x": X[:1]})
+
+
+def test_an_initializer_read_in_fp32_and_in_fp16_is_split():
+    """nakdimon: a blocked Loop takes the LSTM kernels that a MatMul outside it also reads. The converter keeps the
+    initializer float32 for the blocked reader, and the FP16 reader is left reading float32."""
+    from onnxconverter_common import float16
+
+    k = h.make_tensor("k", T.FLOAT, [], [3.0])
+    nodes = [h.make_node("Mul", ["x", "k"], ["a"], name="kept"), h.make_node("Add", ["a", "k"], ["y"], name="half")]
+    source = graph(nodes, initializers=[k])
+    plain = float16.convert_float_to_float16(source, keep_io_types=True, node_block_list=["kept"])
+    with pytest.raises(validate.ArtifactError, match="at node 'half'"):
+        validate.validate(plain, {"x": X[:1]}, "onnxconverter-common")
+    half, report = fp16.convert(source, (), {"x": X[:1]}, keep_nodes=["kept"])
+    assert report["initializers_split"] == [{"tensor": "k", "copy": "k__fp32", "readers": ["kept"]}]
+    assert report["fp16_blocked"] == [] and halves(half).keys() == {"k"}
+    np.testing.assert_allclose(run(half)["y"], 3 * X + 3, rtol=2.0 ** -10)

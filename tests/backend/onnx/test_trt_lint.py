@@ -102,3 +102,44 @@ def test_the_table_records_where_it_came_from():
     assert not data["operators"]["Unique"]["supported"]
     assert len(data["operators"]) > 150 and np.all([isinstance(r["supported"], bool)
                                                      for r in data["operators"].values()])
+
+
+def loop_of(body_nodes, body_inits=()):
+    """y = Loop(3 steps, x as the carried value) whose body runs ``body_nodes`` from ``v_in`` to ``v_out``."""
+    info = lambda n, t, s=None: h.make_tensor_value_info(n, t, s)
+    body = h.make_graph(body_nodes + [h.make_node("Identity", ["c_in"], ["c_out"], name="keep_going")], "body",
+                        [info("i", T.INT64, []), info("c_in", T.BOOL, []), info("v_in", T.FLOAT, ["N", 4])],
+                        [info("c_out", T.BOOL, []), info("v_out", T.FLOAT, ["N", 4])], list(body_inits))
+    inits = [h.make_tensor("steps", T.INT64, [], [3]), h.make_tensor("go", T.BOOL, [], [True])]
+    return model([h.make_node("Loop", ["steps", "go", "x"], ["y"], body=body, name="loop")], inits)
+
+
+def test_subgraphs_are_linted_like_the_top_level_graph():
+    """An op TensorRT refuses inside a Loop body is found, and named with the graph that holds it."""
+    clean = loop_of([h.make_node("Relu", ["v_in"], ["v_out"], name="relu")])
+    assert trt_lint.lint(clean) == []
+    unique = loop_of([h.make_node("Unique", ["v_in"], ["v_out"], name="uniq")])  # operators.md: Unique | N
+    (finding,) = trt_lint.lint(unique)
+    assert (finding["rule"], finding["node"], finding["graph"]) == ("operator", "uniq", "loop/body")
+
+
+def test_qdq_rules_hold_inside_subgraphs_and_reach_outer_scope_constants():
+    """The body quantizes with the outer graph's scale and zero point: a UINT8 zero point there is a finding, an
+    INT8 one is not (the constants are resolved across scopes)."""
+    for zero_type, expected in ((T.INT8, []), (T.UINT8, [("quantized_type", "quant"), ("type", "dequant")])):
+        body = [h.make_node("QuantizeLinear", ["v_in", "s", "zp"], ["q"], name="quant"),
+                h.make_node("DequantizeLinear", ["q", "s", "zp"], ["v_out"], name="dequant")]
+        m = loop_of(body)
+        m.graph.initializer.extend([h.make_tensor("s", T.FLOAT, [], [0.1]), h.make_tensor("zp", zero_type, [], [0])])
+        assert rules(trt_lint.lint(m)) == expected
+        assert {f["graph"] for f in trt_lint.lint(m)} <= {"loop/body"}
+
+
+def test_nested_graphs_are_named_by_their_path():
+    inner = h.make_graph([h.make_node("Unique", ["x"], ["u"], name="uniq")], "then", [],
+                         [h.make_tensor_value_info("u", T.FLOAT, None)])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["o"], name="same")], "else", [],
+                         [h.make_tensor_value_info("o", T.FLOAT, None)])
+    body_if = h.make_node("If", ["c_in"], ["v_out"], then_branch=inner, else_branch=other, name="choose")
+    (finding,) = trt_lint.lint(loop_of([body_if]))
+    assert (finding["node"], finding["graph"]) == ("uniq", "loop/body/choose/then_branch")

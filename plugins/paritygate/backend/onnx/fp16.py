@@ -1,6 +1,6 @@
 """FP16 conversion with onnxconverter-common that yields a valid graph on real models, or says why not.
 
-Three repairs around ``float16.convert_float_to_float16``, each found on a real graph:
+Repairs around ``float16.convert_float_to_float16``, each found on a real graph:
 
 - **Graph outputs that other nodes also read** (basic-pitch 0.4.0's ``StatefulPartitionedCall:0`` feeds an
   ``Unsqueeze``): with ``keep_io_types`` the converter casts the output back to float32 under its own name, so the
@@ -17,13 +17,29 @@ Three repairs around ``float16.convert_float_to_float16``, each found on a real 
   produce or read it stay in FP32 so that it keeps its value (basic-pitch's log epsilon 1e-10
   would otherwise become 6e-8: max abs error 0.157 instead of 0.052 against its fp32 ONNX on the calibration
   rows). Where the converter still turns it into FP16 (a tensor also read by an FP16 node), the report says so.
+- **Subgraphs** (``Loop`` / ``Scan`` bodies, ``If`` branches; nakdimon 0.2.1's BiLSTM holds four ``Loop`` nodes): the
+  converter turns a body to FP16 with its node, or leaves it FP32 when the node is blocked, but never looks at the
+  outer-scope tensors a body reads, which are float16 or float32 by what the *outer* graph became (nakdimon: the
+  blocked ``Loop``'s body ``Gather`` read an fp16 outer tensor while its value_info said float32). Rule: every
+  float32 tensor a subgraph reads from an outer scope enters it through a ``Cast`` at the top of that subgraph
+  (``route_captures``), so the subgraph's own precision decides the type, whatever the outer graph's.
+- **Casts to float32** (nakdimon's ``Cast(to=FLOAT)`` of its int32 ids and loop counters): the converter changes
+  tensor types but not a node's target type (``Cast.to``, ``dtype``), so a Cast in an FP16 graph still produces
+  float32 under a float16 ``value_info``. Each such node whose output the converted graph declares float16 is
+  retargeted to float16 (``retarget_casts``), in every graph; the routing Casts above are retargeted the same way
+  in converted bodies and stay float32 in blocked ones.
+- **Initializers shared by FP32 and FP16 readers** (nakdimon: a blocked ``Loop`` takes the LSTM kernels that a
+  ``MatMul`` outside it also reads): the converter keeps an initializer float32 when any blocked node reads it, so
+  its FP16 readers read float32; the blocked readers get their own float32 copy (``split_shared_initializers``)
+  and the others the float16 original.
 """
 
+import re
 import warnings
 
 import numpy as np
 
-from paritygate.backend.onnx import validate
+from paritygate.backend.onnx import scopes, validate
 from paritygate.backend.onnx.util import fresh_name, tensor_names
 from paritygate.lazy import lazy_import
 
@@ -36,8 +52,8 @@ CONVERTER = "onnxconverter-common float16.convert_float_to_float16"
 
 
 def name_nodes(model):
-    """The converter names its Casts after nodes: unnamed nodes would collide."""
-    for i, node in enumerate(model.graph.node):
+    """The converter names its Casts after nodes: unnamed nodes would collide (subgraphs' nodes included)."""
+    for i, node in enumerate(scopes.nodes(model.graph)):
         node.name = node.name or f"{node.op_type}__{i}"
     return model
 
@@ -45,12 +61,12 @@ def name_nodes(model):
 def isolate_outputs(model):
     """Let an Identity produce every graph output that another node also reads; returns the names isolated."""
     outputs = {o.name for o in model.graph.output}
-    read = outputs & {i for n in model.graph.node for i in n.input}
+    read = outputs & {i for n in scopes.nodes(model.graph) for i in n.input}
     taken = tensor_names(model)
     for name in sorted(read):
         inner = fresh_name(f"{name}__internal", taken)
+        scopes.rename_reads(model.graph, name, inner)
         for node in model.graph.node:
-            node.input[:] = [inner if i == name else i for i in node.input]
             node.output[:] = [inner if o == name else o for o in node.output]
         for info in model.graph.value_info:
             if info.name == name:
@@ -106,7 +122,7 @@ def keep_exact(model, findings):
     produce them and every node that reads them. Returns [{node, op, reason}]."""
     exact = {name for name, f in findings.items() if must_stay_exact(f)}
     blocked = []
-    for node in model.graph.node:
+    for node in scopes.nodes(model.graph):
         read = [t for t in [*node.input, *(node.output if node.op_type == "Constant" else [])] if t in exact]
         if read:
             blocked.append({"node": node.name, "op": node.op_type,
@@ -117,8 +133,9 @@ def keep_exact(model, findings):
 
 def stored_as(findings, converted):
     """Complete each finding with how the artifact stores the constant: float32 (kept), or clamped FP16."""
-    half = {t.name for t in converted.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16}
-    half |= {n.output[0] for n in converted.graph.node if n.op_type == "Constant" and n.attribute
+    half = {t.name for g in scopes.graphs(converted.graph) for t in g.initializer
+            if t.data_type == onnx.TensorProto.FLOAT16}
+    half |= {n.output[0] for n in scopes.nodes(converted.graph) if n.op_type == "Constant" and n.attribute
              and n.attribute[0].t.data_type == onnx.TensorProto.FLOAT16}
     clamp = {"overflow": "float16 ±65504 (clamped)", "underflow": "float16 ±2**-24 (raised)"}
     return [{**f, "stored_as": clamp[f["kind"]] if name in half else "float32"} for name, f in findings.items()]
@@ -127,13 +144,133 @@ def stored_as(findings, converted):
 def _float_constants(model):
     from onnx import numpy_helper
 
-    for t in model.graph.initializer:
+    for t in (t for g in scopes.graphs(model.graph) for t in g.initializer):
         if t.data_type == onnx.TensorProto.FLOAT:
             yield t.name, numpy_helper.to_array(t)
-    for n in model.graph.node:
+    for n in scopes.nodes(model.graph):
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value" \
                 and n.attribute[0].t.data_type == onnx.TensorProto.FLOAT:
             yield n.output[0], numpy_helper.to_array(n.attribute[0].t)
+
+
+def route_captures(model):
+    """Let every float32 tensor a subgraph reads from an outer scope enter it through a ``Cast(to=FLOAT)`` at the
+    top of that subgraph, read under a fresh name (nested subgraphs each get their own). Returns (routed, untyped):
+    [{tensor, into, as}] and the captured names whose type shape inference could not tell, left as they are."""
+    types, taken = scopes.inferred_types(model), tensor_names(model)
+    routed, untyped = [], []
+
+    def route(graph, owner):
+        for name in sorted(scopes.free_names(graph)):
+            if types.get(name) is None:
+                untyped.append({"tensor": name, "into": owner.name})
+            if types.get(name) != onnx.TensorProto.FLOAT:
+                continue
+            inner = fresh_name(f"{name}__in_{owner.name}", taken)
+            scopes.rename_reads(graph, name, inner, outputs=True)
+            cast = onnx.helper.make_node("Cast", [name], [inner], to=onnx.TensorProto.FLOAT,
+                                         name=fresh_name(f"{inner}__cast", taken))
+            rest = list(graph.node)
+            del graph.node[:]
+            graph.node.extend([cast, *rest])
+            graph.value_info.append(onnx.helper.make_tensor_value_info(inner, onnx.TensorProto.FLOAT, None))
+            types[inner] = onnx.TensorProto.FLOAT
+            routed.append({"tensor": name, "into": owner.name, "as": inner})
+        for node in graph.node:  # after the rewrite above: these are the live nested graphs
+            for sub in scopes.subgraphs(node):
+                route(sub, node)
+
+    for node in model.graph.node:
+        for sub in scopes.subgraphs(node):
+            route(sub, node)
+    return routed, untyped
+
+
+# ops whose attribute names the type of their output (onnx/defs: Cast.to; the generators' and EyeLike's dtype)
+TYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
+              "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Bernoulli": "dtype"}
+
+
+def retarget_casts(model):
+    """In every graph, a node of ``TYPE_ATTRS`` that targets float32 while the graph declares its output float16
+    (the converter converted the graph around it) targets float16. Returns the names of the nodes retargeted."""
+    retargeted = []
+    for graph in scopes.graphs(model.graph):
+        declared = {v.name: v.type.tensor_type.elem_type for v in [*graph.value_info, *graph.output]}
+        for node in graph.node:
+            attr = next((a for a in node.attribute if a.name == TYPE_ATTRS.get(node.op_type)), None)
+            if attr is not None and attr.i == onnx.TensorProto.FLOAT and node.output \
+                    and declared.get(node.output[0]) == onnx.TensorProto.FLOAT16:
+                attr.i = onnx.TensorProto.FLOAT16
+                retargeted.append(node.name)
+    return retargeted
+
+
+def split_shared_initializers(model, ops, block):
+    """Keep float32 initializers float32 for the FP32 (blocked) nodes that read them, without changing what the
+    FP16 nodes read. The converter keeps an initializer float32 only when a blocked node reads it directly, and
+    then for every reader (it casts only value_info inputs), which leaves its FP16 readers reading float32
+    (nakdimon: a blocked ``Loop`` takes the LSTM kernels that the first step's ``MatMul`` outside it also reads);
+    and it converts an initializer that a blocked node's body reads from the outer scope. So: the blocked direct
+    readers of a shared initializer get their own float32 copy, and a blocked node's subgraph that reads an outer
+    initializer gets its own float32 copy inside (the converter never enters a blocked node's subgraphs).
+    Returns [{tensor, copy, readers}]."""
+    taken, split = tensor_names(model), []
+    kept_node = lambda n: n.op_type in ops or n.name in block
+    for graph in scopes.graphs(model.graph):
+        floats = {t.name: t for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+        kept = [n for n in graph.node if kept_node(n)]
+        shared = {i for n in kept for i in n.input if i in floats} & {
+            i for n in graph.node if not kept_node(n) for i in n.input}
+        for name in sorted(shared):
+            copy = _copy_initializer(graph, floats[name], taken)
+            for node in kept:
+                node.input[:] = [copy.name if i == name else i for i in node.input]
+            split.append({"tensor": name, "copy": copy.name, "readers": [n.name for n in kept if copy.name in n.input]})
+        for node in kept:
+            for sub in scopes.subgraphs(node):
+                for name in sorted(scopes.free_names(sub) & floats.keys()):
+                    copy = _copy_initializer(sub, floats[name], taken)
+                    scopes.rename_reads(sub, name, copy.name, outputs=True)
+                    split.append({"tensor": name, "copy": copy.name, "readers": [f"{node.name}/{sub.name}"]})
+    return split
+
+
+def _copy_initializer(graph, tensor, taken):
+    copy = graph.initializer.add()
+    copy.CopyFrom(tensor)
+    copy.name = fresh_name(f"{tensor.name}__fp32", taken)
+    return copy
+
+
+def _convert_once(source, ops, block):
+    """One conversion of ``source`` (not modified) with nodes ``block`` and op types ``ops`` kept in FP32:
+    (fp16 model, casts retargeted, initializers split)."""
+    from onnxconverter_common import float16
+
+    model = onnx.ModelProto()
+    model.CopyFrom(source)
+    split = split_shared_initializers(model, set(ops), set(block))
+    with warnings.catch_warnings():  # clamped constants are reported as findings, not warned about
+        warnings.filterwarnings("ignore", r"the float32 number .* will be truncated to", UserWarning)
+        half = float16.convert_float_to_float16(
+            model, keep_io_types=True, max_finite_val=FP16_MAX, min_positive_val=FP16_MIN_SUBNORMAL,
+            op_block_list=ops, node_block_list=block)
+    return half, retarget_casts(half), split
+
+
+def innermost(model, err):
+    """The node to keep in FP32 for ``err``: the node it names or, when that node holds subgraphs and the message
+    goes on to name a node inside them (the checker's "(op_type:Loop, node name: loop): ... (op_type:Celu, node
+    name: celu)"), that inner node, recursively; so that one body node, not the whole body, stays FP32."""
+    named = re.findall(r"node name: ([^)]*)\)", str(err))
+    current = next((n for n in scopes.nodes(model.graph) if n.name == err.node), None)
+    for name in named[named.index(err.node) + 1:] if err.node in named else []:
+        inner = {n.name: n for sub in scopes.subgraphs(current) for n in sub.node} if current is not None else {}
+        if name not in inner:
+            break
+        current = inner[name]
+    return current.name if current is not None else err.node
 
 
 def convert(source, keep_fp32, feeds, keep_nodes=()):
@@ -146,26 +283,26 @@ def convert(source, keep_fp32, feeds, keep_nodes=()):
     model.CopyFrom(source)
     name_nodes(model)
     isolated = isolate_outputs(model)
+    routed, untyped = route_captures(model)
     floats = {o.name for o in model.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
     ops = list(keep_fp32) + list(float16.DEFAULT_OP_BLOCK_LIST)
-    original = {n.name: n.op_type for n in model.graph.node}
+    original = {n.name: n.op_type for n in scopes.nodes(model.graph)}
     out_of_range = constants_out_of_range(model)
     blocked, retries = keep_exact(model, out_of_range), 0
     while True:
-        with warnings.catch_warnings():  # clamped constants are reported as findings, not warned about
-            warnings.filterwarnings("ignore", r"the float32 number .* will be truncated to", UserWarning)
-            half = float16.convert_float_to_float16(
-                model, keep_io_types=True, max_finite_val=FP16_MAX, min_positive_val=FP16_MIN_SUBNORMAL,
-                op_block_list=ops, node_block_list=list(keep_nodes) + [b["node"] for b in blocked])
+        half, retargeted, split = _convert_once(model, ops, list(keep_nodes) + [b["node"] for b in blocked])
         half = restore_float32_outputs(half, floats)
         try:
             validate.validate(half, feeds, CONVERTER)
             break
         except validate.ArtifactError as err:
-            if err.node not in original or any(b["node"] == err.node for b in blocked) or retries >= MAX_RETRIES:
+            node = innermost(model, err)
+            if node not in original or any(b["node"] == node for b in blocked) or retries >= MAX_RETRIES:
                 raise
-            blocked.append({"node": err.node, "op": original[err.node], "reason": str(err)})
+            blocked.append({"node": node, "op": original[node], "reason": str(err)})
             retries += 1
     report = {"converter": CONVERTER, "keep_fp32_ops": sorted(keep_fp32), "isolated_outputs": isolated,
-              "fp16_blocked": blocked, "constants_out_of_range": stored_as(out_of_range, half)}
+              "fp16_blocked": blocked, "constants_out_of_range": stored_as(out_of_range, half),
+              "captures_routed": routed, "captures_untyped": untyped, "casts_retargeted": retargeted,
+              "initializers_split": split}
     return half, report

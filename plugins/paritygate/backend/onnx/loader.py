@@ -44,8 +44,10 @@ FP16_KEEP_FP32 = ("LayerNormalization", "Softmax", "Exp", "Pow", "Sqrt", "Reduce
 INT8_OPS = ("Conv", "MatMul", "Gemm")
 
 # Part of every artifact's cache key: bump when a build changes, so that no stale artifact is served.
-BUILD = {"fp32": "tf2onnx+validated+lint-v2", "fp16": "isolated-outputs+exact-constants+node-retry+validated+lint-v4",
-         "int8": "qdq-s8-perchannel-float-bias+unshared-biases+validated+lint-v2"}
+BUILD = {"fp32": "tf2onnx+validated+lint-v3",
+         "fp16": "isolated-outputs+exact-constants+node-retry+subgraph-captures+cast-targets+split-initializers"
+                 "+innermost-retry+validated+lint-v7",
+         "int8": "qdq-s8-perchannel-float-bias+unshared-biases+validated+lint-v3"}
 TF2ONNX = "tf2onnx"
 
 

@@ -22,6 +22,12 @@ Rules (each finding names its ``rule``, the ``node``, the ``op`` and its ``sourc
 - ``placement``: quantized tensors exist only between a quantizer and a dequantizer (same note: "support is
   available only through quantization from a floating-point type"): a DequantizeLinear reads a constant or a
   QuantizeLinear, and a QuantizeLinear's output is read only by DequantizeLinear nodes.
+
+Every rule applies in every graph: onnx-tensorrt's ``Loop`` and ``If`` importers parse the body / the taken
+branch with the same ``onnx2trt::parseGraph(ctx, body)`` as the top-level graph (``builtin_op_importers.cpp``),
+node by node through the same importer table, so an op it refuses there fails the parse too (``Scan`` bodies are
+linted the same way). A finding inside a subgraph names its ``graph``: the path of the nodes that hold
+it and their attribute (``loop/body``); ``None`` for the top-level graph.
 """
 
 import functools
@@ -30,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.backend.onnx import scopes
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
@@ -58,20 +65,35 @@ def _finding(rule, message, node=None, source=None):
             "op": node.op_type if node is not None else None, "message": message, "source": source or _source()}
 
 
+def _scoped(graph, path=None):
+    """(graph, path) for ``graph`` and every graph nested in it; ``path`` is "node/attribute/..." or None."""
+    yield graph, path
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for k, sub in enumerate(subs):
+                where = f"{node.name or node.op_type}/{attr.name}" + (f"[{k}]" if len(subs) > 1 else "")
+                yield from _scoped(sub, f"{path}/{where}" if path else where)
+
+
 def lint(model):
-    """Findings for the ModelProto ``model`` (an empty list: nothing TensorRT's parser is known to refuse)."""
+    """Findings for the ModelProto ``model``, in every graph (an empty list: nothing TensorRT's parser is known to
+    refuse)."""
     findings = _opset(model)
     types = _types(model)
     consts = _constants(model)
-    readers, producers = {}, {o: n.op_type for n in model.graph.node for o in n.output}
-    for node in model.graph.node:
+    every = list(scopes.nodes(model.graph))  # names are unique across a model's graphs (ONNX IR)
+    readers, producers = {}, {o: n.op_type for n in every for o in n.output}
+    for node in every:
         for name in node.input:
             readers.setdefault(name, []).append(node)
-    outputs = {o.name for o in model.graph.output}
-    for node in model.graph.node:
-        findings += _operator(node, types)
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.domain in DEFAULT_DOMAINS:
-            findings += _qdq(node, types, consts, readers, producers, outputs)
+    outputs = {o.name for g in scopes.graphs(model.graph) for o in g.output}
+    for graph, path in _scoped(model.graph):
+        for node in graph.node:
+            found = _operator(node, types)
+            if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.domain in DEFAULT_DOMAINS:
+                found += _qdq(node, types, consts, readers, producers, outputs)
+            findings += [{**f, "graph": path} for f in found]
     return findings
 
 
@@ -129,25 +151,23 @@ def _types(model):
         inferred = onnx.shape_inference.infer_shapes(model).graph
     except Exception:  # noqa: BLE001 - an invalid graph is the validator's finding; lint what is declared
         inferred = model.graph
-    types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.value_info, *inferred.input, *inferred.output]}
-    types.update({t.name: t.data_type for t in model.graph.initializer})
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            types[node.output[0]] = node.attribute[0].t.data_type
+    types = {v.name: v.type.tensor_type.elem_type for g in scopes.graphs(inferred)
+             for v in [*g.value_info, *g.input, *g.output]}
+    types.update(scopes.declared_types(model))  # initializers and Constant values, as stored
     return types
 
 
 def _constants(model):
     from onnx import numpy_helper
 
-    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for node in model.graph.node:
+    consts = {t.name: numpy_helper.to_array(t) for g in scopes.graphs(model.graph) for t in g.initializer}
+    for node in scopes.nodes(model.graph):
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
     return consts
 
 
 def new_findings(before, after):
-    """Findings of ``after`` that ``before`` (the graph it was built from) did not have, by (rule, node)."""
-    seen = {(f["rule"], f["node"]) for f in before}
-    return [f for f in after if (f["rule"], f["node"]) not in seen]
+    """Findings of ``after`` that ``before`` (the graph it was built from) did not have, by (rule, graph, node)."""
+    seen = {(f["rule"], f.get("graph"), f["node"]) for f in before}
+    return [f for f in after if (f["rule"], f.get("graph"), f["node"]) not in seen]
