@@ -8,11 +8,13 @@ pytestmark = [pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_availa
 
 def test_matches_reference(parity_session, parity_case, parity_details):
     from paritygate.checks import candidate_parity
+    from paritygate.runtimes import recorded_mapping
 
     spec, precision = parity_case
     result, ref = candidate_parity(parity_session, spec, precision)
     parity_details.update(result.details(reference=ref.source, samples=len(next(iter(ref.inputs.values()))),
-                                         candidate=_describe_candidate(parity_session, spec, precision)))
+                                         candidate=_describe_candidate(parity_session, spec, precision),
+                                         io_mapping=recorded_mapping(parity_session, spec)))
     if not result.passed:
         parity_details["reproducer"] = parity_session.save_reproducer(spec, precision, "matches_reference",
                                                                        ref.inputs, result.failures)

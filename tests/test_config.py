@@ -35,7 +35,7 @@ def full():
     return {
         "name": "full", "reference": "ref", "signature": "serve", "onnx": "model.onnx",
         "engines": {"fp32": "e32.plan", "fp16": "e16.plan", "int8": "e8.plan"},
-        "precisions": ["int8", "fp32", "fp16"], "max_batch": 8, "task": "classification",
+        "precisions": ["int8", "fp32", "fp16"], "max_batch": 8, "task": "classification", "task_output": "probs",
         "calibration": "calib.npz",
         "inputs": {"ids": {"shape": [-1, 16], "dtype": "int32", "range": [0, 999]},
                    "image": {"shape": [-1, 8, 8, 3], "dtype": "float32", "range": [-1.0, 1.0]}},
@@ -54,7 +54,8 @@ def test_full_example_parses_into_the_expected_model_spec(folder):
     assert specs[0] == ModelSpec(
         name="full", source=path, reference=folder / "ref", signature="serve", onnx=folder / "model.onnx",
         engines={p: folder / f for p, f in (("fp32", "e32.plan"), ("fp16", "e16.plan"), ("int8", "e8.plan"))},
-        precisions=("fp32", "fp16", "int8"), max_batch=8, task="classification", calibration=folder / "calib.npz",
+        precisions=("fp32", "fp16", "int8"), max_batch=8, task="classification", task_output="probs",
+        calibration=folder / "calib.npz",
         inputs={"ids": TensorSpec("ids", (-1, 16), np.dtype("int32"), (0, 999)),
                 "image": TensorSpec("image", (-1, 8, 8, 3), np.dtype("float32"), (-1.0, 1.0))},
         outputs={"probs": "Identity"},
@@ -136,6 +137,9 @@ BAD = {
     "precision fp8": (_set("precisions", value=["fp32", "fp8"]), "m", ["'precisions.1'", "'fp8'", "fp16"]),
     "task unknown": (_set("task", value="segmentation"), "m", ["'task'", "'segmentation'", "classification"]),
     "dtype unknown": (_input(dtype="float8"), "m", ["'inputs.x.dtype'", "'float8'"]),
+    "task_output empty": (_set("task_output", value=""), "m", ["'task_output'"]),
+    "task_output without classification": (lambda d: d["models"][0].update(task="detection", task_output="scores"),
+                                           "m", ["'task_output'", "task is 'detection'", "boxes, scores"]),
     "batch dim not first": (_input(shape=[3, -1]), "m", ["'inputs'", "input 'x'", "[3, -1]", "first"]),
     "two dynamic dims": (_input(shape=[-1, -1]), "m", ["'inputs'", "input 'x'", "[-1, -1]"]),
     "zero dim": (_input(shape=[-1, 0]), "m", ["'inputs'", "input 'x'", "positive"]),

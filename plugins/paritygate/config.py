@@ -56,6 +56,7 @@ class ModelSpec:
     onnx: Path = None
     engines: dict = field(default_factory=dict)
     task: str = "generic"
+    task_output: str = None  # the one reference output the task metric judges (default: see comparator/task.py)
     calibration: Path = None
     outputs: dict = field(default_factory=dict)  # reference output name -> candidate output name
     tolerances: dict = field(default_factory=dict)
@@ -188,6 +189,10 @@ def _model_spec(path, table, check_files):
     for precision in table.get("tolerances", {}):
         if precision not in table["precisions"]:
             raise ConfigError(f"{where('tolerances.' + precision)}: precision not listed in precisions")
+    if "task_output" in table and table.get("task", "generic") != "classification":
+        raise ConfigError(f"{where('task_output')}: selects the class-score output of a classification model, but "
+                          f"task is '{table.get('task', 'generic')}' (detection reads its outputs by name: boxes, "
+                          "scores, classes, num_detections)")
     calibration = table.get("calibration")
     if "int8" in table["precisions"] and calibration is None:
         raise ConfigError(f"{where('calibration')}: int8 is listed in precisions, so a calibration .npz "
@@ -202,6 +207,7 @@ def _model_spec(path, table, check_files):
         precisions=tuple(p for p in PRECISIONS if p in table["precisions"]),
         max_batch=table["max_batch"],
         task=table.get("task", "generic"),
+        task_output=table.get("task_output"),
         calibration=_resolve(base, calibration, where("calibration"), check_files) if calibration else None,
         inputs=inputs,
         outputs=dict(table.get("outputs", {})),

@@ -38,6 +38,10 @@ def map_names(kind, ref_names, cand_names, explicit=None, bound=None, signature=
     explicit, bound = dict(explicit or {}), dict(bound or {})
     cands = list(cand_names)
     pairs = {}
+    unknown = sorted(r for r in explicit if r not in ref_names)
+    if unknown:
+        raise MappingError(f"{kind}(s) {unknown} are mapped to candidate names, but the reference has no such "
+                           f"{kind}; reference {kind}s are {sorted(ref_names)}")
     for ref, cand in explicit.items():
         if cand not in cands:
             raise MappingError(f"{kind} '{ref}' is mapped to candidate {kind} '{cand}', which does not exist; "

@@ -3,6 +3,7 @@
 Importing this module imports none of tensorflow, tensorrt, apache_beam or cuda.
 """
 
+from pathlib import Path
 
 import pytest
 
@@ -140,6 +141,58 @@ def pytest_collection_modifyitems(config, items):
         if worker and item.get_closest_marker("latency"):
             item.add_marker(pytest.mark.skip(
                 reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
+
+
+def pytest_collection_finish(session):
+    """Validate every model once, before any check runs, when the conformance suite's checks over models were
+    collected (not on xdist workers: the controller does it, in pytest_xdist_node_collection_finished)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    if any(case_of(item)[0] is not None and _in_conformance(item.path) for item in session.items):
+        _validate(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """xdist controller: it collects nothing itself; the first worker's collection says whether to validate.
+    No test is scheduled before every worker has reported its collection, so this still runs before any check."""
+    config = node.config
+    parity = config.stash[SESSION_KEY]
+    if parity.validation is None and any(_is_model_check(config, parity, nodeid) for nodeid in ids):
+        _validate(config)
+
+
+def _in_conformance(path):
+    """Whether ``path`` is one of the bundled conformance tests (installed, or in the checkout): the suite whose
+    checks over models are validated first."""
+    from paritygate.bundled import CHECKOUT, conformance_dir
+
+    path = Path(path).resolve()
+    return any(path.is_relative_to(d) for d in {conformance_dir(), CHECKOUT / "conformance"})
+
+
+def _is_model_check(config, parity, nodeid):
+    path, _, rest = nodeid.partition("::")
+    if "[" not in rest or not _in_conformance(config.rootpath / path):
+        return False
+    param = rest[rest.index("[") + 1:].rstrip("]")
+    try:
+        names = [m.name for m in parity.models]
+    except ConfigError:
+        return False
+    return any(param == n or param.startswith(f"{n}-") for n in names)
+
+
+def _validate(config):
+    from paritygate.validate import validate_models
+
+    parity = config.stash[SESSION_KEY]
+    try:
+        found = validate_models(parity)
+    except ConfigError as err:
+        raise pytest.UsageError(str(err)) from err
+    if found["problems"]:
+        raise pytest.UsageError(*found["problems"])
 
 
 def pytest_runtest_setup(item):

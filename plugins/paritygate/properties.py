@@ -30,6 +30,7 @@ from paritygate.comparator.tolerance import (
 from paritygate.reference_noise import K_REFERENCE, Ledger, reference_noise
 from paritygate.runtimes import candidate_runner
 from paritygate.strategies import feeds, model_input_pool, with_corner_examples
+from paritygate.verdict import SuiteError
 
 
 @dataclass
@@ -169,6 +170,8 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
     try:
         prop()
     except Exception as err:
+        if isinstance(err, SuiteError):
+            raise  # the reference or a tool failed: an `error`, with nothing of the candidate's to reproduce
         if not _is_assertion(err):
             _save_failing(session, spec, precision, name, ledger, details, str(err))
             raise

@@ -7,6 +7,7 @@ the mapping ``paritygate.iomap`` resolved (explicit, name, signature, decorated 
 from dataclasses import dataclass, field
 
 from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.verdict import SuiteError
 
 
 @dataclass
@@ -21,34 +22,53 @@ class RuntimeSettings:
 
 
 def check_input_spec(spec, metadata, what, side="candidate"):
-    """The config's input spec must match the model's inputs by name, rank, dtype and fixed dims."""
+    """The config's input spec must match the model's inputs by name, rank, dtype (the ``side``'s: reference or
+    candidate) and fixed dims; the message names the config key first, then the model file (``what``)."""
     names, want = set(metadata), set(spec.inputs)
     if names != want:
-        raise RunnerError(f"{what}: model inputs are {sorted(names)}, but {spec.where('inputs')} declares "
-                          f"{sorted(want)}")
+        raise RunnerError(f"{spec.where('inputs')}: declares inputs {sorted(want)}, but {what} has inputs "
+                          f"{sorted(names)}")
     for name, tensor in spec.inputs.items():
         dtype, shape = metadata[name]
         if len(shape) != len(tensor.shape):
-            raise RunnerError(f"{what}: input '{name}' has rank {len(shape)} {list(shape)}, config declares "
-                              f"rank {len(tensor.shape)} {list(tensor.shape)}")
+            raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares rank {len(tensor.shape)} "
+                              f"{list(tensor.shape)}, but {what} has input '{name}' of rank {len(shape)} {list(shape)}")
         if dtype != tensor.dtype_of(side):
             key = f"{side}_dtype" if getattr(tensor, f"{side}_dtype") else "dtype"
-            raise RunnerError(f"{what}: input '{name}' has dtype {dtype}, config declares {tensor.dtype_of(side)} "
-                              f"({spec.where(f'inputs.{name}.{key}')})")
+            raise RunnerError(f"{spec.where(f'inputs.{name}.{key}')}: declares {tensor.dtype_of(side)}, but {what} "
+                              f"has input '{name}' of dtype {dtype}")
         for axis, (have, declared) in enumerate(zip(shape[1:], tensor.shape[1:]), start=1):
             if have not in (-1, declared):
-                raise RunnerError(f"{what}: input '{name}' dimension {axis} is {have}, config declares {declared}")
+                raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares dimension {axis} = {declared}, "
+                                  f"but {what} has input '{name}' with dimension {axis} = {have}")
 
 
-def reference_runner(session, spec):
+def load_reference(session, spec):
+    """The TF reference, loaded and checked against the input spec (once per process). Raises RunnerError:
+    a SavedModel without the signature or a spec that does not fit it is a config problem, which the session's
+    validation pass (paritygate.validate) reports before any check runs."""
     key = ("reference", spec.name)
     if key not in session.cache:
         from paritygate.backend.tf.runner import TfRunner
 
         runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}").activate()
         check_input_spec(spec, runner.input_metadata(), runner.describe(), side="reference")
-        session.cache[key] = _fed(runner, {}, _casts(spec, "reference"))
+        session.cache[key] = ReferenceRunner(runner, _casts(spec, "reference"))
     return session.cache[key]
+
+
+def reference_runner(session, spec):
+    """The reference for a check: whatever goes wrong with it is the suite's ``error``, never the candidate's
+    ``fail`` (its load errors were reported by the validation pass when the run started)."""
+    try:
+        return load_reference(session, spec)
+    except RunnerError as err:
+        raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
+
+
+def recorded_mapping(session, spec):
+    """The input/output mapping resolved for ``spec`` in this process (None before any candidate was built)."""
+    return session.cache.get(("iomap", spec.name))
 
 
 def candidate_runner(session, spec, precision):
@@ -82,7 +102,7 @@ def reference_output_names(session, spec):
     from paritygate import iomap
 
     outputs = iomap.bindings_of(spec)[1]
-    return sorted(outputs) if outputs else list(reference_runner(session, spec).output_names)
+    return sorted(outputs) if outputs else list(load_reference(session, spec).output_names)
 
 
 def _casts(spec, side):
@@ -126,7 +146,39 @@ class MappedRunner(BaseRunner):
         return getattr(self.__dict__["runner"], name)
 
 
+class ReferenceRunner(MappedRunner):
+    """The TF reference as every check sees it (inputs cast where the config declares ``reference_dtype``): a
+    failure to run a valid input is a ``SuiteError``."""
+
+    def __init__(self, runner, casts=None):
+        super().__init__(runner, {}, casts)
+
+    def infer_impl(self, feed):
+        try:
+            return super().infer_impl(feed)
+        except RunnerError as err:
+            raise SuiteError(f"the TensorFlow reference failed: {err}") from err
+
+
+def suite_built(session, spec, precision):
+    """Whether the candidate at ``precision`` is an artifact the suite made (converted, quantized, or an engine
+    it builds), not a file the config names: the artifact's faults are then the suite's (``error``)."""
+    if session.runtime == "tensorrt" and precision in spec.engines:
+        return False
+    return precision != "fp32" or spec.onnx is None or session.runtime == "tensorrt"
+
+
 def _build_candidate(session, spec, precision):
+    try:
+        return _build(session, spec, precision)
+    except RunnerError as err:
+        if not suite_built(session, spec, precision):
+            raise  # the configured file itself: the candidate's fault (the validation pass reports it first)
+        raise SuiteError(f"the {precision} candidate of model '{spec.name}' that the suite builds "
+                         f"({session.runtime}) failed: {err}") from err
+
+
+def _build(session, spec, precision):
     from paritygate.backend.onnx.loader import onnx_artifact
 
     if session.runtime == "tensorrt":
@@ -147,11 +199,11 @@ def _build_candidate(session, spec, precision):
         path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
         runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
         what = str(path)
-    check_input_spec(spec, MappedRunner(runner, _input_names(spec, runner)).input_metadata(), what, side="candidate")
+    check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate")
     return runner
 
 
-def _input_names(spec, runner):
+def input_names(spec, runner):
     from paritygate import iomap
 
     try:

@@ -70,6 +70,7 @@ class ParitySession:
         self.worker_cache_stats = {}
         self._models = None
         self.cache = {}  # per-process memo for loaded references, artifacts and runners
+        self.validation = None  # paritygate.validate's findings, once the pass ran (controller only)
 
     # -- models and runtime --------------------------------------------------------------------------
     @property
@@ -240,13 +241,17 @@ class ParitySession:
                           f"{err.strerror or err}") from err
 
     def summary_lines(self):
+        from paritygate.validate import summary_lines as validation_lines
+
+        lines = validation_lines(self.validation)
         if not self.checks and not self.findings:
-            return []
+            return lines
         counts = {s: sum(c["status"] == s for c in self.checks) for s in STATUSES}
-        text = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        # the four verdicts always, so that "0 error" is said; skip/xfail/regenerated when they occurred
+        text = ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("pass", "fail", "error", "inconclusive"))
         stats = self.cache_stats()
-        lines = [f"paritygate: runtime {self.runtime}, {len(self.checks)} checks: {text}",
-                 f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]
+        lines += [f"paritygate: runtime {self.runtime}, {len(self.checks)} checks: {text}",
+                  f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]
         for c in self.checks:
             repro = c["details"].get("reproducer")
             if repro:

@@ -18,7 +18,7 @@ Thresholds and their reasoning:
 
 import numpy as np
 
-from paritygate.comparator.task import TaskSpecError, _detection_outputs, classification_output
+from paritygate.comparator.task import TaskSpecError, classification_outputs, detection_outputs
 from paritygate.comparator.tolerance import DETECTION_MIN_SCORE, TF_TRT_BASE
 
 TIE_ATOL = TIE_RTOL = 1e-5  # the fp32 tolerance (tolerance.DEFAULTS["fp32"]), source TF_TRT_BASE
@@ -73,26 +73,32 @@ def _output_stats(ref, limit):
 
 def _classification(spec, stacked, info):
     try:
-        name = classification_output(spec, stacked)
+        names = classification_outputs(spec, stacked)
     except TaskSpecError:
         return
-    scores = stacked[name].astype(np.float64)
+    for name in names:  # every output the task metric judges (logits and probabilities alike)
+        _class_scores(name, stacked[name].astype(np.float64), info)
+
+
+def _class_scores(name, scores, info):
     if scores.ndim != 2 or scores.shape[1] < 2:
         return
     top2 = np.sort(scores, axis=1)[:, -2:]
     ties = (top2[:, 1] - top2[:, 0]) <= TIE_ATOL + TIE_RTOL * np.abs(top2[:, 1])
     classes = sorted({int(c) for c in np.argmax(scores[~ties], axis=1)})
-    info["classification"] = {"output": name, "tie_share": float(ties.mean()), "decided_inputs": int((~ties).sum()),
-                              "distinct_argmax": classes[:50], "tie_rule": f"top-2 gap <= fp32 tolerance ({TF_TRT_BASE})"}
+    entry = {"output": name, "tie_share": float(ties.mean()), "decided_inputs": int((~ties).sum()),
+             "distinct_argmax": classes[:50], "tie_rule": f"top-2 gap <= fp32 tolerance ({TF_TRT_BASE})"}
+    info.setdefault("classification", entry)  # the first judged output; every one is under per_output
+    info.setdefault("classification_per_output", []).append(entry)
     if len(classes) < 2:
         info["reasons"].append(
-            f"classification: {int(ties.sum())} of {len(ties)} inputs are argmax ties and the decided inputs "
+            f"classification ('{name}'): {int(ties.sum())} of {len(ties)} inputs are argmax ties and the decided inputs "
             f"show {len(classes)} class(es) {classes}: a candidate answering one class always would agree")
 
 
 def _detection(spec, stacked, info):
     try:
-        keys = _detection_outputs(spec, stacked)
+        keys = detection_outputs(spec, stacked)
     except TaskSpecError:
         return
     scores = stacked[keys["scores"]]

@@ -1,12 +1,15 @@
 """paritygate.comparator.task: classification agreement and accuracy ratio (MLPerf 99%), detection matching
 (IoU, class, score tolerance), and which outputs a task reads."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from paritygate.comparator.task import TaskSpecError, classification, classification_output, detection, task_metrics
+from paritygate.comparator.task import TaskSpecError, classification, classification_outputs, detection, task_metrics
 from paritygate.comparator.tolerance import DETECTION_IOU, TASK_RATIO, TASK_SOURCE
-from tests.conftest import toy_spec
+from tests.conftest import toy_spec, write_config
 
 
 def one_hot(classes, n=5):
@@ -46,12 +49,35 @@ def test_classification_reads_the_mapped_candidate_output():
     assert r["top1_agreement"] == 0.5 and not r["passed"]
 
 
-def test_classification_output_is_the_one_class_score_output():
+def test_classification_judges_every_class_score_output_without_task_output():
     spec = toy_spec(task="classification")
-    assert classification_output(spec, {"logits": np.zeros((2, 3))}) == "logits"
-    assert classification_output(spec, {"probs": np.zeros((2, 3)), "embedding_norm": np.zeros((2, 1))}) == "probs"
-    with pytest.raises(TaskSpecError, match=r"key 'task'.*found 2 among \['a', 'b'\]"):
-        classification_output(spec, {"a": np.zeros((2, 3)), "b": np.zeros((2, 4))})
+    assert classification_outputs(spec, {"logits": np.zeros((2, 3))}) == ["logits"]
+    assert classification_outputs(spec, {"probs": np.zeros((2, 3)), "embedding_norm": np.zeros((2, 1))}) == ["probs"]
+    assert classification_outputs(spec, {"probs": np.zeros((2, 3)), "logits": np.zeros((2, 3))}) == ["logits", "probs"]
+    with pytest.raises(TaskSpecError, match=r"key 'task'.*none among \{'a': \[2, 1\], 'b': \[2\]\}.*task_output"):
+        classification_outputs(spec, {"a": np.zeros((2, 1)), "b": np.zeros(2)})
+
+
+def test_task_output_selects_one_output_and_must_exist():
+    spec = toy_spec(task="classification", task_output="probs")
+    assert classification_outputs(spec, {"probs": np.zeros((2, 3)), "logits": np.zeros((2, 3))}) == ["probs"]
+    with pytest.raises(TaskSpecError, match=r"key 'task_output': 'probs' is not an output of the reference; "
+                                            r"its outputs are \['scores'\]"):
+        classification_outputs(spec, {"scores": np.zeros((2, 3))})
+
+
+def test_logits_and_probabilities_are_each_judged():
+    spec = toy_spec(task="classification")
+    logits = np.log(one_hot(np.arange(100) % 5) + 0.01)
+    probs = one_hot(np.arange(100) % 5)
+    ref = {"logits": logits, "probs": probs}
+    r = classification(spec, ref, dict(ref))
+    assert r["passed"] and r["output"] == ["logits", "probs"] and [o["output"] for o in r["per_output"]] == r["output"]
+    wrong = one_hot((np.arange(100) + 1) % 5)  # the probabilities disagree everywhere, the logits nowhere
+    r = classification(spec, ref, {"logits": logits, "probs": wrong})
+    assert not r["passed"] and r["top1_agreement"] == 0.0 and r["per_output"][0]["passed"]
+    only = classification(toy_spec(task="classification", task_output="logits"), ref, {"logits": logits, "probs": wrong})
+    assert only["passed"] and only["output"] == "logits"
 
 
 # -- detection ---------------------------------------------------------------------------------------
@@ -137,3 +163,56 @@ def test_task_metrics_dispatch():
     assert task_metrics(toy_spec(task="detection"), "fp16", ref, ref)["metric"] == "detection"
     assert task_metrics(toy_spec(task="regression"), "fp16", probs, probs) is None
     assert task_metrics(toy_spec(), "fp16", probs, probs) is None
+
+
+# -- a classifier exporting logits and probabilities, end to end ---------------------------------------------
+def _two_output_classifier(folder):
+    """A real SavedModel and its ONNX, made here: logits = x W + b, probs = softmax(logits), x float32 [N, 6]."""
+    tf = pytest.importorskip("tensorflow")
+    onnx = pytest.importorskip("onnx")
+    rng = np.random.default_rng(7)
+    w, b = rng.normal(size=(6, 4)).astype(np.float32), rng.normal(size=4).astype(np.float32)
+    module = tf.Module()
+    module.w, module.b = tf.Variable(w), tf.Variable(b)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32, name="x")])
+    def serve(x):
+        logits = tf.matmul(x, module.w) + module.b
+        return {"logits": logits, "probs": tf.nn.softmax(logits)}
+
+    module.serve = serve
+    tf.saved_model.save(module, str(folder / "classifier"), signatures={"serving_default": serve})
+    h, T = onnx.helper, onnx.TensorProto
+    graph = h.make_graph(
+        [h.make_node("MatMul", ["x", "w"], ["xw"]), h.make_node("Add", ["xw", "b"], ["logits"]),
+         h.make_node("Softmax", ["logits"], ["probs"], axis=-1)], "classifier",
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", 6])],
+        [h.make_tensor_value_info(n, T.FLOAT, ["N", 4]) for n in ("logits", "probs")],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "classifier.onnx"))
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+@pytest.mark.onnx
+def test_a_classifier_with_logits_and_probabilities_passes(pytester, parity_cache):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxconverter_common")
+    pytest.importorskip("hypothesis")
+    _two_output_classifier(pytester.path)
+    config = write_config(pytester.path, {"models": [{
+        "name": "two_heads", "reference": "classifier", "onnx": "classifier.onnx", "precisions": ["fp32", "fp16"],
+        "max_batch": 4, "task": "classification",
+        "inputs": {"x": {"shape": [-1, 6], "dtype": "float32", "range": [-1.0, 1.0]}}}]})
+    conformance = Path(__file__).resolve().parents[2] / "conformance"
+    result = pytester.runpytest(str(conformance / "test_parity.py"), str(conformance / "test_properties.py"),
+                                "-k", "matches_reference or property_parity", f"--parity-config={config}",
+                                f"--parity-report={pytester.path / 'report'}", "-p", "no:xdist", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    checks = json.loads((pytester.path / "report" / "parity-report.json").read_text())["checks"]
+    for check in (c for c in checks if c["check"] == "matches_reference"):
+        task = check["details"]["task"]
+        assert task["output"] == ["logits", "probs"] and task["passed"], task
+        assert [o["top1_agreement"] for o in task["per_output"]] == [1.0, 1.0]

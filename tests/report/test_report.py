@@ -208,7 +208,7 @@ def test_report_is_written_when_checks_fail(pytester, inner):
     result = pytester.runpytest(f"--parity-config={inner}", f"--parity-report={out}", "--parity-runtime=onnxruntime")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["paritygate: runtime onnxruntime, 2 checks: 1 pass, 1 fail",
+    result.stdout.fnmatch_lines(["paritygate: runtime onnxruntime, 2 checks: 1 pass, 1 fail, 0 error, 0 inconclusive",
                                  f"paritygate: report written to {out}"])
     data = json.loads((out / "parity-report.json").read_text())
     assert [(c["model"], c["precision"], c["check"], c["status"]) for c in data["checks"]] == [

@@ -55,6 +55,9 @@ def load_factory(spec):
     except ImportError as err:
         raise HandlerContractError(f"{where}: cannot import module '{module_name}' of handler '{path}': {err}"
                                    " (modules beside the config file are importable)") from err
+    except Exception as err:  # whatever the module raises at import is the handler's fault
+        raise HandlerContractError(f"{where}: importing module '{module_name}' of handler '{path}' raised "
+                                   f"{type(err).__name__}: {_first_line(err)}") from err
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise HandlerContractError(f"{where}: '{module_name}' has no callable '{attr}' (handler '{path}')")
@@ -74,6 +77,9 @@ def make_handler(spec, factory, min_batch_size, max_batch_size):
                 if err.name in ("tensorflow_hub", "tf_keras") else "")
         raise HandlerContractError(f"{where}: {handler_path(spec)} needs a module that is not installed: "
                                    f"{err}{hint}") from err
+    except Exception as err:  # the factory's own failure, named as such
+        raise HandlerContractError(f"{where}: {handler_path(spec)}(min_batch_size={min_batch_size}, max_batch_size="
+                                   f"{max_batch_size}) raised {type(err).__name__}: {_first_line(err)}") from err
     if not isinstance(handler, ModelHandler):
         raise HandlerContractError(f"{where}: {handler_path(spec)}(min_batch_size=..., max_batch_size=...) returned "
                                    f"{type(handler).__name__}, not an apache_beam ModelHandler")
@@ -81,6 +87,11 @@ def make_handler(spec, factory, min_batch_size, max_batch_size):
         raise HandlerContractError(f"{where}: {handler_path(spec)} returned a {type(handler).__name__}; return the "
                                    "unkeyed handler: the suite wraps it in Keyed/MaybeKeyedModelHandler itself")
     return handler
+
+
+def _first_line(err):
+    lines = str(err).strip().splitlines()
+    return lines[0][:300] if lines else "(no message)"
 
 
 def declared_precision(spec, handler, factory):

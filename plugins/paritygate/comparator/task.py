@@ -11,19 +11,26 @@ class TaskSpecError(ValueError):
     """The model's outputs do not fit its declared task."""
 
 
-def classification_output(spec, outputs):
-    """The class-score output: the only output, else the only rank-2 output with more than one column."""
+def classification_outputs(spec, outputs):
+    """The class-score outputs the metric judges: ``task_output`` when set; else the only output; else every
+    ``[batch, classes]`` output (rank 2, more than one column), e.g. both the logits and the probabilities of
+    a classifier that exports the two (their argmax must agree with the reference's, each on its own)."""
+    if spec.task_output is not None:
+        if spec.task_output not in outputs:
+            raise TaskSpecError(f"{spec.where('task_output')}: '{spec.task_output}' is not an output of the "
+                                f"reference; its outputs are {sorted(outputs)}")
+        return [spec.task_output]
     if len(outputs) == 1:
-        return next(iter(outputs))
+        return list(outputs)
     cands = [k for k, v in outputs.items() if np.ndim(v) == 2 and np.shape(v)[1] > 1]
-    if len(cands) != 1:
-        raise TaskSpecError(f"{spec.where('task')}: classification needs one [batch, classes] output; "
-                            f"found {len(cands)} among {sorted(outputs)}")
-    return cands[0]
+    if not cands:
+        raise TaskSpecError(f"{spec.where('task')}: classification needs a [batch, classes] output; none among "
+                            f"{ {k: list(np.shape(v)) for k, v in sorted(outputs.items())} } (name the one to "
+                            "judge with task_output = \"...\")")
+    return sorted(cands)
 
 
-def classification(spec, ref, cand, labels=None):
-    name = classification_output(spec, ref)
+def _classification_one(spec, name, ref, cand, labels):
     r, c = np.argmax(ref[name], axis=-1), np.argmax(cand[spec.outputs.get(name, name)], axis=-1)
     agreement = float(np.mean(r == c))
     result = {"metric": "classification", "output": name, "samples": int(r.size),
@@ -38,7 +45,18 @@ def classification(spec, ref, cand, labels=None):
     return result
 
 
-def _detection_outputs(spec, outputs):
+def classification(spec, ref, cand, labels=None):
+    """Top-1 agreement (and accuracy on labels) per judged output; one output gives its dict as it is, several
+    give the first one's figures plus ``per_output`` (the check passes only when every output passes)."""
+    results = [_classification_one(spec, name, ref, cand, labels) for name in classification_outputs(spec, ref)]
+    if len(results) == 1:
+        return results[0]
+    worst = min(results, key=lambda r: (r["passed"], r["top1_agreement"]))
+    return {**worst, "output": [r["output"] for r in results], "per_output": results,
+            "passed": all(r["passed"] for r in results)}
+
+
+def detection_outputs(spec, outputs):
     found = {}
     for key in DETECTION_KEYS:
         names = [k for k in outputs if k.endswith(key)]
@@ -62,7 +80,7 @@ def _iou(a, b):
 def detection(spec, precision, ref, cand):
     """Every reference detection scoring >= DETECTION_MIN_SCORE must be matched by a candidate detection of
     the same class at IoU >= DETECTION_IOU whose score is within the precision's tolerance."""
-    keys = _detection_outputs(spec, ref)
+    keys = detection_outputs(spec, ref)
     ck = {k: spec.outputs.get(v, v) for k, v in keys.items()}
     tol = tolerance_for(spec, precision, keys["scores"])
     missed = []

@@ -1,0 +1,64 @@
+"""Third-party models (tests/thirdparty/parity.toml): each test gets a one-model config, or skips naming what to
+install. Their files live in .thirdparty/ (tests/thirdparty/install, files only); a model whose package is absent
+must not stop the others, and the suite validates every model of a config, hence one config per model."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from tests.conftest import write_config
+
+HERE = Path(__file__).resolve().parent
+INSTALLED = HERE.parents[1] / ".thirdparty"
+# model -> (folders under .thirdparty/ it needs, Python modules it needs: tf_keras loads nakdimon's Keras 2 .h5)
+NEEDS = {"basic_pitch": (["basic-pitch-0.4.0"], []),
+         "nakdimon": (["nakdimon-0.1.2", "nakdimon-0.2.1"], ["tf_keras"])}
+
+
+def thirdparty_tables():
+    return {t["name"]: t for t in tomllib.loads((HERE / "parity.toml").read_text())["models"]}
+
+
+def known_failures(name):
+    """The model's entries of tests/thirdparty/expectations.toml (strict xfails, each with its measurement)."""
+    doc = tomllib.loads((HERE / "expectations.toml").read_text())
+    return [e for e in doc.get("known_failures", []) if e["model"] == name]
+
+
+def missing(name):
+    """Why ``name`` cannot run here (None when it can)."""
+    folders, modules = NEEDS[name]
+    absent = [f for f in folders if not (INSTALLED / f).is_dir()]
+    if absent:
+        return f"{', '.join(absent)} not installed in {INSTALLED} (run tests/thirdparty/install)"
+    from paritygate.lazy import available
+
+    gone = [m for m in modules if not available(m)]
+    return f"{', '.join(gone)} is not installed (run tests/thirdparty/install)" if gone else None
+
+
+@pytest.fixture
+def thirdparty_config(tmp_path):
+    """config(name) -> a parity.toml holding only that model (paths made absolute, its input set beside it)."""
+    def config(name):
+        reason = missing(name)
+        if reason:
+            pytest.skip(f"third-party model '{name}': {reason}")
+        table = dict(thirdparty_tables()[name])
+        for key in ("reference", "onnx", "calibration"):
+            if key in table:
+                table[key] = str((HERE / table[key]).resolve())
+        (tmp_path / "inputs").mkdir(exist_ok=True)
+        shutil.copy(HERE / "inputs" / f"{name}.npz", tmp_path / "inputs")
+        if known_failures(name):
+            write_config(tmp_path, {"known_failures": known_failures(name)}, name="expectations.toml")
+        return write_config(tmp_path, {"models": [table]})
+
+    return config
