@@ -6,6 +6,7 @@ to the test's user_properties (so --junitxml keeps them); docs/gpu.md lists them
 """
 
 import json
+import math
 import os
 import re
 import time
@@ -47,6 +48,10 @@ extern "C" __global__ void spin_ns(unsigned long long ns)
 #  above: the launch latency from the start event to the kernel's first instruction and from its exit to
 #         the stop event (a few us on current GPUs), bounded at 20 us, plus 0.5% for clock-domain rounding.
 SPIN_EARLY_MS, SPIN_LATE_MS, SPIN_LATE_FRACTION = 0.0015, 0.020, 0.005
+# Queued warm-up ahead of timed runs: 1 ms is ~100x the host's enqueue cost of one timed run (an event record
+# and a launch: a few us each, docs/gpu.md) and 10x the 10 timed 50 us runs' own enqueueing, so the GPU cannot
+# catch up with the host before the timed loop is queued, unless the host stalls for a millisecond.
+WARMUP_QUEUE_MS = 1.0
 # Back-to-back events with nothing between them cost a few microseconds; 50 us would mean the timer adds
 # more than the shortest kernels we time, i.e. that it is broken or the device is shared and busy.
 OVERHEAD_LIMIT_MS = 0.050
@@ -165,7 +170,11 @@ def test_timer_overhead_and_resolution(gpu_timer, evidence):
 @pytest.mark.parametrize("requested_ns", [50_000, 1_000_000, 10_000_000], ids=["50us", "1ms", "10ms"])
 def test_timer_matches_a_kernel_of_known_duration(gpu_timer, spin, requested_ns, evidence):
     requested_ms = requested_ns / 1e6
-    measured = gpu_timer.time(lambda: spin(gpu_timer.stream, requested_ns), repeat=10, warmup=2)
+    # Warm-up: at least 2 runs and at least WARMUP_QUEUE_MS of queued spinning, enqueued right before the timed
+    # runs (GpuTimer.time), so that the host has enqueued the timed launches before the GPU gets to them: each
+    # of the 10 readings is then the kernel alone, launch gaps excluded, and each must lie within the bounds.
+    warmup = max(2, math.ceil(WARMUP_QUEUE_MS / requested_ms))
+    measured = gpu_timer.time(lambda: spin(gpu_timer.stream, requested_ns), repeat=10, warmup=warmup)
     error_us = (measured - requested_ms) * 1e3
     evidence(requested_ms=requested_ms, measured_ms=measured.round(5).tolist(),
              error_us_median=float(np.median(error_us)), error_us_max=float(error_us.max()))

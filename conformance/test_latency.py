@@ -9,14 +9,20 @@ measures for trtexec's 3 s per row.
 import pytest
 
 # Not marked `tf`: without TensorFlow the candidate is still measured (the check notes the missing reference,
-# and fails only the budgets that need it).
+# and the budgets that need it are an `error`: not judged, never passed).
 pytestmark = [pytest.mark.latency, pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 
 
 def test_latency(parity_session, parity_case, parity_details):
     from paritygate.latency import latency_check
+    from paritygate.verdict import Inconclusive, SuiteError
 
     spec, precision = parity_case
     result = latency_check(parity_session, spec, precision)
     parity_details.update(result.details())
-    assert result.passed, "\n".join(result.failures)
+    if result.failures and result.loaded:  # load only slows a run down: a pass stands, a miss cannot tell
+        raise Inconclusive(f"{result.loaded}, so these budget misses cannot be told apart from the load; rerun "
+                           "alone (pytest -m latency -p no:xdist on an idle machine):\n" + "\n".join(result.failures))
+    assert result.passed, "\n".join(result.failures + result.errors)  # the candidate missed a budget: fail
+    if result.errors:
+        raise SuiteError("\n".join(result.errors))

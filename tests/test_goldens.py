@@ -206,3 +206,52 @@ def test_input_set_seeded_fallback(tmp_path):
     assert not np.array_equal(first["x"], other["x"])
     assert first["ids"].min() >= 0 and first["ids"].max() <= 99
     assert first["x"].astype(np.float64).min() >= 0.1 and first["x"].astype(np.float64).max() <= 0.7
+
+
+# -- the conformance check end to end (a real TF SavedModel; pytester subprocesses) --------------------------
+def test_a_golden_error_is_the_suites_error_not_a_candidate_failure():
+    from paritygate.verdict import SuiteError
+
+    assert issubclass(GoldenError, SuiteError) and not issubclass(GoldenError, AssertionError)
+
+
+def _goldens_run(pytester, *args):
+    from pathlib import Path
+
+    report = pytester.path / "report"
+    conformance = Path(__file__).resolve().parents[1] / "conformance" / "test_goldens.py"
+    result = pytester.runpytest_subprocess(str(conformance), f"--parity-config={pytester.path / 'parity.toml'}",
+                                           f"--parity-report={report}", "-p", "no:cacheprovider", "-p", "no:xdist",
+                                           "-rA", *args)
+    [check] = json.loads((report / "parity-report.json").read_text())["checks"]
+    return result, check, (report / "parity-report.md").read_text()
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_update_goldens_is_regenerated_and_a_tampered_golden_is_an_error(pytester, toy_saved_model):
+    pytest.importorskip("tensorflow")
+    from tests.conftest import write_config
+
+    write_config(pytester.path, {"models": [{
+        "name": "toy", "reference": str(toy_saved_model), "precisions": ["fp32"], "max_batch": 4,
+        "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}]})
+    result, check, markdown = _goldens_run(pytester, "--update-goldens")
+    assert result.ret == 0
+    assert check["status"] == "regenerated", check  # not "pass": nothing was judged
+    assert check["details"]["action"] == "regenerated" and "outputs" not in check["details"]
+    assert result.parseoutcomes() == {"regenerated": 1}
+    assert "♻️ regenerated" in markdown
+    assert "paritygate: runtime onnxruntime, 1 checks: 1 regenerated" in result.stdout.str()
+
+    result, check, _ = _goldens_run(pytester)  # a plain run now judges today's TF against the new goldens
+    assert result.ret == 0 and check["status"] == "pass"
+
+    path = pytester.path / "goldens" / "toy.npz"
+    path.write_bytes(path.read_bytes() + b"tampered")
+    result, check, _ = _goldens_run(pytester)
+    assert result.ret == 1, "a tampered golden still fails the run"
+    assert check["status"] == "error", check  # the suite's data is broken: not a candidate failure
+    assert "does not match the manifest's" in check["details"]["message"]
+    result.stdout.fnmatch_lines(["E *GoldenError: *toy.npz: sha256 * does not match the manifest's*",
+                                 "ERROR *test_goldens_reproduce*"])

@@ -62,6 +62,18 @@ def test_timer_times_each_run_and_frees_its_events():
     assert driver.live == set()  # time() destroys the events it made
 
 
+def test_timer_enqueues_the_warm_up_after_creating_its_events():
+    """The warm-up runs must be the last thing before the first start event (the GPU stays busy while the
+    timed runs are enqueued), so no event is created between them and the timed loop."""
+    driver, log = FakeEvents(), []
+    create = driver.cuEventCreate
+    driver.cuEventCreate = lambda flags: (log.append("create"), create(flags))[1]
+    record = driver.cuEventRecord
+    driver.cuEventRecord = lambda event, stream: (log.append("record"), record(event, stream))[1]
+    gm.GpuTimer("stream", driver=driver).time(lambda: log.append("run"), repeat=2, warmup=3)
+    assert log == ["create"] * 4 + ["run"] * 3 + ["record", "run", "record"] * 2
+
+
 def test_timer_context_manager_reuses_one_pair_until_closed():
     driver = FakeEvents(step_ms=1.5)
     timer = gm.GpuTimer("stream", driver=driver)

@@ -25,7 +25,11 @@ reason = "drifted weight, tracked in TICKET-1"
 
 
 def _run(pytester, toy_saved_model, y_scale):
-    onnx_path = make_onnx(pytester.path / "cand.onnx", scale("y", y_scale), scale("z", 2.0))
+    onnx_path = pytester.path / "cand.onnx"
+    if y_scale is None:
+        onnx_path.write_bytes(b"not an ONNX model")  # the check crashes: the candidate cannot even be loaded
+    else:
+        make_onnx(onnx_path, scale("y", y_scale), scale("z", 2.0))
     cfg = write_config(pytester.path, {"models": [{
         "name": "toy", "reference": str(toy_saved_model), "onnx": onnx_path.name, "precisions": ["fp32"],
         "max_batch": 4, "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}]})
@@ -48,6 +52,16 @@ def test_a_known_failure_that_passes_fails_the_run(pytester, toy_saved_model):
     result, checks = _run(pytester, toy_saved_model, 5.0)
     result.assert_outcomes(passed=1, failed=1, skipped=1)
     assert checks["matches_reference"]["status"] == "fail"
+
+
+def test_a_crash_of_a_known_failures_check_is_not_the_known_failure(pytester, toy_saved_model):
+    """raises=AssertionError: only the candidate being wrong is the recorded failure; an exception is itself."""
+    result, checks = _run(pytester, toy_saved_model, None)
+    assert result.ret == 1
+    assert checks["matches_reference"]["status"] in ("fail", "error"), checks["matches_reference"]
+    assert "reason" not in checks["matches_reference"]["details"]  # no known-failure reason: not an xfail
+    assert "cand.onnx" in checks["matches_reference"]["details"]["message"]
+    assert result.parseoutcomes().get("xfailed") is None
 
 
 def test_malformed_entries_name_the_file_and_key(tmp_path):

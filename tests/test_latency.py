@@ -228,7 +228,8 @@ def _rows(cand_p50, ref_p50, batch=1):
 def test_budget_failures_name_model_precision_batch_percentile_key_and_source():
     spec = toy_spec(source="/cfg/parity.toml", max_batch=8, latency=BUDGETED)
     rows = _rows(cand_p50=0.4, ref_p50=0.8)  # p99 0.8 ms > 0.5; speedup 2x < 3x; reference p99 1.6 <= 4
-    failures = evaluate(spec, "fp16", budgets_for(spec, "t4", "fp16"), rows)
+    failures, errors = evaluate(spec, "fp16", budgets_for(spec, "t4", "fp16"), rows)
+    assert errors == []
     over_p99 = ("toy fp16 batch 1: onnxruntime (candidate) p99 = 0.8 ms exceeds budget fp16_batch1_p99_ms = 0.5 ms "
                 "(from /cfg/parity.toml: model 'toy': key 'latency.t4.fp16_batch1_p99_ms')")
     too_slow = ("toy fp16 batch 1: onnxruntime is 2x as fast as the TF reference (p50 0.8 ms / 0.4 ms), below "
@@ -243,7 +244,7 @@ def test_budget_failures_name_model_precision_batch_percentile_key_and_source():
 def test_speedup_budget_is_met_at_every_batch_size():
     spec = toy_spec(max_batch=8, latency=BUDGETED)
     rows = _rows(cand_p50=0.1, ref_p50=0.5) + _rows(cand_p50=0.3, ref_p50=0.6, batch=8)
-    failures = evaluate(spec, "fp16", budgets_for(spec, "t4", "fp16"), rows)
+    failures, _ = evaluate(spec, "fp16", budgets_for(spec, "t4", "fp16"), rows)
     [failure] = failures  # batch 1: 5x; batch 8: 2x, and its p50 of 0.3 ms is within fp16_batch8_p50_ms = 2 ms
     assert failure.startswith("toy fp16 batch 8: onnxruntime is 2x as fast as the TF reference (p50 0.6 ms / 0.3 ms)")
 
@@ -281,7 +282,11 @@ def _model(name, reference, onnx_path, latency):
 @pytest.fixture
 def latency_run(pytester, latency_models, monkeypatch):
     """Run conformance/test_latency.py over four toy models in-process; returns (result, checks by model)."""
+    from paritygate.latency import check, machine
+
     monkeypatch.setenv(PROFILE_ENV, "quick")
+    for module in (check, machine):  # an idle machine: a loaded one turns budget misses inconclusive
+        monkeypatch.setattr(module, "load_average", lambda: [0.5, 0.5, 0.5])
     reference, onnx_path = latency_models
     cfg = write_config(pytester.path, {"models": [
         _model("unbudgeted", reference, onnx_path, {"t4": {"fp32_batch1_p99_ms": 1e-6}}),
@@ -359,6 +364,33 @@ def test_device_class_option_picks_its_table(latency_run):
     assert checks["over_budget"]["details"]["note"].startswith("no budget for class t4 (")
 
 
+def test_budgets_needing_a_reference_that_could_not_run_are_errors():
+    spec = toy_spec(max_batch=8, latency=BUDGETED)
+    rows = _rows(cand_p50=0.1, ref_p50=0.5)[:1]  # the candidate's row only: the reference could not run
+    failures, errors = evaluate(spec, "fp16", budgets_for(spec, "t4", "fp16"), rows, "tensorflow is not installed")
+    assert failures == []
+    assert errors == [
+        ("toy fp16 batch 1: budget reference_batch1_p99_ms = 4 ms needs the TF reference, which could not run: "
+        "tensorflow is not installed (from parity.toml: model 'toy': key 'latency.t4.reference_batch1_p99_ms')"),
+        ("toy fp16 batch 1: budget fp16_speedup_vs_reference_min = 3x needs the TF reference, which could not run: "
+        "tensorflow is not installed (from parity.toml: model 'toy': key 'latency.t4.fp16_speedup_vs_reference_min')")]
+
+
+@pytest.mark.tf
+@pytest.mark.onnx
+@pytest.mark.latency
+def test_a_budget_missed_on_a_loaded_machine_is_inconclusive(latency_run, monkeypatch):
+    from paritygate.latency import check
+
+    monkeypatch.setattr(check, "load_average", lambda: [64.0, 8.0, 2.0])  # busier than any core count here
+    result, _, checks, _ = latency_run("--parity-device-class=cpu", "-k", "over_budget or fast_enough")
+    assert result.ret == 1 and result.parseoutcomes().get("inconclusive") == 1
+    assert checks["over_budget"]["status"] == "inconclusive"
+    assert "the machine was loaded while measuring (1-minute load average 64.0" in \
+        checks["over_budget"]["details"]["message"]
+    assert checks["fast_enough"]["status"] == "pass"  # load only slows things down: a pass stands
+
+
 @pytest.mark.onnx
 @pytest.mark.latency
 def test_without_tensorflow_the_candidate_is_still_measured(latency_run, monkeypatch):
@@ -366,9 +398,73 @@ def test_without_tensorflow_the_candidate_is_still_measured(latency_run, monkeyp
 
     monkeypatch.setattr(check, "available", lambda name: name != "tensorflow")  # as if it were not installed
     result, _, checks, _ = latency_run("--parity-device-class=cpu", "-k", "fast_enough or unbudgeted")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=1, errors=1)
     unbudgeted = checks["unbudgeted"]["details"]
     assert "TF reference not measured: tensorflow is not installed" in unbudgeted["note"]
     assert {r["role"] for r in unbudgeted["latency"]} == {"candidate"}
-    failures = checks["fast_enough"]["details"]["failures"]
-    assert failures and all("needs the TF reference, which was not measured" in f for f in failures)
+    fast = checks["fast_enough"]
+    assert fast["status"] == "error", "budgets needing the reference are not judged: an error, not a failure"
+    errors = fast["details"]["errors"]
+    assert errors and all("needs the TF reference, which could not run: tensorflow is not installed" in e
+                          for e in errors)
+    assert any("reference_batch2_p99_ms" in e for e in errors)  # a reference budget: once skipped silently
+
+
+# -- the bundled budgets can fail ---------------------------------------------------------------------------
+P_MARGIN, SPEEDUP_MARGIN = 5, 2  # fixtures/parity.toml: percentile budgets 5x the median, speedup half of it
+
+
+class SlowedRunner(BaseRunner):
+    """The real candidate runner, plus a sleep per call that depends on the batch size (a regression)."""
+
+    def __init__(self, runner, delay_ms):
+        super().__init__(f"slowed:{runner.name}")
+        self.runner, self.delay_ms = runner, delay_ms
+
+    def activate_impl(self):
+        self.runner.activate()
+
+    def infer_impl(self, feed):
+        time.sleep(self.delay_ms.get(len(next(iter(feed.values()))), 0.0) / 1e3)  # at least that long (PEP 475)
+        return self.runner.infer(feed)
+
+
+@pytest.mark.tf
+@pytest.mark.onnx
+@pytest.mark.latency
+@pytest.mark.slow
+def test_each_bundled_budget_fails_a_candidate_slowed_by_its_margin(monkeypatch):
+    """Each [models.latency.cpu] budget is its measured median times a margin: a candidate slowed by that margin
+    (a sleep of margin x the measured median per call, on top of the real ONNX Runtime call) fails it. The speedup
+    is judged against the reference measured in the same run (whose speed follows the machine's load), so its
+    slowed candidate sleeps this run's reference p50 / speedup_min: the measured speedup divided by its margin."""
+    pytest.importorskip("tensorflow")
+    from paritygate.latency import latency_check
+    from paritygate.runtimes import candidate_runner
+    from paritygate.session import ParitySession
+
+    monkeypatch.setenv(PROFILE_ENV, "quick")
+    session = ParitySession(runtime="onnxruntime", device_class="cpu")
+    for spec in session.models:
+        budgets = budgets_for(spec, "cpu", "fp32")
+        assert budgets.percentiles and budgets.speedups, f"{spec.name}: the bundled model has cpu budgets"
+        real = candidate_runner(session, spec, "fp32")
+        kinds = {f"p{q}": {b.batch: b.limit_ms for b in budgets.percentiles if b.percentile == q} for q in (50, 90, 99)}
+        kinds["speedup"] = None  # set from the reference rows the runs above measured (and cached)
+        for kind, delay_ms in kinds.items():
+            if kind == "speedup":
+                [minimum] = [b.minimum for b in budgets.speedups]
+                reference = {b: session.cache[("latency_reference", spec.name, b, "quick")]["p50_ms"]
+                             for b in (1, spec.max_batch)}
+                # the measured speedup divided by its margin, on top of the real call: S/2 of this run's reference
+                delay_ms = {b: ref / minimum for b, ref in reference.items()}
+            if not delay_ms:
+                continue
+            session.cache[("candidate", "onnxruntime", spec.name, "fp32")] = SlowedRunner(real, delay_ms).activate()
+            result = latency_check(session, spec, "fp32")
+            text = "\n".join(result.failures)
+            wanted = [b.key for b in budgets.speedups] if kind == "speedup" else \
+                [b.key for b in budgets.percentiles if f"p{b.percentile}" == kind]
+            assert wanted and all(k in text for k in wanted), (spec.name, kind, wanted, result.failures)
+            assert not result.errors
+        session.cache[("candidate", "onnxruntime", spec.name, "fp32")] = real

@@ -27,20 +27,27 @@ def _installed(package):
     return Path(spec.origin).resolve().parent
 
 
+def _own(folder, marker):
+    """The checkout's own ``folder`` when this paritygate runs from a checkout that has it: it wins over an
+    installed copy (a shared venv's editable install of another checkout must not answer for this one)."""
+    path = CHECKOUT / folder
+    return path if (path / marker).is_file() else None
+
+
 def fixtures_dir():
     """The folder holding the bundled ``parity.toml``, ``expectations.toml``, goldens, inputs and the zoo."""
-    return _installed(FIXTURES_PACKAGE) or CHECKOUT / "fixtures"
+    return _own("fixtures", "parity.toml") or _installed(FIXTURES_PACKAGE) or CHECKOUT / "fixtures"
 
 
 def conformance_dir():
     """The folder of the conformance tests (what ``pytest --pyargs paritygate.conformance`` collects)."""
-    return _installed(CONFORMANCE_PACKAGE) or CHECKOUT / "conformance"
+    return _own("conformance", "test_parity.py") or _installed(CONFORMANCE_PACKAGE) or CHECKOUT / "conformance"
 
 
 def zoo_module(name):
     """The zoo's module ``name`` (``build``, ``models``, ...): ``paritygate.fixtures.zoo.<name>`` when
     installed, else ``fixtures.zoo.<name>`` from the checkout (whose root is put on sys.path)."""
-    if _installed(FIXTURES_PACKAGE) is not None:
+    if _own("fixtures", "parity.toml") is None and _installed(FIXTURES_PACKAGE) is not None:
         return importlib.import_module(f"{FIXTURES_PACKAGE}.zoo.{name}")
     if str(CHECKOUT) not in sys.path:
         sys.path.insert(0, str(CHECKOUT))

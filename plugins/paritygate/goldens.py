@@ -17,12 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.verdict import SuiteError
+
 MANIFEST_SCHEMA = 1
 LABELS = "__labels__"
 
 
-class GoldenError(AssertionError):
-    """A golden file is missing, corrupt or does not match its manifest."""
+class GoldenError(SuiteError):
+    """A golden file is missing, corrupt or does not match its manifest: the suite's own data is broken (status
+    ``error``), never the candidate's fault, and never a quiet pass."""
 
 
 def golden_dir(spec):

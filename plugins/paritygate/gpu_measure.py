@@ -94,16 +94,22 @@ class GpuTimer:
         return False
 
     def time(self, fn, repeat=10, warmup=1):
-        """Run ``fn()`` ``warmup`` times untimed, then ``repeat`` times between events; ms per run."""
+        """Run ``fn()`` ``warmup`` times untimed, then ``repeat`` times between events; ms per run.
+
+        The events are created first and the warm-up runs are enqueued last, right before the first start
+        event: while the GPU works through them, the host enqueues the timed runs ahead of it, so no reading
+        includes the host's launch latency (a warm-up enqueued before creating the events could finish while
+        they are created, leaving the first start event on an idle GPU: the first-reading outlier that
+        conformance/test_gpu.py's 50 us spin showed on an H100, docs/gpu.md)."""
         import numpy as np
 
         if not callable(fn):
             raise TypeError(f"time(fn=...) needs a callable that enqueues work on timer.stream, got {fn!r}")
         if repeat < 1 or warmup < 0:
             raise ValueError(f"time() needs repeat >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}")
+        events = self._events(2 * repeat)
         for _ in range(warmup):
             fn()
-        events = self._events(2 * repeat)
         try:
             for i in range(repeat):
                 self._record(events[2 * i])

@@ -11,7 +11,7 @@ from paritygate.config import BUNDLED_CONFIG, ConfigError
 from paritygate.gpu import pin_xdist_worker
 from paritygate.known import load_known_failures, mark_known_failures
 from paritygate.session import ParitySession, case_of
-from paritygate.verdict import REPORT_ATTR, Inconclusive, SuiteError
+from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
 
 SESSION_KEY = pytest.StashKey[ParitySession]()
 GPU_REQUIRED_KEY = pytest.StashKey[str]()  # why a gpu/trt item cannot run, when --require-gpu is given
@@ -219,10 +219,15 @@ def pytest_runtest_makereport(item, call):
 
 
 def _classify(report, call):
-    """Mark the statuses pytest's outcome cannot express: a SuiteError raised in the call is an `error` (the
+    """Mark the statuses pytest's outcome cannot express: a passing test's declared word (``verdict.mark``:
+    ``regenerated``), a SuiteError raised in the call is an `error` (the
     suite's or a tool's failure, not the candidate's), an Inconclusive is `inconclusive` (a failure unless the
     model allows uninformative inputs, which then passes the run but keeps the word)."""
     exc = call.excinfo.value if call.excinfo is not None else None
+    if report.when == "call" and report.passed and not hasattr(report, "wasxfail"):
+        marked = [v for k, v in report.user_properties if k == REPORT_ATTR and v in MARKED]
+        if marked:
+            setattr(report, REPORT_ATTR, marked[-1])  # e.g. regenerated: nothing was judged
     if report.when != "call" or exc is None or hasattr(report, "wasxfail"):
         return
     if isinstance(exc, SuiteError):
@@ -235,12 +240,16 @@ def _classify(report, call):
 
 
 def pytest_report_teststatus(report, config):
-    """`error` and `inconclusive` get their own word in the terminal (counts, -r summary, verbose lines)."""
+    """`error`, `inconclusive` and `regenerated` get their own word in the terminal (counts, -r summary, verbose lines)."""
     status = getattr(report, REPORT_ATTR, None)
+    if status is None and report.when == "call" and report.passed:  # xdist ships user_properties, not attributes
+        status = next((v for k, v in report.user_properties if k == REPORT_ATTR and v in MARKED), None)
     if status == "error":
         return "error", "E", "ERROR"
     if status == "inconclusive":
         return "inconclusive", "I", "INCONCLUSIVE"
+    if status == "regenerated":
+        return "regenerated", "R", "REGENERATED"
     return None
 
 

@@ -56,10 +56,10 @@ def input_pool(session, spec):
 
 
 # -- the three properties -------------------------------------------------------------------------------------
-def property_parity(session, spec, precision, details=None):
-    reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
-    pool, ledger = input_pool(session, spec), Ledger()
-
+# Each ``*_check(spec, precision, candidate, ledger)`` returns the ``check(feed, reference_profile)`` its property
+# runs on every input (an AssertionError: the candidate is wrong); ``paritygate.replay`` runs the same one on a
+# reproducer's inputs.
+def parity_check(spec, precision, candidate, ledger):
     def check(feed, profile):
         floors = {k: K_REFERENCE * v for k, v in profile.spread().items()}
         result = compare(spec, precision, profile.outputs, candidate.infer(feed), compare_task=False, floors=floors,
@@ -68,15 +68,18 @@ def property_parity(session, spec, precision, details=None):
         ledger.note_unstable(feed, profile, lambda name, ref: _policy_limit(spec, precision, name, ref))
         assert result.passed, _explain(spec, precision, feed, result.failures)
 
-    return _run(session, spec, precision, "property_parity", feeds(spec, pool=pool), check, reference, ledger,
-                details, lambda name, ref: _policy_limit(spec, precision, name, ref))
+    return check
 
 
-def batch_invariance(session, spec, precision, details=None):
+def property_parity(session, spec, precision, details=None):
     reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
     pool, ledger = input_pool(session, spec), Ledger()
-    sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
+    return _run(session, spec, precision, "property_parity", feeds(spec, pool=pool),
+                parity_check(spec, precision, candidate, ledger), reference, ledger, details,
+                lambda name, ref: _policy_limit(spec, precision, name, ref))
 
+
+def invariance_check(spec, precision, candidate, ledger):
     def check(feed, profile):
         together = _identity(spec, candidate.infer(feed))
         n = len(next(iter(feed.values())))
@@ -97,22 +100,30 @@ def batch_invariance(session, spec, precision, details=None):
                 assert not bad, (f"{spec.name} {precision}: batch invariance: {label} differs from the same "
                                  "element alone (batch of 1):\n" + "\n".join(bad))
 
-    return _run(session, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool), check,
-                reference, ledger, details, lambda name, ref: _invariance_limit(spec, ref))
+    return check
 
 
-def determinism(session, spec, precision, details=None):
+def batch_invariance(session, spec, precision, details=None):
     reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
     pool, ledger = input_pool(session, spec), Ledger()
-    bounded = spec.nondeterministic  # the runtime is documented as non-deterministic: held to the batch bound
+    sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
+    return _run(session, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
+                invariance_check(spec, precision, candidate, ledger), reference, ledger, details,
+                lambda name, ref: _invariance_limit(spec, ref))
 
-    def limit(name, ref):
-        return _invariance_limit(spec, ref) if bounded else 0.0
+
+def _determinism_limit(spec):
+    bounded = spec.nondeterministic  # the runtime is documented as non-deterministic: held to the batch bound
+    return lambda name, ref: _invariance_limit(spec, ref) if bounded else 0.0
+
+
+def determinism_check(spec, precision, candidate, ledger):
+    bounded = spec.nondeterministic
 
     def check(feed, profile):
         first = _identity(spec, candidate.infer(feed))
         spread = profile.spread("repeat")
-        ledger.note_unstable(feed, profile, limit, "repeat")
+        ledger.note_unstable(feed, profile, _determinism_limit(spec), "repeat")
         for attempt in (2, 3):
             again = _identity(spec, candidate.infer(feed))
             outs = [_within(spec, name, first[name], again[name], spread.get(name), None,
@@ -123,11 +134,21 @@ def determinism(session, spec, precision, details=None):
             assert not bad, (f"{spec.name} {precision}: outputs changed between identical runs (run 1 vs "
                              f"{attempt}):\n" + "\n".join(bad))
 
-    result = _run(session, spec, precision, "determinism", feeds(spec, pool=pool), check, reference, ledger,
-                  details, limit)
+    return check
+
+
+def determinism(session, spec, precision, details=None):
+    reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
+    pool, ledger, bounded = input_pool(session, spec), Ledger(), spec.nondeterministic
+    result = _run(session, spec, precision, "determinism", feeds(spec, pool=pool),
+                  determinism_check(spec, precision, candidate, ledger), reference, ledger, details,
+                  _determinism_limit(spec))
     result.details["determinism"] = ({"mode": "bounded", "reason": bounded, "source": INVARIANCE_SOURCE} if bounded
                                      else {"mode": "bitwise", "source": DETERMINISM_SOURCE})
     return result
+
+
+CHECKS = {"property_parity": parity_check, "batch_invariance": invariance_check, "determinism": determinism_check}
 
 
 # -- shared machinery -------------------------------------------------------------------------------------------

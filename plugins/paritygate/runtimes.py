@@ -4,8 +4,21 @@ The candidate runner is fed by reference input names (``MappedRunner`` renames t
 candidate's names, paired with the reference's through ``spec.outputs``, which ``io_mapping`` completes with
 the mapping ``paritygate.iomap`` resolved (explicit, name, signature, decorated or single)."""
 
+from dataclasses import dataclass, field
+
 from paritygate.backend.base import BaseRunner, RunnerError
 from paritygate.verdict import SuiteError
+
+
+@dataclass
+class RuntimeSettings:
+    """What building runners needs, and all the functions below read from their ``session`` argument: the
+    candidate runtime, the ops the fp16 artifact keeps in FP32, and a per-process memo. The pytest run passes
+    its ParitySession (which has these three); replay passes one of these."""
+
+    runtime: str = "onnxruntime"
+    fp16_keep_fp32: tuple = None
+    cache: dict = field(default_factory=dict)
 
 
 def check_input_spec(spec, metadata, what, side="candidate"):

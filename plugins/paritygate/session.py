@@ -126,10 +126,10 @@ class ParitySession:
 
     def save_reproducer(self, spec, precision, check, inputs, failures):
         from paritygate.cache import cache_root
-        from paritygate.reproducer import save_reproducer
+        from paritygate.replay import save_reproducer
 
         folder = (self.report_dir or cache_root()) / "reproducers"
-        return save_reproducer(folder, spec, precision, check, self.runtime, inputs, failures)
+        return save_reproducer(folder, spec, precision, check, self.runtime, inputs, failures, self.fp16_keep_fp32)
 
     # -- checks ---------------------------------------------------------------------------------------
     def record(self, model, precision, check, status, details=None):

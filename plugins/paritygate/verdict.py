@@ -18,6 +18,16 @@ the plugin turns them into pytest's error category and an ``inconclusive`` categ
 STATUSES = ("pass", "fail", "error", "inconclusive", "skip", "xfail", "regenerated")
 FAILING = ("fail", "error", "inconclusive")  # statuses that fail the run (inconclusive unless allowed)
 REPORT_ATTR = "paritygate_status"  # set on a TestReport whose status pytest's outcome cannot express
+MARKED = ("regenerated",)  # statuses a passing test declares itself (``mark``): pytest's outcome stays passed
+
+
+def mark(node, status):
+    """Declare the word a *passing* test ends in when "pass" would claim a judgement that was not made:
+    ``mark(request.node, "regenerated")`` after ``--update-goldens`` rewrote the goldens. The plugin turns it
+    into the check's status (JSON, Markdown, terminal); a failure or error still wins."""
+    if status not in MARKED:
+        raise ValueError(f"status must be one of {MARKED}, got {status!r}")
+    node.user_properties.append((REPORT_ATTR, status))
 
 
 class SuiteError(Exception):

@@ -74,7 +74,60 @@ def test_latency_over_budget_is_caught(toy_subject):
 
 def test_misreported_bytes_are_caught(toy_subject):
     subject = toy_subject(toys.factory_of(toys.MisreportsBytes))
-    assert "fewer bytes than their payload" in _failures(checks.metric_bytes(subject))
+    assert "(under-reported 0.25x)" in _failures(checks.metric_bytes(subject))
+
+
+def test_a_1000x_byte_over_report_is_caught(toy_subject):
+    subject = toy_subject(toys.factory_of(toys.OverReportsBytes))
+    assert "(over-reported 1e+03x)" in _failures(checks.metric_bytes(subject))
+    assert "not the 16 bytes of the sum of the elements' nbytes" in _failures(direct.num_bytes(subject))
+
+
+def test_a_declared_byte_formula_is_held_exactly(toy_subject):
+    subject = toy_subject(toys.factory_of(toys.DeclaresItsBytes))
+    assert checks.metric_bytes(subject).passed and direct.num_bytes(subject).passed
+    assert direct.num_bytes(subject).info["rule"] == "paritygate_num_bytes declared by the handler"
+
+
+def test_a_pre_and_post_processing_handler_passes(toy_subject):
+    """with_preprocess_fn / with_postprocess_fn: the suite keeps them on its outermost handler (Beam's Keyed
+    wrappers refuse them), maps preprocessed examples to the elements sent, and runs them in direct calls."""
+    subject = toy_subject(toys.with_fns, beam={"handler": "toy_handlers:with_fns"})
+    known = expectations_for()
+    for name, check in {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS}.items():
+        result = check(subject)
+        assert result.passed != bool(match(name, subject, known)), (name, result.failures)
+    from paritygate.beam.pipeline import Case, run_case
+
+    keyed = run_case(subject, Case(6, 1, 4, "keyed", "unique_str"))
+    assert keyed.error is None and not checks.pairing_failures(subject, keyed)
+    assert {e.digest for e in keyed.results} == {d for _, _, d, _ in keyed.inputs}  # named by the elements sent
+
+
+def test_a_converted_example_is_a_contract_breach_naming_the_element(toy_subject):
+    subject = toy_subject(toys.factory_of(toys.ConvertsExample))
+    text = _failures(checks.exactly_once(subject))
+    assert ("contract breach: element #0: run_inference returned its example converted (float32[1] ndarray came "
+            "back as float64[1] ndarray)") in text
+    assert "lost:" not in text and "foreign" not in text
+    assert "contract breach: result 0's example is element 0 converted" in _failures(direct.batch_extremes(subject))
+
+
+def test_batch_bounds_follow_the_handlers_batching_kwargs(toy_subject):
+    """max_batch_duration_secs + batch_length_fn: every length bucket flushes its own short batch.
+    (FnApiRunner: BundleBasedDirectRunner loses the num_inferences counter of timer-flushed batches.)"""
+    from paritygate.beam.pipeline import Case, run_case
+
+    subject = toy_subject(toys.factory_of(toys.BucketedBatches))
+    for case in (Case(12, 4, 4), Case(12, 4, 4, "keyed", "unique_int")):
+        run = run_case(subject, case)
+        short = [t.size for t in run.traces if t.size < 4]
+        assert run.error is None and len(short) > 1, "several short batches: 'at most one' would wrongly fail"
+        assert checks.batch_bounds_failures(subject, run) == []
+        assert checks.exactly_once_failures(run) == []
+    # without time-based batching the one-short-batch rule stands
+    assert checks.short_batch_rule({"min_batch_size": 4, "max_batch_size": 4}, 1)[:2] == (4, 1)
+    assert checks.short_batch_rule(subject.make(4, 4).batch_elements_kwargs(), 4)[:2] == (4, None)
 
 
 def test_failure_on_a_batch_of_one_is_caught(toy_subject):

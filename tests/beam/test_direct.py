@@ -44,7 +44,7 @@ def test_dropped_or_duplicated_results_are_caught(toy_subject):
 
 def test_misreported_bytes_are_caught_for_both_forms(toy_subject):
     result = direct.num_bytes(toy_subject(toys.factory_of(toys.MisreportsBytes)))
-    assert len(result.failures) == 2 and "below the 16 bytes" in result.failures[0]
+    assert len(result.failures) == 2 and "= 4, not the 16 bytes" in result.failures[0]
 
 
 def test_ignored_batch_bounds_are_caught(toy_subject):

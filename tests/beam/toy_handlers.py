@@ -99,6 +99,67 @@ class ReturnsLists(ToyHandler):
         return (PredictionResult(x, [y[i], z[i]]) for i, x in enumerate(batch))
 
 
+class OverReportsBytes(ToyHandler):
+    """get_num_bytes 1000x the elements' bytes: passed the old lower-bound check."""
+
+    def get_num_bytes(self, batch):
+        return 1000 * sum(int(x.nbytes) for x in batch)
+
+
+def _doubled_bytes(batch):
+    return 2 * sum(int(x.nbytes) for x in batch)
+
+
+class DeclaresItsBytes(ToyHandler):
+    """Counts twice the arrays' bytes on purpose, and says so: paritygate_num_bytes is its formula."""
+
+    paritygate_num_bytes = staticmethod(_doubled_bytes)
+
+    def get_num_bytes(self, batch):
+        return _doubled_bytes(batch)
+
+
+class ConvertsExample(ToyHandler):
+    """Returns each element converted (float64) as its PredictionResult's example: a contract breach."""
+
+    def run_inference(self, batch, model, inference_args=None):
+        return [PredictionResult(r.example.astype(np.float64), r.inference)
+                for r in super().run_inference(batch, model, inference_args)]
+
+
+def doubled(x):
+    """Preprocess: the model sees 2x (a picklable module-level function, as Beam ships it to workers)."""
+    return x * np.float32(2)
+
+
+def halved(result):
+    """Postprocess: halve every output again, so the whole handler computes the reference's y = 5x, z = 2x."""
+    return PredictionResult(result.example, {k: v / np.float32(2) for k, v in result.inference.items()},
+                            result.model_id)
+
+
+def with_fns(onnx_path, min_batch_size, max_batch_size):
+    """Correct through its pre- and post-processing functions (neither alone gives the reference's outputs)."""
+    return ToyHandler(onnx_path, min_batch_size, max_batch_size).with_preprocess_fn(doubled).with_postprocess_fn(halved)
+
+
+def length_of(element):
+    """batch_length_fn: buckets elements (keyed or not) by |x|, so each bucket batches apart."""
+    example = element[1] if isinstance(element, tuple) else element
+    return int(abs(float(np.ravel(example)[0])) * 40)
+
+
+class BucketedBatches(ToyHandler):
+    """Correct, with Beam's time- and length-bucketed batching (max_batch_duration_secs + batch_length_fn): each
+    length bucket flushes its own short remainder."""
+
+    def __init__(self, onnx_path, min_batch_size=None, max_batch_size=None):
+        ModelHandler.__init__(self, min_batch_size=min_batch_size, max_batch_size=max_batch_size,
+                              max_batch_duration_secs=60, batch_length_fn=length_of,
+                              batch_bucket_boundaries=[10, 20, 30])
+        self.onnx_path = str(onnx_path)
+
+
 def correct(onnx_path, min_batch_size, max_batch_size):
     return ToyHandler(onnx_path, min_batch_size, max_batch_size)
 

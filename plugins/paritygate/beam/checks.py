@@ -2,13 +2,17 @@
 ``BeamCheckResult``; the conformance tests only assert on it.
 
     exactly_once      no element lost or duplicated, plain and keyed; no batch returns more or fewer results
-                      than it had elements (KeyedModelHandler zips keys with results and drops the rest)
+                      than it had elements (KeyedModelHandler zips keys with results and drops the rest); a
+                      result whose example is a converted copy of its element is a contract breach, named
     pairing           each result's example is its own input, its key stays with it, and its inference matches
                       the native TF reference for that element within the handler's precision policy
-    batch_bounds      batch sizes within the factory's max_batch_size and the model's max_batch, and (local
-                      runners: one bundle) no more than one short batch below its min_batch_size;
+    batch_bounds      batch sizes within the factory's max_batch_size and the model's max_batch, and short
+                      batches as the handler's ``batch_elements_kwargs`` promise (``short_batch_rule``: local
+                      runners, one bundle: at most one below min_batch_size unless time-based batching);
                       ``num_inferences`` equals the element count
-    metric_bytes      ``inference_request_batch_byte_size`` at least the batch's payload, for every batch
+    metric_bytes      ``get_num_bytes`` exact for every batch (``contract.expected_num_bytes``: the elements' nbytes
+                      or the handler's declared formula; keyed batches: the unkeyed handler's count), and
+                      ``inference_request_batch_byte_size`` equal to it for unkeyed pipelines
     dead_letter       with ``with_exception_handling()`` a failing element lands in the dead-letter output, and
                       every other element comes out once (only batch-mates of the failing one may be dead)
     batch_weight      a handler built with Beam's ``max_batch_weight`` / ``element_size_fn`` gets batches within it
@@ -69,12 +73,26 @@ def _label(run, key, has_key, d):
     return f"element #{index}" + (f" (key {key!r})" if has_key else "")
 
 
+def converted(run):
+    """Returned example digest -> (element digest, what changed) for examples the handler returned converted."""
+    return {got: (sent, text) for t in run.traces for sent, got, text in t.converted}
+
+
+def breaches(run):
+    """One message per element whose result came back with a converted example (named by the element sent)."""
+    return [f"contract breach: {_label(run, None, False, sent)}: run_inference returned its example converted "
+            f"({text}); a PredictionResult's example must be the element itself"
+            for sent, text in sorted(set(converted(run).values()))]
+
+
 def exactly_once_failures(run):
     if run.error:
         return [f"pipeline failed: {run.error}"]
+    conv = converted(run)
     want = Counter((k if keyed else None, d) for k, keyed, d, _ in run.inputs)
-    got = Counter((e.key if e.has_key else None, e.digest) for e in run.results)
-    failures = [f"lost: {_label(run, k, k is not None, d)}" for (k, d), n in (want - got).items() for _ in range(n)]
+    got = Counter((e.key if e.has_key else None, conv.get(e.digest, (e.digest,))[0]) for e in run.results)
+    failures = breaches(run)
+    failures += [f"lost: {_label(run, k, k is not None, d)}" for (k, d), n in (want - got).items() for _ in range(n)]
     failures += [f"duplicated or foreign result: key {k!r}, example {d}" for (k, d), n in (got - want).items()
                  for _ in range(n)]
     failures += [f"a batch of {t.size} element(s) came back with {t.returned} result(s)"
@@ -90,10 +108,12 @@ def pairing_failures(subject, run):
         return [f"pipeline failed: {run.error}"]
     examples = {d: ex for _, _, d, ex in run.inputs}
     keys = {(k, d) for k, keyed, d, _ in run.inputs if keyed}
-    failures, good = [], []
+    failures, good, conv = breaches(run), [], converted(run)
     for e in run.results:
         if e.error:
             failures.append(f"result (key {e.key!r}): {e.error}")
+        elif e.digest in conv:
+            continue  # a contract breach, listed above with its element
         elif e.digest not in examples:
             failures.append(f"result (key {e.key!r}): its example is none of the inputs")
         elif e.has_key and (e.key, e.digest) not in keys:
@@ -137,10 +157,11 @@ def batch_bounds_failures(subject, run):
                 for s in sizes if s > case.max_batch]
     failures += [f"a batch of {s} exceeds the model's max_batch={spec.max_batch} ({spec.where('max_batch')})"
                  for s in sizes if s > spec.max_batch]
-    short = [s for s in sizes if s < case.min_batch]
-    if case.runner in LOCAL_RUNNERS and len(short) > 1:  # one bundle here: BatchElements flushes one remainder
-        failures.append(f"{len(short)} batches {short} are smaller than min_batch_size={case.min_batch} given to "
-                        "the factory (BatchElements flushes at most one short remainder per bundle)")
+    low, limit, why = short_batch_rule(run.batching, case.min_batch)
+    short = [s for s in sizes if s < low]
+    if case.runner in LOCAL_RUNNERS and limit is not None and len(short) > limit:
+        failures.append(f"{len(short)} batches {short} are smaller than min_batch_size={low} "
+                        f"({', '.join(f'{k}={_shown(v)}' for k, v in sorted(run.batching.items()))}): {why}")
     metric = run.metrics.get("inference_request_batch_size")
     if metric is None:
         failures.append("RunInference reported no inference_request_batch_size metric")
@@ -155,23 +176,40 @@ def batch_bounds_failures(subject, run):
     return _listed(failures)
 
 
+def short_batch_rule(kwargs, min_batch):
+    """(min_batch_size, most short batches allowed per bundle or None, why), from the handler's
+    ``batch_elements_kwargs()``: what ``beam.BatchElements(**kwargs)`` promises (apache_beam/transforms/util.py)."""
+    low = kwargs.get("min_batch_size", min_batch)
+    if kwargs.get("max_batch_duration_secs") is not None:
+        return low, None, ("max_batch_duration_secs selects the stateful BatchElements, whose buffering timer "
+                           "flushes any partial batch (util.py:886, :913), per length bucket with a length_fn: "
+                           "short batches are not bounded")
+    return low, 1, "BatchElements flushes at most one short remainder per bundle (one bundle here)"
+
+
+def _shown(value):
+    return getattr(value, "__name__", None) or repr(value)
+
+
 def metric_bytes_failures(run):
     if run.error:
         return [f"pipeline failed: {run.error}"]
     reported = run.metrics.get("inference_request_batch_byte_size")
     payload = run.metrics.get("paritygate/payload_bytes")
-    under = run.metrics.get("paritygate/underreported_batches", 0)
+    own = run.metrics.get("paritygate/reported_bytes")
+    wrong = run.metrics.get("paritygate/misreported_batches", 0)
     if reported is None or payload is None:
         return ["RunInference reported no inference_request_batch_byte_size metric"]
     failures = []
-    if under:
-        ratio = payload["sum"] / max(reported["sum"], 1)
-        failures.append(f"{under} of {payload['count']} batches reported fewer bytes than their payload: "
-                        f"inference_request_batch_byte_size sums to {reported['sum']} bytes for {payload['sum']} "
-                        f"bytes of arrays ({ratio:.3g}x too small)")
-    if reported["sum"] < payload["sum"] or reported["min"] < payload["min"]:
-        failures.append(f"inference_request_batch_byte_size sum/min {reported['sum']}/{reported['min']} below the "
-                        f"payload's {payload['sum']}/{payload['min']} bytes")
+    if wrong:
+        ratio = (own or {}).get("sum", 0) / max(payload["sum"], 1)
+        failures.append(f"{wrong} of {payload['count']} batches reported a byte count other than their exact bytes "
+                        f"({'over' if ratio > 1 else 'under'}-reported {ratio:.3g}x): get_num_bytes sums to "
+                        f"{(own or {}).get('sum')} bytes for {payload['sum']} bytes expected (the elements' nbytes, "
+                        "or the handler's paritygate_num_bytes formula)")
+    if run.case.keys == "none" and reported["sum"] != payload["sum"]:  # keyed: Beam adds the keys' pickled bytes
+        failures.append(f"inference_request_batch_byte_size sums to {reported['sum']} bytes, the batches hold "
+                        f"{payload['sum']} bytes")
     return failures
 
 
@@ -206,7 +244,8 @@ def batch_weight_failures(run):
 
 def case_info(run):
     return {"case": asdict(run.case), "batch_sizes": [t.size for t in run.traces], "error": run.error,
-            "pipeline_seconds": round(run.seconds, 3), "metrics": run.metrics}
+            "pipeline_seconds": round(run.seconds, 3), "metrics": run.metrics,
+            "batch_elements_kwargs": {k: _shown(v) for k, v in run.batching.items()}}
 
 
 # -- drivers -----------------------------------------------------------------------------------------

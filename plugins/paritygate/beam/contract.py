@@ -5,7 +5,14 @@ The callable is called as ``callable(min_batch_size=..., max_batch_size=...)`` a
 dict input name -> ndarray (multi-input models). A result's ``inference`` is an ndarray (single output), a dict
 by output name, or a list/tuple in the reference's output order (``TfRunner.output_names``: a SavedModel
 signature's outputs sorted by name, as TensorFlow flattens them); ``normalise_inference`` turns all three into
-a dict. The suite wraps the handler in ``KeyedModelHandler`` / ``MaybeKeyedModelHandler`` itself.
+a dict. The suite wraps the handler in ``KeyedModelHandler`` / ``MaybeKeyedModelHandler`` itself; functions
+added with ``with_preprocess_fn`` / ``with_postprocess_fn`` are part of the handler (an element goes through the
+preprocess functions, the model and the postprocess functions, whose result must still be a PredictionResult,
+and is held to the reference's outputs for the element the suite sent). A result's example is the element
+run_inference received, not a converted copy of it.
+
+Bytes: ``get_num_bytes(batch)`` is exact: the sum of the elements' array ``nbytes``, unless the handler declares
+its own formula as ``paritygate_num_bytes = callable(batch) -> int``.
 
 Precision policy: Beam results are held to the *handler's* precision, ``fp32`` (comparator/tolerance.py's
 DEFAULTS, or the model's ``[models.tolerances.fp32]``) unless the handler declares another one with the
@@ -24,6 +31,7 @@ import numpy as np
 from paritygate.config import PRECISIONS
 
 PRECISION_ATTR = "paritygate_precision"
+NUM_BYTES_ATTR = "paritygate_num_bytes"  # optional formula batch -> int that get_num_bytes follows instead of nbytes
 LOCAL_RUNNERS = ("FnApiRunner", "BundleBasedDirectRunner")  # pinned: Beam 2.77's default (Prism) downloads a binary
 DEFAULT_PRECISION = "fp32"
 
@@ -134,6 +142,58 @@ def payload_bytes(example):
     if isinstance(example, Mapping):
         return sum(payload_bytes(v) for v in example.values())
     return len(pickle.dumps(example))
+
+
+def describe(example):
+    """A short description of an element's form: ``float32[16, 16, 3] ndarray``, ``dict{a: int32[16]}``, ``list``."""
+    if isinstance(example, np.ndarray):
+        return f"{example.dtype}{list(example.shape)} ndarray"
+    if isinstance(example, Mapping):
+        return "dict{" + ", ".join(f"{k}: {describe(v)}" for k, v in example.items()) + "}"
+    return type(example).__name__
+
+
+def same_values(a, b):
+    """Whether ``b`` holds ``a``'s values in another form (dtype, container): a converted copy of it."""
+    if isinstance(a, Mapping):
+        return isinstance(b, Mapping) and set(a) == set(b) and all(same_values(a[k], b[k]) for k in a)
+    try:
+        return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=np.asarray(a).dtype.kind in "fc"))
+    except (TypeError, ValueError):
+        return False
+
+
+def declared(handler, attr):
+    """``attr`` of the handler or of a handler it wraps (Beam's pre/post-processing wrappers keep it in ``_base``,
+    the Keyed wrappers in ``_unkeyed``, the suite's in ``_inner``), else None."""
+    for _ in range(16):  # wrappers nest a few deep at most
+        value = getattr(handler, attr, None)
+        if value is not None or handler is None:
+            return value
+        handler = next((getattr(handler, k) for k in ("_inner", "_base", "_unkeyed") if hasattr(handler, k)), None)
+    return None
+
+
+def expected_num_bytes(handler, batch):
+    """(bytes, rule) ``get_num_bytes(batch)`` must return exactly: the formula the handler declares in
+    ``paritygate_num_bytes`` (a callable batch -> int, for handlers that count something else on purpose), else
+    the sum of the elements' array ``nbytes`` (``payload_bytes``)."""
+    formula = declared(handler, NUM_BYTES_ATTR)
+    if formula is not None:
+        return int(formula(batch)), f"{NUM_BYTES_ATTR} declared by the handler"
+    return sum(payload_bytes(e) for e in batch), "the sum of the elements' nbytes"
+
+
+def apply_fns(fns, value):
+    """``value`` through each function in turn (a handler's preprocess or postprocess functions)."""
+    for fn in fns:
+        value = fn(value)
+    return value
+
+
+def handler_fns(handler):
+    """The handler's (preprocess, postprocess) functions (``with_preprocess_fn`` / ``with_postprocess_fn``)."""
+    return list(handler.get_preprocess_fns()), list(handler.get_postprocess_fns())
 
 
 def beam_decoded(element):

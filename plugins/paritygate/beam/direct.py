@@ -6,8 +6,9 @@
                               returned do not change after later calls (no views into a reused output buffer)
     handler_batch_extremes    batches of 1 and of max_batch: one result per element, in order, each example its own
                               element and each inference the reference's within the handler's precision policy
-    handler_num_bytes         ``get_num_bytes`` at least the batch's payload, for arrays that own their data and for
-                              arrays as Beam's coder delivers them (views: ``sys.getsizeof`` counts no data there)
+    handler_num_bytes         ``get_num_bytes`` exactly the batch's bytes (``contract.expected_num_bytes``), for arrays
+                              that own their data and as Beam's coder delivers them (views: ``sys.getsizeof`` counts
+                              no data there)
     handler_batch_kwargs      ``batch_elements_kwargs`` carries the min/max the factory was given, and
                               ``beam.BatchElements`` accepts it
     handler_metrics_namespace ``get_metrics_namespace`` is a non-empty string
@@ -22,11 +23,15 @@ import numpy as np
 from paritygate.beam.checks import BeamCheckResult, compare_element
 from paritygate.beam.contract import (
     HandlerContractError,
+    apply_fns,
     beam_decoded,
+    describe,
     digest,
     element_of,
+    expected_num_bytes,
+    handler_fns,
     normalise_inference,
-    payload_bytes,
+    same_values,
 )
 from paritygate.strategies import sample_inputs
 
@@ -43,8 +48,10 @@ def _result(name, subject, failures, **info):
 
 
 def _call(subject, handler, model, batch):
-    """run_inference, listed, with each result's inference normalised (copied) at once."""
-    results = list(handler.run_inference(batch, model))
+    """run_inference on the preprocessed batch, listed and postprocessed (the handler's with_preprocess_fn /
+    with_postprocess_fn functions, as RunInference applies them), each inference normalised (copied) at once."""
+    pre, post = handler_fns(handler)
+    results = [apply_fns(post, r) for r in handler.run_inference([apply_fns(pre, e) for e in batch], model)]
     return results, [_inference(subject, r) for r in results]
 
 
@@ -145,9 +152,13 @@ def _batch_problems(subject, n, batch, results, inferences):
         return [f"a batch of {n} returned {len(results)} result(s)"]
     problems = []
     refs = subject.references(batch)
+    pre = handler_fns(subject.make(1, subject.spec.max_batch))[0]
     for i, (element, result, inference, ref) in enumerate(zip(batch, results, inferences, refs)):
-        example = getattr(result, "example", None)
-        if example is None or digest(example) != digest(element):
+        example, given = getattr(result, "example", None), apply_fns(pre, element)
+        if example is not None and digest(example) != digest(given) and same_values(given, example):
+            problems.append(f"batch of {n}: contract breach: result {i}'s example is element {i} converted "
+                            f"({describe(given)} came back as {describe(example)}), not the element itself")
+        elif example is None or digest(example) != digest(given):
             problems.append(f"batch of {n}: result {i}'s example is not element {i}")
         elif isinstance(inference, str):
             problems.append(f"batch of {n}: result {i}: {inference}")
@@ -161,8 +172,9 @@ def _batch_problems(subject, n, batch, results, inferences):
 def num_bytes(subject):
     spec = subject.spec
     handler = subject.make(1, spec.max_batch)
-    owned = batch_of(spec, spec.max_batch, seed=300)
-    payload = sum(payload_bytes(e) for e in owned)
+    pre = handler_fns(handler)[0]
+    owned = [apply_fns(pre, e) for e in batch_of(spec, spec.max_batch, seed=300)]
+    expected, rule = expected_num_bytes(handler, owned)
     failures, reported = [], {}
     for form, batch in (("arrays owning their data", owned),
                         ("arrays as Beam's coder delivers them", [beam_decoded(e) for e in owned])):
@@ -172,10 +184,10 @@ def num_bytes(subject):
             failures.append(f"get_num_bytes raised {type(err).__name__}: {err} ({form})")
             continue
         reported[form] = value
-        if not isinstance(value, (int, np.integer)) or value < payload:
-            failures.append(f"get_num_bytes({spec.max_batch} elements, {form}) = {value!r}, below the {payload} "
-                            f"bytes of their arrays")
-    return _result("handler_num_bytes", subject, failures, payload_bytes=payload, reported=reported)
+        if not isinstance(value, (int, np.integer)) or value != expected:
+            failures.append(f"get_num_bytes({spec.max_batch} elements, {form}) = {value!r}, not the {expected} bytes "
+                            f"of {rule}")
+    return _result("handler_num_bytes", subject, failures, payload_bytes=expected, rule=rule, reported=reported)
 
 
 def batch_kwargs(subject):

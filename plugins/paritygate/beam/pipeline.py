@@ -16,7 +16,7 @@ import tempfile
 import time
 import uuid
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import apache_beam as beam
 import numpy as np
@@ -27,12 +27,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from paritygate.beam.contract import (
     LOCAL_RUNNERS,
     HandlerContractError,
+    apply_fns,
     beam_decoded,
     digest,
     element_of,
+    handler_fns,
     normalise_inference,
 )
-from paritygate.beam.handlers import BatchTrace, TracedHandler, unkeyed, weight_batching
+from paritygate.beam.handlers import BatchTrace, TracedHandler, WithoutFns, unkeyed, weight_batching
 from paritygate.strategies import sample_inputs
 
 _RUNNER_PATHS = {"FnApiRunner": "apache_beam.runners.portability.fn_api_runner.FnApiRunner"}
@@ -82,6 +84,7 @@ class PipelineRun:
     dead: list = field(default_factory=list)  # DeadBatch
     metrics: dict = field(default_factory=dict)  # name -> int (counter) or dict (distribution)
     namespace: str = None
+    batching: dict = field(default_factory=dict)  # the handler stack's batch_elements_kwargs() for this case
     error: str = None
     seconds: float = 0.0
 
@@ -119,12 +122,16 @@ def case_inputs(spec, case):
 
 # -- the pipeline ------------------------------------------------------------------------------------
 def handler_stack(subject, case):
-    inner = subject.make(case.min_batch, case.max_batch)
+    """TracedHandler over the (keyed) handler; its pre/post-processing functions move to the outermost level."""
+    handler = subject.make(case.min_batch, case.max_batch)
+    pre, post = handler_fns(handler)
+    core = WithoutFns(handler) if pre or post else handler
+    inner = core
     if case.wrapper == "keyed":
-        inner = KeyedModelHandler(inner)
+        inner = KeyedModelHandler(core)
     elif case.wrapper.startswith("maybe_keyed"):
-        inner = MaybeKeyedModelHandler(inner)
-    return TracedHandler(inner, weight_batching(case.weight) if case.weight else None)
+        inner = MaybeKeyedModelHandler(core)
+    return TracedHandler(inner, weight_batching(case.weight) if case.weight else None, pre, post, unkeyed=core)
 
 
 def make_pipeline(runner, options, workers=1):
@@ -186,6 +193,7 @@ def _run(subject, case):
         with warnings.catch_warnings():  # a leaked file is reported by the handler_load_model check, not here
             warnings.simplefilter("ignore", ResourceWarning)
             handler = handler_stack(subject, case)
+            run.batching = dict(handler.batch_elements_kwargs())
             run.namespace = handler.get_metrics_namespace()
             with worker_import_path(case.workers):
                 result = _build_and_run(subject, case, handler, folder)
@@ -195,7 +203,27 @@ def _run(subject, case):
     run.seconds = time.perf_counter() - start
     for kind, item in _read_records(folder):
         getattr(run, {"result": "results", "trace": "traces", "dead": "dead"}[kind]).append(item)
+    _as_sent(run, subject)
     return run
+
+
+def _as_sent(run, subject):
+    """With preprocess functions, the handler sees (and returns) preprocessed examples: name them by the
+    element the suite sent, so that every check counts and pairs by the elements it sent."""
+    pre = handler_fns(subject.make(run.case.min_batch, run.case.max_batch))[0]
+    if not pre:
+        return
+    sent = {}
+    for _, _, d, example in run.inputs:
+        with contextlib.suppress(Exception):  # a preprocess fn failing on the poison element: nothing to rename
+            sent.setdefault(digest(apply_fns(pre, example)), d)
+    name = lambda d: sent.get(d, d)
+    for e in run.results:
+        e.digest = name(e.digest)
+    run.traces = [replace(t, digests=tuple(map(name, t.digests)),
+                          converted=tuple((name(a), b, text) for a, b, text in t.converted)) for t in run.traces]
+    for b in run.dead:
+        b.elements = [(k, kk, name(d)) for k, kk, d in b.elements]
 
 
 def _build_and_run(subject, case, handler, folder):
@@ -208,6 +236,10 @@ def _build_and_run(subject, case, handler, folder):
         out, dlq = pcoll | "RunInference" >> transform.with_exception_handling()
         _ = dlq.failed_inferences | "DeadRecords" >> beam.Map(_dead_record) | "WriteDead" >> beam.ParDo(
             WriteRecords(folder))
+        # an element a preprocess / postprocess function fails on lands in its step's own dead-letter output
+        for i, bad in enumerate([*dlq.failed_preprocessing, *dlq.failed_postprocessing]):
+            _ = (bad | f"DeadElements{i}" >> beam.Map(lambda dead: _dead_record(([dead[0]], dead[1])))
+                 | f"WriteDeadElements{i}" >> beam.ParDo(WriteRecords(folder)))
     else:
         out = pcoll | "RunInference" >> transform
     _ = (out | "Records" >> beam.Map(_ToRecord(subject.spec, subject.output_names, case.keys != "none"))

@@ -92,14 +92,18 @@ def unmeasurable(spec, budgets):
             for b in budgets.percentiles if not 1 <= b.batch <= spec.max_batch]
 
 
-def evaluate(spec, precision, budgets, rows):
-    """Annotate ``rows`` with their budgets; return one failure message per budget not met."""
-    failures = []
+def evaluate(spec, precision, budgets, rows, reference_missing=None):
+    """Annotate ``rows`` with their budgets; return (failures, errors): one failure message per budget not met,
+    one error per budget that needs the TF reference when it could not run (``reference_missing`` says why):
+    such a budget is not judged, which is the suite's error, never a pass or the candidate's failure."""
+    failures, errors = [], []
     for b in budgets.percentiles:
         role = "reference" if b.target == "reference" else "candidate"
         row = _row(rows, role, b.batch)
         if row is None:
-            continue  # unmeasurable (reported by `unmeasurable`) or the reference could not run (noted)
+            if role == "reference" and 1 <= b.batch <= spec.max_batch:
+                errors.append(_unjudged(spec, precision, b, reference_missing))
+            continue  # a batch the model cannot take is reported by `unmeasurable`
         measured = row[f"p{b.percentile}_ms"]
         ok = measured <= b.limit_ms
         _annotate(row, b.describe(), ok)
@@ -110,8 +114,7 @@ def evaluate(spec, precision, budgets, rows):
         for row in (r for r in rows if r["role"] == "candidate"):
             ref = _row(rows, "reference", row["batch"])
             if ref is None:
-                failures.append(f"{spec.name} {precision} batch {row['batch']}: budget {b.describe()} needs the "
-                                f"TF reference, which was not measured (from {b.source})")
+                errors.append(_unjudged(spec, precision, b, reference_missing, row["batch"]))
                 continue
             ok = row["speedup_vs_reference"] >= b.minimum
             _annotate(row, b.describe(), ok)
@@ -120,7 +123,13 @@ def evaluate(spec, precision, budgets, rows):
                                 f"{row['speedup_vs_reference']:.3g}x as fast as the TF reference (p50 "
                                 f"{ref['p50_ms']:.4g} ms / {row['p50_ms']:.4g} ms), below budget "
                                 f"{b.describe()} (from {b.source})")
-    return failures
+    return failures, errors
+
+
+def _unjudged(spec, precision, budget, why, batch=None):
+    at = batch if batch is not None else budget.batch
+    return (f"{spec.name} {precision} batch {at}: budget {budget.describe()} needs the TF reference, which could "
+            f"not run: {why or 'not measured'} (from {budget.source})")
 
 
 def _row(rows, role, batch):

@@ -58,6 +58,8 @@ class LatencyResult:
     budget_table: str = None  # where the class's budgets are, None without a table for the class
     rows: list = field(default_factory=list)
     failures: list = field(default_factory=list)
+    errors: list = field(default_factory=list)  # budgets that could not be judged (the reference could not run)
+    loaded: str = None  # load_note when the machine was busier than its cores at the start or end of the check
     notes: list = field(default_factory=list)
     machine: dict = None
 
@@ -67,7 +69,8 @@ class LatencyResult:
 
     def details(self):
         return {"latency": self.rows, "device_class": self.device_class, "budget_table": self.budget_table,
-                "note": "; ".join(self.notes) or None, "failures": self.failures, "machine": self.machine,
+                "note": "; ".join(self.notes) or None, "failures": self.failures, "errors": self.errors,
+                "machine": self.machine,
                 "profile": asdict(self.profile), "percentile_method": PERCENTILE_METHOD,
                 "overhead_limit": OVERHEAD_LIMIT}
 
@@ -91,28 +94,33 @@ def latency_check(session, spec, precision, profile=None):
     for batch in batches:
         feed = sample_inputs(spec, batch, np.random.default_rng(0))
         result.rows.append(latency_row("candidate", session.runtime, batch, measure_runner(runner, feed, profile)))
-    reference = _reference_rows(session, spec, batches, profile, result.notes)
+    reference, missing = _reference_rows(session, spec, batches, profile)
+    if missing:
+        result.notes.append(f"TF reference not measured: {missing}")
     for row in result.rows:
         ref = next((r for r in reference if r["batch"] == row["batch"]), None)
         row["speedup_vs_reference"] = round(ref["p50_ms"] / max(row["p50_ms"], 1e-4), 3) if ref else None
     result.rows += reference
-    result.failures += evaluate(spec, precision, budgets, result.rows)
+    failures, errors = evaluate(spec, precision, budgets, result.rows, missing)
+    result.failures += failures
+    result.errors += errors
     result.failures += overhead_failures(spec, precision, result.rows)
     result.machine["load_average_end"] = load_average()
-    result.notes += [n for n in (budgets.note(spec, precision),
-                                 load_note(result.machine["load_average_end"], result.machine["usable_cores"]))
-                     if n]
+    cores = result.machine["usable_cores"]
+    result.loaded = load_note(result.machine["load_average"], cores) or load_note(result.machine["load_average_end"], cores)
+    result.notes += [n for n in (budgets.note(spec, precision), result.loaded) if n]
     result.notes += [f"{r['role']} batch {r['batch']}: one call takes ~{r['p50_ms'] * 1e3:.1f} us, so each sample "
                      f"is the mean of {r['calls_per_sample']} back-to-back calls (keeps the harness overhead "
                      f"under {OVERHEAD_LIMIT:.0%})" for r in result.rows if r["calls_per_sample"] > 1]
     return result
 
 
-def _reference_rows(session, spec, batches, profile, notes):
-    """The TF reference's rows, measured once per model x batch x profile in a run and shared by precisions."""
+def _reference_rows(session, spec, batches, profile):
+    """(rows, None), or ([], why) when the TF reference cannot run here. Its rows are measured once per
+    model x batch x profile in a run and shared by the precisions."""
     if not available("tensorflow"):
-        notes.append(f"TF reference not measured: {missing_reason('tensorflow')}")
-        return []
+        return [], missing_reason("tensorflow")
+    from paritygate.backend.base import RunnerError
     from paritygate.runtimes import reference_runner
     from paritygate.strategies import sample_inputs
 
@@ -121,10 +129,13 @@ def _reference_rows(session, spec, batches, profile, notes):
         key = ("latency_reference", spec.name, batch, profile.name)
         if key not in session.cache:
             feed = sample_inputs(spec, batch, np.random.default_rng(0))
-            timing = measure_runner(reference_runner(session, spec), feed, profile)
+            try:
+                timing = measure_runner(reference_runner(session, spec), feed, profile)
+            except (RunnerError, OSError, ValueError) as err:
+                return [], f"{type(err).__name__}: {err}"
             session.cache[key] = latency_row("reference", "tensorflow", batch, timing)
         rows.append(dict(session.cache[key]))  # a copy: budgets annotate rows per check
-    return rows
+    return rows, None
 
 
 def overhead_failures(spec, precision, rows):

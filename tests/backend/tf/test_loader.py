@@ -24,8 +24,11 @@ def two_output_classifier(path):
     """features float32 [N, 4] -> logits [N, 3] and probs = softmax(logits), seeded weights."""
     keras.utils.set_random_seed(0)
     x = keras.Input(shape=(4,), name="features")
-    h = keras.layers.Dense(8, activation="relu", name="hidden")(x)
-    logits = keras.layers.Dense(3, name="logits")(h)
+    # Weights large enough that the probabilities span [0, 1] over the input range: with default initialisation
+    # they stay near 1/3, which an int8 candidate's atol 0.3 could match with a constant (inconclusive, rightly).
+    init = keras.initializers.RandomNormal(stddev=3.0, seed=0)
+    h = keras.layers.Dense(8, activation="relu", name="hidden", kernel_initializer=init)(x)
+    logits = keras.layers.Dense(3, name="logits", kernel_initializer=init)(h)
     probs = keras.layers.Softmax(name="probs")(logits)
     keras.Model(x, [logits, probs]).save(path)
     return path

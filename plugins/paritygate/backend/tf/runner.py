@@ -66,7 +66,11 @@ class TfRunner(BaseRunner):
         self._inputs = {n: (np.dtype(getattr(t.dtype, "as_numpy_dtype", t.dtype)),
                             tuple(-1 if d is None else d for d in t.shape))
                         for n, t in zip(names, model.inputs)}
-        outs = getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))]
+        structure = getattr(model, "output", None)
+        if isinstance(structure, dict):  # a functional model built with a dict of outputs: its keys name them
+            outs = list(structure)
+        else:
+            outs = getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))]
         self.output_names = list(outs)
 
         def call(feed):
