@@ -69,3 +69,24 @@ def test_a_remote_runner_needs_a_temp_location():
     with pytest.raises(HandlerContractError, match="--parity-beam-option=--temp_location="):
         pipeline.output_folder("DataflowRunner", ("--project=x",))
     assert pipeline.output_folder("DataflowRunner", ("--temp_location=gs://b/t",)).startswith("gs://b/t/paritygate-")
+
+
+def test_half_the_elements_come_from_the_models_own_input_sets(tmp_path):
+    import numpy as np
+
+    calib = np.linspace(-1, 1, 8, dtype=np.float32).reshape(8, 1)  # values the uniform draw would not repeat
+    np.savez(tmp_path / "calib.npz", x=calib)
+    spec = toy_spec(name="pooled", source=tmp_path / "parity.toml", calibration=tmp_path / "calib.npz")
+    cases = [Case(9, 1, 3, seed=s) for s in range(6)]
+    counts = pipeline.rows_by_source(spec, cases)
+    assert set(counts) == {"spec", "calibration", "calibration~perturbed"} and sum(counts.values()) == 54
+    assert 0.3 < (counts["calibration"] + counts["calibration~perturbed"]) / 54 < 0.7
+    arrays, sources = pipeline.case_arrays(spec, cases[0])
+    for x, source in zip(arrays["x"][:, 0], sources):
+        assert (x in calib) == (source == "calibration") or source.endswith("~perturbed")
+    assert pipeline.case_arrays(spec, cases[0])[1] == sources  # the same rows on every call (and every worker)
+    assert all(-1 <= v <= 1 for v in arrays["x"].ravel())
+
+
+def test_without_input_sets_every_element_is_drawn_from_the_spec():
+    assert pipeline.rows_by_source(toy_spec(name="bare"), [Case(5, 1, 2, seed=1)]) == {"spec": 5}

@@ -259,8 +259,11 @@ def _property(name, subject, evaluate, poison=False):
     examples = c.pipeline_examples(c.DEAD_LETTER_EXAMPLES_DIVISOR if poison else c.PIPELINE_EXAMPLES_DIVISOR)
     case, failures, ran = c.explore(strategy, explicit, lambda k: evaluate(run_case(subject, k)), examples)
     result = BeamCheckResult(name, subject.spec.name, subject.name, failures)
+    from paritygate.beam.pipeline import rows_by_source
+
     result.info = {"precision": subject.precision, "runners": list(runners), "hypothesis_seed": c.SESSION_SEED,
-                   "generated_examples": examples, "cases_run": len(ran)}
+                   "generated_examples": examples, "cases_run": len(ran),
+                   "inputs": {"rows_by_source": rows_by_source(subject.spec, ran)}}
     if case is not None:
         result.info["failing"] = case_info(run_case(subject, case))
     return result

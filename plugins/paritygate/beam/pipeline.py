@@ -98,6 +98,48 @@ def _key(kind, i):
     return {"str": f"k{index}", "int": index, "tuple": ("k", index)}[kind.rsplit("_", 1)[1]]
 
 
+# Half the elements of a case come from the model's own input sets (golden / input set, held-out, calibration:
+# strategies.model_input_pool), half of those perturbed within the range, as the property checks draw them: a
+# handler is then exercised on inputs like the model's data, not only on uniform noise (ssd: scenes with
+# detections). The rest stay uniform samples from the spec.
+POOL_SHARE = 0.5
+_POOLS = {}  # per process (workers included): (model, config, calibration) -> InputPool
+
+
+def _pool(spec):
+    from paritygate.strategies import model_input_pool
+
+    key = (spec.name, str(spec.source), str(spec.calibration))
+    if key not in _POOLS:
+        _POOLS[key] = model_input_pool(spec)
+    return _POOLS[key]
+
+
+def case_arrays(spec, case):
+    """The case's input arrays (count rows) and each row's source: "spec", or an input set's (``~perturbed``)."""
+    from paritygate.strategies import perturb
+
+    rng = np.random.default_rng(case.seed)
+    arrays = sample_inputs(spec, case.count, rng)
+    sources = ["spec"] * case.count
+    pool = _pool(spec)
+    if len(pool):
+        for i in np.flatnonzero(rng.random(case.count) < POOL_SHARE):
+            row, perturbed = int(rng.integers(len(pool))), bool(rng.random() < 0.5)
+            for name, tensor in spec.inputs.items():
+                x = pool.arrays[name][row]
+                arrays[name][i] = perturb(tensor, x, rng) if perturbed else x
+            sources[i] = pool.sources[row] + ("~perturbed" if perturbed else "")
+    return arrays, sources
+
+
+def rows_by_source(spec, cases):
+    """How many elements of ``cases`` came from each source, as the property checks report it."""
+    from collections import Counter
+
+    return dict(Counter(source for case in cases for source in case_arrays(spec, case)[1]))
+
+
 def poison_element(spec):
     """An element of the right shape holding strings: no numeric model can run it."""
     name, tensor = next(iter(spec.inputs.items()))
@@ -108,7 +150,7 @@ def poison_element(spec):
 
 def case_inputs(spec, case):
     """The case's elements as (key, has_key, digest, example); examples own their data."""
-    arrays = sample_inputs(spec, case.count, np.random.default_rng(case.seed))
+    arrays, _ = case_arrays(spec, case)
     out = []
     for i in range(case.count):
         example = element_of(spec, {k: np.array(v[i]) for k, v in arrays.items()})
