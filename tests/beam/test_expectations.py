@@ -34,10 +34,22 @@ def test_every_expectation_names_real_checks_and_upstream_lines():
     assert len({e.id for e in KNOWN}) == len(KNOWN)
     for e in KNOWN:
         assert set(e.checks) <= ALL_CHECKS, e.id
-        assert e.defect is None or expectations._resolve(e.defect) is not None, e.id
+        assert e.defect is None or expectations._resolve(e.defect) is not None or _in_source(e.defect), e.id
         for path, line in re.findall(r"(apache_beam/[\w/]+\.py):(\d+)", e.upstream):
             lines = (beam_root / path).read_text().splitlines()
             assert int(line) <= len(lines), (e.id, path, line)
+
+
+def _in_source(dotted):
+    """A defect in a module that does not import here (Beam's tensorflow_inference needs tensorflow_hub, which a
+    tensorflow-cpu install lacks): its class and attribute must still be defined in the module's source file."""
+    import importlib.util
+
+    module, _, path = dotted.partition(":")
+    found = importlib.util.find_spec(module)
+    text = Path(found.origin).read_text() if found and found.origin else ""
+    cls, _, attr = path.rpartition(".")
+    return bool(text) and f"class {cls}" in text and f"def {attr}(" in text
 
 
 def test_malformed_expectations_are_refused(tmp_path):
