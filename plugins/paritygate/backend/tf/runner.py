@@ -73,9 +73,15 @@ class TfRunner(BaseRunner):
             outs = getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))]
         self.output_names = list(outs)
 
+        # One traced graph with the batch (and any unknown) dimension left open, as a SavedModel signature runs:
+        # eager calls of a recurrent model run its loop op by op (nakdimon's BiLSTM: 0.7 s eager, 0.05 s traced,
+        # the outputs bit-identical; measured with tf_keras 2.21 on 2 cores).
+        specs = [tf.TensorSpec([None] * len(t.shape), t.dtype) for t in model.inputs]
+        graph = tf.function(lambda *args: model(list(args) if len(args) > 1 else args[0], training=False),
+                            input_signature=specs, autograph=False)
+
         def call(feed):
-            args = [feed[n] for n in names]
-            result = model(args if len(args) > 1 else args[0], training=False)
+            result = graph(*[feed[n] for n in names])
             if isinstance(result, dict):
                 return {k: result[k] for k in self.output_names}
             return dict(zip(self.output_names, result if isinstance(result, (list, tuple)) else [result]))
