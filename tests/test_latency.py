@@ -303,6 +303,7 @@ def latency_run(pytester, latency_models, monkeypatch):
         result = pytester.runpytest_inprocess(str(CONFORMANCE / "test_latency.py"), f"--parity-config={cfg}",
                                               f"--parity-report={report}", "-p", "no:cacheprovider",
                                               *PLUGIN_ARGS, *args)
+        assert (report / "parity-report.json").exists(), "\n".join(result.outlines[-40:] + result.errlines[-40:])
         data = json.loads((report / "parity-report.json").read_text())
         return result, cfg, {c["model"]: c for c in data["checks"]}, (report / "parity-report.md").read_text()
 
