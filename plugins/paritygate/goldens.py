@@ -12,7 +12,6 @@ import fcntl
 import hashlib
 import json
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -156,12 +155,9 @@ def _is_bundled(spec):
 
 
 def _tf_version():
-    for dist in ("tensorflow-cpu", "tensorflow"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+    from paritygate.lazy import dist_version
+
+    return dist_version("tensorflow-cpu", "tensorflow")
 
 
 @contextmanager

@@ -65,3 +65,16 @@ class _LazyModule(types.ModuleType):
 def lazy_import(name):
     """Return a proxy that imports ``name`` on first attribute access."""
     return _LazyModule(name)
+
+
+def dist_version(*dists):
+    """The installed version of the first of ``dists`` that is installed (package metadata, nothing imported),
+    else None."""
+    from importlib import metadata
+
+    for dist in dists:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None

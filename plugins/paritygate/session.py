@@ -5,7 +5,6 @@ import math
 import os
 import platform
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -13,19 +12,13 @@ import pytest
 from paritygate import gpu as _gpu
 from paritygate.config import BUNDLED_CONFIG, load_config
 from paritygate.lazy import available, missing_reason
+from paritygate.lazy import dist_version as _version
 from paritygate.verdict import REPORT_ATTR, STATUSES
 
 _WORKER_KEY = "paritygate_checks"
 _CACHE_KEY = "paritygate_cache_stats"
 _FINDINGS_KEY = "paritygate_findings"
 DETAILS_KEY = pytest.StashKey[dict]()  # a test's details for its check, filled through `parity_details`
-
-
-def _version(dist):
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def environment():

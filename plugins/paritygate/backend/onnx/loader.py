@@ -21,7 +21,6 @@ the check details and does not fail the ONNX Runtime checks; on a GPU, TensorRT'
 import json
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,7 @@ from paritygate.backend.base import RunnerError
 from paritygate.backend.onnx import trt_lint, validate
 from paritygate.backend.onnx.validate import ArtifactError
 from paritygate.cache import cache_root, cached_file, hash_path, key_of, report_path
+from paritygate.lazy import dist_version as _version
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
@@ -49,13 +49,6 @@ BUILD = {"fp32": "tf2onnx+validated+lint-v3",
                  "+innermost-retry+validated+lint-v7",
          "int8": "qdq-s8-perchannel-float-bias+unshared-biases+validated+lint-v3"}
 TF2ONNX = "tf2onnx"
-
-
-def _version(dist):
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def load_checked(path):

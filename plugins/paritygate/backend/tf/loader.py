@@ -6,23 +6,16 @@ SavedModel (a legacy ``.h5`` file likewise, through tf_keras) whose ``serving_de
 as the Keras reference and every comparison pairs them by name.
 """
 
-from importlib import metadata
 from pathlib import Path
 
 from paritygate.backend.base import RunnerError
 from paritygate.cache import cached_dir, hash_path, key_of
+from paritygate.lazy import dist_version as _version
 from paritygate.lazy import lazy_import
 
 tf = lazy_import("tensorflow")
 
 EXPORT_VERSION = "keras-export-archive-v1"  # bump when the export changes: the cache key follows it
-
-
-def _version(dist):
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def is_keras(path):

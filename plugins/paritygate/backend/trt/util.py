@@ -7,12 +7,12 @@ tensorrt, polygraphy or cuda at module import.
 import collections
 import json
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from paritygate.backend.base import RunnerError
 from paritygate.cache import key_of
 from paritygate.lazy import MissingDependency, lazy_import
+from paritygate.lazy import dist_version as _version
 
 trt = lazy_import("tensorrt")
 
@@ -85,13 +85,6 @@ def timing_cache_name(identity):
     IBuilderConfig.set_timing_cache(ignore_mismatch=False), which Polygraphy's CreateConfig uses."""
     gpu = "".join(c if c.isalnum() else "-" for c in identity["gpu"]).strip("-").lower()
     return f"timing-trt{identity['tensorrt']}-{gpu}-sm{identity['compute_capability'].replace('.', '')}.cache"
-
-
-def _version(dist):
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 # -- sidecars -------------------------------------------------------------------------------------------
