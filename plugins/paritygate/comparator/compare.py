@@ -156,7 +156,7 @@ def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cos
         # p99 over the finite elements only (the zeroed positions would shift it)
         out.p99_abs = _p99(diff if finite is None else diff[finite])
         out.p99_rel = _p99(rel if finite is None else rel[finite])
-        out.cosine, norm = _cosine(r, c)
+        out.cosine, norm = cosine_similarity(r, c)
         _enforce_cosine(out, tol, norm / np.sqrt(n_finite), cosine_floor)
     return out
 
@@ -209,8 +209,9 @@ def _p99(values):
     return float(np.partition(values, k)[k])
 
 
-def _cosine(a, b, block=1 << 18):
-    """Cosine similarity accumulated in float64, a block at a time (no full-size float64 temporaries)."""
+def cosine_similarity(a, b, block=1 << 18):
+    """(cosine, |a|) of two flat arrays, accumulated in float64 a block at a time (no full-size float64
+    temporaries); 1 when both are zero, 0 when one is."""
     dot = na = nb = 0.0
     for i in range(0, a.size, block):
         x, y = a[i:i + block].astype(np.float64), b[i:i + block].astype(np.float64)
