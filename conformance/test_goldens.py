@@ -7,9 +7,9 @@ pytestmark = [pytest.mark.tf]
 
 def test_goldens_reproduce(request, parity_session, parity_model, parity_details):
     pytest.importorskip("tensorflow")
-    from paritygate import goldens
-    from paritygate.checks import compare, run_batched
-    from paritygate.runtimes import reference_runner
+    from paritygate.backend.runtimes import reference_runner
+    from paritygate.inputs import goldens
+    from paritygate.judge.parity import compare, run_batched
     from paritygate.verdict import mark
 
     spec = parity_model

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paritygate import gpu as pg
+from paritygate.gpu import device as pg
 
 pytestmark = pytest.mark.gpu
 # Timing and memory-guard tests need the GPU to itself, like latency tests: beside another xdist worker on

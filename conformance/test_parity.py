@@ -7,8 +7,8 @@ pytestmark = [pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_availa
 
 
 def test_matches_reference(parity_session, parity_case, parity_details):
-    from paritygate.checks import candidate_parity
-    from paritygate.runtimes import recorded_mapping
+    from paritygate.backend.runtimes import recorded_mapping
+    from paritygate.judge.parity import candidate_parity
 
     spec, precision = parity_case
     result, ref = candidate_parity(parity_session, spec, precision)
@@ -22,7 +22,7 @@ def test_matches_reference(parity_session, parity_case, parity_details):
     assert result.passed, "\n".join(result.failures)
     parity_details["informativeness"] = result.informativeness
     if not result.informativeness["informative"]:
-        from paritygate.vacuity import message
+        from paritygate.judge.vacuity import message
         from paritygate.verdict import Inconclusive
 
         raise Inconclusive(message(spec, "matches_reference", result.informativeness), allowed=spec.allow_uninformative)
@@ -30,8 +30,8 @@ def test_matches_reference(parity_session, parity_case, parity_details):
 
 def test_accepts_every_batch_size(parity_session, parity_case, parity_details):
     """The candidate must accept every batch size 1..max_batch (a rejection fails, it is not skipped)."""
-    from paritygate.checks import reference_set
-    from paritygate.runtimes import candidate_runner
+    from paritygate.backend.runtimes import candidate_runner
+    from paritygate.judge.parity import reference_set
 
     spec, precision = parity_case
     runner = candidate_runner(parity_session, spec, precision)
@@ -55,10 +55,10 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
     """The task metric on the model's full held-out set (``inputs/<model>_heldout.npz`` beside the config):
     e.g. accuracy >= 99% of the reference's on real held-out data (MLPerf's rule)."""
     pytest.importorskip("tensorflow")
-    from paritygate import goldens
-    from paritygate.checks import run_batched
+    from paritygate.backend.runtimes import candidate_runner, reference_runner
     from paritygate.comparator.task import task_metrics
-    from paritygate.runtimes import candidate_runner, reference_runner
+    from paritygate.inputs import goldens
+    from paritygate.judge.parity import run_batched
 
     spec, precision = parity_case
     path = goldens.heldout_set_path(spec)
@@ -78,7 +78,7 @@ def _describe_candidate(session, spec, precision):
     """What ran as the candidate: runtime, artifact, for fp16 the ops kept in FP32, and the ONNX artifact's report
     (TensorRT lint findings, FP16 nodes blocked, constants FP16 cannot hold: paritygate.backend.onnx.loader)."""
     from paritygate.backend.onnx.loader import FP16_KEEP_FP32, artifact_report
-    from paritygate.runtimes import candidate_runner
+    from paritygate.backend.runtimes import candidate_runner
 
     runner = candidate_runner(session, spec, precision)
     out = {"runtime": session.runtime, "runner": runner.name, "artifact": str(getattr(runner, "path", "") or "")}
@@ -92,7 +92,7 @@ def _describe_candidate(session, spec, precision):
 
 def _localize(session, spec, precision, ref, details):
     """A failing fp16/int8 check: where precision breaks and a verified plan (``--parity-localize=off``: none)."""
-    from paritygate.divergence import localize_failure
+    from paritygate.judge.divergence import localize_failure
 
     found = localize_failure(session, spec, precision, ref.inputs, reference_outputs=ref.outputs, labels=ref.labels,
                              compare_task=True)

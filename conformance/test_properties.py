@@ -2,14 +2,14 @@
 
 (a) parity with the native TF reference within the precision's policy; (b) batch invariance: an element's
 output does not depend on its batch companions or the batch size; (c) determinism over repeated runs.
-The checks run in ``paritygate.properties`` and return results; these tests only assert on them.
+The checks run in ``paritygate.judge.properties`` and return results; these tests only assert on them.
 """
 
 import pytest
 
 pytest.importorskip("hypothesis")
 
-from paritygate import properties
+from paritygate.judge import properties
 from paritygate.verdict import Inconclusive
 
 pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]

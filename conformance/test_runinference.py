@@ -24,7 +24,7 @@ def beam_subject(parity_session, parity_model):
     if not spec.beam:
         pytest.skip(f"model '{spec.name}' has no [models.beam] table ({spec.where('beam.handler')}): no "
                     "RunInference handler to check")
-    from paritygate.beam.checks import subject_for
+    from paritygate.beam.judge import subject_for
 
     return subject_for(parity_session, spec)
 
@@ -32,9 +32,9 @@ def beam_subject(parity_session, parity_model):
 @pytest.fixture
 def beam_check(request, parity_session, beam_subject, parity_details):
     """Run a named check: apply its known upstream expectations as strict xfail, record details, assert."""
-    from paritygate.beam.checks import PIPELINE_CHECKS, batch_latency
     from paritygate.beam.direct import DIRECT_CHECKS
     from paritygate.beam.expectations import expectations_for, match
+    from paritygate.beam.judge import PIPELINE_CHECKS, batch_latency
     from paritygate.beam.multiprocess import multi_process
 
     def run(name, **kwargs):

@@ -1,9 +1,9 @@
 """Lowest cosine per model, precision and input kind where the cosine budget applies (docs/cosine.md)."""
 import numpy as np
 
-from paritygate import goldens, strategies
+from paritygate.backend.runtimes import candidate_runner, reference_runner
 from paritygate.comparator.compare import compare_outputs
-from paritygate.runtimes import candidate_runner, reference_runner
+from paritygate.inputs import goldens, strategies
 from paritygate.session import ParitySession
 
 s = ParitySession()

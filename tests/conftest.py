@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paritygate.config import ModelSpec, TensorSpec
+from paritygate.models.config import ModelSpec, TensorSpec
 
 OPSET = 17
 

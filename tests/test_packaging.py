@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from paritygate.config import tomllib
+from paritygate.models.config import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_COPY = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".tox",
@@ -73,7 +73,7 @@ def installed(tmp_path_factory):
     rc, out = _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-index", "--no-deps",
                     wheel], work, env)
     assert rc == 0, out
-    rc, out = _run([python, "-c", ("import paritygate.plugin, paritygate.bundled as b; "
+    rc, out = _run([python, "-c", ("import paritygate.plugin, paritygate.models.bundled as b; "
                     "print(paritygate.plugin.__file__); print(b.fixtures_dir()); print(b.conformance_dir())")], work, env)
     assert rc == 0, out
     assert all(str(purelib) in line for line in out.strip().splitlines()[-3:]), out

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from paritygate.config import BUNDLED_CONFIG, ConfigError
-from paritygate.gpu import pin_xdist_worker
-from paritygate.known import load_known_failures, mark_known_failures
+from paritygate.gpu.device import pin_xdist_worker
+from paritygate.models.config import BUNDLED_CONFIG, ConfigError
+from paritygate.models.known import load_known_failures, mark_known_failures
 from paritygate.session import ParitySession, case_of
 from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
 
@@ -105,12 +105,12 @@ def pytest_configure(config):
 
 
 def _register_hypothesis_profiles():
-    """Profiles dev / ci / nightly (paritygate.strategies), chosen by HYPOTHESIS_PROFILE, in any project that
+    """Profiles dev / ci / nightly (paritygate.inputs.strategies), chosen by HYPOTHESIS_PROFILE, in any project that
     installs the plugin; without Hypothesis the property tests skip through ``pytest.importorskip``."""
     from paritygate.lazy import available
 
     if available("hypothesis"):
-        from paritygate.strategies import register_profiles
+        from paritygate.inputs.strategies import register_profiles
 
         register_profiles()
 
@@ -165,7 +165,7 @@ def pytest_xdist_node_collection_finished(node, ids):
 def _in_conformance(path):
     """Whether ``path`` is one of the bundled conformance tests (installed, or in the checkout): the suite whose
     checks over models are validated first."""
-    from paritygate.bundled import CHECKOUT, conformance_dir
+    from paritygate.models.bundled import CHECKOUT, conformance_dir
 
     path = Path(path).resolve()
     return any(path.is_relative_to(d) for d in {conformance_dir(), CHECKOUT / "conformance"})
@@ -184,7 +184,7 @@ def _is_model_check(config, parity, nodeid):
 
 
 def _validate(config):
-    from paritygate.validate import validate_models
+    from paritygate.models.preflight import validate_models
 
     parity = config.stash[SESSION_KEY]
     try:
@@ -306,7 +306,7 @@ def pytest_generate_tests(metafunc):
 
 
 # GPU fixtures live beside the CUDA code they wrap; importing them here registers them with pytest.
-from paritygate.gpu import cuda_stream, gpu_fixture, gpu_memory_guard, gpu_timer  # noqa: F401
+from paritygate.gpu.device import cuda_stream, gpu_fixture, gpu_memory_guard, gpu_timer  # noqa: F401
 
 
 @pytest.fixture

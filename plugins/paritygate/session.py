@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from paritygate import gpu as _gpu
-from paritygate.config import BUNDLED_CONFIG, load_config
+from paritygate.gpu import device as _gpu
 from paritygate.lazy import available, missing_reason
 from paritygate.lazy import dist_version as _version
+from paritygate.models.config import BUNDLED_CONFIG, load_config
 from paritygate.verdict import REPORT_ATTR, STATUSES
 
 _WORKER_KEY = "paritygate_checks"
@@ -63,7 +63,7 @@ class ParitySession:
         self.worker_cache_stats = {}
         self._models = None
         self.cache = {}  # per-process memo for loaded references, artifacts and runners
-        self.validation = None  # paritygate.validate's findings, once the pass ran (controller only)
+        self.validation = None  # paritygate.models.preflight's findings, once the pass ran (controller only)
 
     # -- models and runtime --------------------------------------------------------------------------
     @property
@@ -118,8 +118,8 @@ class ParitySession:
         return self.cache["environment"]
 
     def save_reproducer(self, spec, precision, check, inputs, failures):
-        from paritygate.cache import cache_root
-        from paritygate.replay import save_reproducer
+        from paritygate.backend.cache import cache_root
+        from paritygate.cli.replay import save_reproducer
 
         folder = (self.report_dir or cache_root()) / "reproducers"
         return save_reproducer(folder, spec, precision, check, self.runtime, inputs, failures, self.fp16_keep_fp32)
@@ -170,13 +170,13 @@ class ParitySession:
 
     def cache_stats(self):
         """Artifacts (ONNX conversions, fp16/int8 variants, engines) built vs served from the cache."""
-        from paritygate.cache import STATS
+        from paritygate.backend.cache import STATS
 
         return {k: STATS.get(k, 0) + self.worker_cache_stats.get(k, 0) for k in ("builds", "hits")}
 
     def finish(self, workeroutput=None):
         if workeroutput is not None:  # an xdist worker hands its checks to the controller
-            from paritygate.cache import STATS
+            from paritygate.backend.cache import STATS
 
             workeroutput[_WORKER_KEY] = json.dumps(self.checks)
             workeroutput[_FINDINGS_KEY] = json.dumps(self.findings)
@@ -234,7 +234,7 @@ class ParitySession:
                           f"{err.strerror or err}") from err
 
     def summary_lines(self):
-        from paritygate.validate import summary_lines as validation_lines
+        from paritygate.models.preflight import summary_lines as validation_lines
 
         lines = validation_lines(self.validation)
         if not self.checks and not self.findings:
@@ -339,7 +339,7 @@ def _default(obj):
 
 def _ensure_zoo_built():
     """The bundled config points at SavedModels rebuilt from committed weights into the cache."""
-    from paritygate.bundled import zoo_module
+    from paritygate.models.bundled import zoo_module
 
     zoo_module("build").ensure_built()
 

@@ -13,10 +13,11 @@ def test_tensorrt_handler_fails_only_where_expected(parity_session, model):
     pytest.importorskip("apache_beam")
     if not parity_session.is_bundled:
         pytest.skip("the zoo handlers belong to the bundled config")
-    from paritygate.beam import checks, direct
+    from paritygate.backend.runtimes import reference_runner
+    from paritygate.beam import direct
+    from paritygate.beam import judge as checks
     from paritygate.beam.contract import HandlerUnderTest
     from paritygate.beam.expectations import expectations_for, match
-    from paritygate.runtimes import reference_runner
 
     spec = next(m for m in parity_session.models if m.name == model)
     import zoo_handlers

@@ -7,7 +7,8 @@ import pytest
 pytest.importorskip("apache_beam")
 pytest.importorskip("onnxruntime")
 
-from paritygate.beam import checks, direct
+from paritygate.beam import direct
+from paritygate.beam import judge as checks
 from paritygate.beam.expectations import expectations_for, match
 
 pytestmark = [pytest.mark.beam, pytest.mark.tf, pytest.mark.onnx, pytest.mark.slow]
@@ -24,8 +25,8 @@ def zoo(parity_session):
 
 
 def _subject(parity_session, spec, factory):
+    from paritygate.backend.runtimes import reference_runner
     from paritygate.beam.contract import HandlerUnderTest
-    from paritygate.runtimes import reference_runner
 
     return HandlerUnderTest.from_spec(spec, reference_runner(parity_session, spec), factory=factory)
 

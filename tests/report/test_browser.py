@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paritygate.checks import compare
+from paritygate.judge.parity import compare
 from paritygate.report import write_report
 from paritygate.report.browser import HEIGHT, WIDTH, BrowserError, find_chromium, layout, screenshot
 from paritygate.session import ParitySession

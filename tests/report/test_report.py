@@ -10,7 +10,7 @@ from importlib import metadata
 import numpy as np
 import pytest
 
-from paritygate.checks import compare
+from paritygate.judge.parity import compare
 from paritygate.report import SCHEMA, write_report
 from paritygate.session import ParitySession
 from tests.conftest import toy_spec, write_config
@@ -233,7 +233,7 @@ def test_unwritable_report_folder_fails_the_run_early(pytester, inner):
 def test_findings_reach_json_markdown_and_terminal_and_merge_across_workers(tmp_path):
     worker = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime", is_xdist_worker=True)
     details = {"summary": "the reference disagrees with itself by 0.03", "max_spread": 0.03,
-               "reproducer": {"npz": "/r/x.npz", "command": "python -m paritygate.replay /r/x.npz"}}
+               "reproducer": {"npz": "/r/x.npz", "command": "python -m paritygate.cli.replay /r/x.npz"}}
     worker.record_finding("reference_unstable", "toy", "fp32", "property_parity", details)
     out = {}
     worker.finish(workeroutput=out)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paritygate.config import PRECISIONS
+from paritygate.models.config import PRECISIONS
 
 PRECISION_ATTR = "paritygate_precision"
 NUM_BYTES_ATTR = "paritygate_num_bytes"  # optional formula batch -> int that get_num_bytes follows instead of nbytes

@@ -20,7 +20,6 @@ import weakref
 
 import numpy as np
 
-from paritygate.beam.checks import BeamCheckResult, compare_element
 from paritygate.beam.contract import (
     HandlerContractError,
     apply_fns,
@@ -33,7 +32,8 @@ from paritygate.beam.contract import (
     normalise_inference,
     same_values,
 )
-from paritygate.strategies import sample_inputs
+from paritygate.beam.judge import BeamCheckResult, compare_element
+from paritygate.inputs.strategies import sample_inputs
 
 STABLE_CALLS = 3  # consecutive run_inference calls; the first call's results are re-read after the last
 

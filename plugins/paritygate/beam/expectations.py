@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.config import BUNDLED_CONFIG, tomllib
+from paritygate.models.config import BUNDLED_CONFIG, tomllib
 
 BUNDLED_EXPECTATIONS = BUNDLED_CONFIG.parent / "expectations.toml"
 FIELDS = {"id", "checks", "beam", "reaches", "defect", "when", "upstream", "reason", "evidence"}

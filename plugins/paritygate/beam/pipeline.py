@@ -35,7 +35,7 @@ from paritygate.beam.contract import (
     normalise_inference,
 )
 from paritygate.beam.handlers import BatchTrace, TracedHandler, WithoutFns, unkeyed, weight_batching
-from paritygate.strategies import sample_inputs
+from paritygate.inputs.strategies import sample_inputs
 
 _RUNNER_PATHS = {"FnApiRunner": "apache_beam.runners.portability.fn_api_runner.FnApiRunner"}
 WRAPPERS = ("plain", "keyed", "maybe_keyed", "maybe_keyed_plain")  # maybe_keyed: keyed input; _plain: unkeyed
@@ -107,7 +107,7 @@ _POOLS = {}  # per process (workers included): (model, config, calibration) -> I
 
 
 def _pool(spec):
-    from paritygate.strategies import model_input_pool
+    from paritygate.inputs.strategies import model_input_pool
 
     key = (spec.name, str(spec.source), str(spec.calibration))
     if key not in _POOLS:
@@ -117,7 +117,7 @@ def _pool(spec):
 
 def case_arrays(spec, case):
     """The case's input arrays (count rows) and each row's source: "spec", or an input set's (``~perturbed``)."""
-    from paritygate.strategies import perturb
+    from paritygate.inputs.strategies import perturb
 
     rng = np.random.default_rng(case.seed)
     arrays = sample_inputs(spec, case.count, rng)

@@ -100,7 +100,7 @@ def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cos
     """Compare one output; numpy.isclose semantics plus statistics, NaN/Inf rules of the policy.
 
     ``floor`` (an array of ref's shape, optional) raises each element's limit to max(atol + rtol*|ref|, floor):
-    the reference's own noise (paritygate.properties). ``cosine_floor`` lowers the cosine budget likewise."""
+    the reference's own noise (paritygate.judge.properties). ``cosine_floor`` lowers the cosine budget likewise."""
     cand_name = cand_name or name
     ref, cand = np.asarray(ref), np.asarray(cand)
     if ref.shape != cand.shape:

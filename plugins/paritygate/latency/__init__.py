@@ -6,7 +6,6 @@ precision (candidate and TF reference), as ``conformance/test_latency.py`` runs 
 """
 
 from paritygate.latency.budgets import Budgets, PercentileBudget, SpeedupBudget, budgets_for
-from paritygate.latency.check import LatencyResult, latency_check, latency_row, measure_runner, overhead_failures
 from paritygate.latency.harness import (
     OVERHEAD_LIMIT,
     PERCENTILE_METHOD,
@@ -21,6 +20,7 @@ from paritygate.latency.harness import (
     percentile,
     summarize,
 )
+from paritygate.latency.judge import LatencyResult, latency_check, latency_row, measure_runner, overhead_failures
 from paritygate.latency.machine import machine_info
 
 __all__ = [

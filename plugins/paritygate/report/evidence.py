@@ -9,7 +9,7 @@ MAX_VALUES = 16  # an input row up to this many values is shown whole; a longer 
 def worst_inputs(npz_path, batch_element):
     """{input name: {"shape", "dtype", "values" | "head", "min", "max", "nan", "inf"}} for one batch element
     of a reproducer's inputs; raises OSError / KeyError / IndexError when the file does not hold it."""
-    from paritygate.replay import load_reproducer
+    from paritygate.cli.replay import load_reproducer
 
     _, inputs = load_reproducer(npz_path)
     out = {}
@@ -45,7 +45,7 @@ def attach_worst_inputs(details):
         w = o.get("worst") if isinstance(o, dict) else None
         if not w or "batch_element" not in w or "inputs" in w:
             continue
-        from paritygate.replay import ReplayError
+        from paritygate.cli.replay import ReplayError
 
         try:
             w["inputs"] = worst_inputs(npz, w["batch_element"])

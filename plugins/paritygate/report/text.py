@@ -151,7 +151,7 @@ def key_numbers(check):
 
 
 def divergence_text(check, code=str):
-    """Where precision broke and the plan that repairs it (``details["divergence"]``, paritygate/divergence.py),
+    """Where precision broke and the plan that repairs it (``details["divergence"]``, paritygate/judge/divergence.py),
     in words; ``code`` wraps node and op names (backticks in Markdown, <code> in HTML)."""
     d = check["details"].get("divergence")
     if not d:

@@ -9,11 +9,11 @@ import shutil
 import numpy as np
 import pytest
 
-from paritygate import cache
+from paritygate.backend import cache
 from paritygate.backend.base import RunnerError
+from paritygate.backend.cache import STATS
 from paritygate.backend.onnx import loader
 from paritygate.backend.onnx.validate import ArtifactError
-from paritygate.cache import STATS
 from paritygate.verdict import SuiteError
 from tests.conftest import make_onnx, scale, toy_spec
 

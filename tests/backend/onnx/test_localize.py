@@ -1,12 +1,12 @@
-"""paritygate.backend.onnx.localize / repair and paritygate.divergence: precision breaks injected into ONNX graphs
+"""paritygate.backend.onnx.localize / repair and paritygate.judge.divergence: precision breaks injected into ONNX graphs
 made in code are found at the right node, and the plan (keep in FP32 / leave unquantized) verifies."""
 
 import numpy as np
 import pytest
 
-from paritygate import divergence
 from paritygate.backend.base import RunnerError
 from paritygate.backend.onnx import loader, localize
+from paritygate.judge import divergence
 from tests.conftest import make_onnx, toy_spec
 
 onnx = pytest.importorskip("onnx")

@@ -27,7 +27,7 @@ LN_INPUT = "StatefulPartitionedCall/bert_1/embed_1/add_1:0"  # the embedding sum
 @pytest.fixture(scope="module")
 def bert():
     pytest.importorskip("tensorflow")
-    from paritygate import goldens
+    from paritygate.inputs import goldens
     from paritygate.session import ParitySession
 
     spec = next(m for m in ParitySession().models if m.name == "bert")  # the bundled zoo, built into the cache

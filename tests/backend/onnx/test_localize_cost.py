@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from paritygate import divergence
+from paritygate.judge import divergence
 from tests.conftest import make_onnx, toy_spec
 
 onnx = pytest.importorskip("onnx")

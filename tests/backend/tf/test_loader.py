@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paritygate.cache import STATS
+from paritygate.backend.cache import STATS
 from tests.conftest import toy_spec
 
 pytestmark = [pytest.mark.tf, pytest.mark.onnx]

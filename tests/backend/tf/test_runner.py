@@ -92,8 +92,8 @@ def test_corrupt_keras_file(tmp_path):
 @pytest.mark.tf
 def test_weights_sha256_is_stable_across_saves_and_sees_a_changed_weight(tmp_path):
     """SavedModel files differ between two saves of the same weights; the weights fingerprint does not."""
+    from paritygate.backend.cache import hash_path
     from paritygate.backend.tf.runner import TfRunner
-    from paritygate.cache import hash_path
     from tests.conftest import save_toy_model
 
     a, b = save_toy_model(tmp_path / "a"), save_toy_model(tmp_path / "b")

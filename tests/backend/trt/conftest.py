@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paritygate.config import ModelSpec, TensorSpec
+from paritygate.models.config import ModelSpec, TensorSpec
 
 A100 = {"tensorrt": "10.3.0", "gpu": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0"}
 T4 = {"tensorrt": "10.9.0", "gpu": "Tesla T4", "compute_capability": "7.5"}

@@ -10,9 +10,10 @@ import types
 import numpy as np
 import pytest
 
-from paritygate import cache, gpu
+from paritygate.backend import cache
 from paritygate.backend.base import RunnerError
 from paritygate.backend.trt import loader, util
+from paritygate.gpu import device as gpu
 from paritygate.lazy import MissingDependency
 
 from .conftest import A100, T4, make_spec
@@ -28,7 +29,7 @@ def no_tensorrt(monkeypatch):
 
 @pytest.fixture
 def stats(monkeypatch):
-    """paritygate.cache.STATS, zeroed for the test."""
+    """paritygate.backend.cache.STATS, zeroed for the test."""
     monkeypatch.setitem(cache.STATS, "hits", 0)
     monkeypatch.setitem(cache.STATS, "builds", 0)
     return cache.STATS

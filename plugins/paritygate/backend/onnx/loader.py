@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.backend.base import RunnerError
+from paritygate.backend.cache import cache_root, cached_file, hash_path, key_of, report_path
 from paritygate.backend.onnx import trt_lint, validate
 from paritygate.backend.onnx.validate import ArtifactError
-from paritygate.cache import cache_root, cached_file, hash_path, key_of, report_path
 from paritygate.lazy import dist_version as _version
 from paritygate.lazy import lazy_import
 
@@ -65,8 +65,8 @@ def load_checked(path):
 
 
 def _input_names(spec, model):
-    """Reference input name -> ``model``'s input name (paritygate.iomap), errors naming the config key."""
-    from paritygate import iomap
+    """Reference input name -> ``model``'s input name (paritygate.backend.iomap), errors naming the config key."""
+    from paritygate.backend import iomap
 
     try:
         return iomap.input_map(spec, [i.name for i in model.graph.input])

@@ -1,7 +1,7 @@
 """Validation of every ONNX artifact the suite builds, before it is cached.
 
 An artifact is cached only after all four steps pass; the first that fails raises ``ArtifactError`` naming the
-converter, the node and the message, and the build leaves no file behind (``paritygate.cache.cached_file``):
+converter, the node and the message, and the build leaves no file behind (``paritygate.backend.cache.cached_file``):
 
 1. ``onnx.checker.check_model(full_check=True)``: the graph, its types and opsets are valid ONNX;
 2. ``onnx.shape_inference.infer_shapes(strict_mode=True, check_type=True)``: every node's inferred type and
@@ -96,7 +96,7 @@ def smoke_feeds(spec, model, names, calibration=None):
     """One batch-1 feed for ``model`` by its own input names: the first calibration row where the model has
     calibration data, else a seeded uniform sample inside each input's ``range`` from the spec.
 
-    ``names`` maps reference input name -> this model's input name (``paritygate.iomap.input_map``); the values
+    ``names`` maps reference input name -> this model's input name (``paritygate.backend.iomap.input_map``); the values
     take the model's declared element type, so that a spec mistake surfaces in the spec check, not here."""
     declared = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
     rng = np.random.default_rng(0)

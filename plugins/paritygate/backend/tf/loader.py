@@ -9,7 +9,7 @@ as the Keras reference and every comparison pairs them by name.
 from pathlib import Path
 
 from paritygate.backend.base import RunnerError
-from paritygate.cache import cached_dir, hash_path, key_of
+from paritygate.backend.cache import cached_dir, hash_path, key_of
 from paritygate.lazy import dist_version as _version
 from paritygate.lazy import lazy_import
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.backend.base import RunnerError
+from paritygate.backend.cache import STATS, cache_root, hash_path
 from paritygate.backend.trt import util
-from paritygate.cache import STATS, cache_root, hash_path
-from paritygate.config import PRECISIONS
 from paritygate.lazy import lazy_import
+from paritygate.models.config import PRECISIONS
 
 trt = lazy_import("tensorrt")
 pg_trt = lazy_import("polygraphy.backend.trt")
@@ -40,7 +40,7 @@ class EngineFromOnnx:
         onnx_path: the ONNX artifact, or a callable returning it (called once, on first use).
         spec: the model's ModelSpec (profile shapes come from ``max_batch`` and ``inputs``).
         precision: "fp32", "fp16" or "int8": the artifact's precision (the network is strongly typed).
-        cache_dir: defaults to ``$PARITYGATE_CACHE/trt`` (paritygate.cache.cache_root()).
+        cache_dir: defaults to ``$PARITYGATE_CACHE/trt`` (paritygate.backend.cache.cache_root()).
         tf32: allow TF32 in fp32 matmuls/convs (default False, for every precision).
         opt_batch: the batch TensorRT tunes kernels for (default ``max_batch``).
         identity: {"tensorrt", "gpu", "compute_capability"} to key on (default: this TensorRT and GPU).

@@ -145,10 +145,10 @@ def check_feed(inputs, feed, where):
 
 class _CudaIO:
     """One CUDA stream, a device buffer per tensor name (grown as needed, reused), and two timing events,
-    through cuda-python's runtime bindings (every call returns ``(err, *values)``: paritygate.gpu.check)."""
+    through cuda-python's runtime bindings (every call returns ``(err, *values)``: paritygate.gpu.device.check)."""
 
     def __init__(self):
-        from paritygate.gpu import check
+        from paritygate.gpu.device import check
 
         self._check = check
         self.stream = check(cudart.cudaStreamCreate(), "cudaStreamCreate")

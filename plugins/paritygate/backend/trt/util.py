@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paritygate.backend.base import RunnerError
-from paritygate.cache import key_of
+from paritygate.backend.cache import key_of
 from paritygate.lazy import MissingDependency, lazy_import
 from paritygate.lazy import dist_version as _version
 
@@ -23,7 +23,7 @@ IDENTITY_KEYS = ("tensorrt", "gpu", "compute_capability")
 # -- availability and identity ------------------------------------------------------------------------
 def trt_missing_reason():
     """None when tensorrt and polygraphy import; else a reason naming ``pip install 'paritygate[gpu]'``."""
-    from paritygate import gpu
+    from paritygate.gpu import device as gpu
 
     return gpu.trt_reason()
 
@@ -36,8 +36,8 @@ def require_trt():
 
 def current_identity():
     """What an engine is tied to: TensorRT version, GPU name, compute capability (the first visible GPU,
-    the one TensorRT uses: paritygate.gpu pins xdist workers through CUDA_VISIBLE_DEVICES)."""
-    from paritygate import gpu
+    the one TensorRT uses: paritygate.gpu.device pins xdist workers through CUDA_VISIBLE_DEVICES)."""
+    from paritygate.gpu import device as gpu
 
     require_trt()
     found = gpu.probe()

@@ -1,0 +1,212 @@
+"""Build (once per process) the reference and candidate runners for a model, checking the input spec.
+
+The candidate runner is fed by reference input names (``MappedRunner`` renames them); its outputs keep the
+candidate's names, paired with the reference's through ``spec.outputs``, which ``io_mapping`` completes with
+the mapping ``paritygate.backend.iomap`` resolved (explicit, name, signature, decorated or single)."""
+
+from dataclasses import dataclass, field
+
+from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.verdict import SuiteError
+
+
+@dataclass
+class RuntimeSettings:
+    """What building runners needs, and all the functions below read from their ``session`` argument: the
+    candidate runtime, the ops the fp16 artifact keeps in FP32, and a per-process memo. The pytest run passes
+    its ParitySession (which has these three); replay passes one of these."""
+
+    runtime: str = "onnxruntime"
+    fp16_keep_fp32: tuple = None
+    cache: dict = field(default_factory=dict)
+
+
+def check_input_spec(spec, metadata, what, side="candidate"):
+    """The config's input spec must match the model's inputs by name, rank, dtype (the ``side``'s: reference or
+    candidate) and fixed dims; the message names the config key first, then the model file (``what``)."""
+    names, want = set(metadata), set(spec.inputs)
+    if names != want:
+        raise RunnerError(f"{spec.where('inputs')}: declares inputs {sorted(want)}, but {what} has inputs "
+                          f"{sorted(names)}")
+    for name, tensor in spec.inputs.items():
+        dtype, shape = metadata[name]
+        if len(shape) != len(tensor.shape):
+            raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares rank {len(tensor.shape)} "
+                              f"{list(tensor.shape)}, but {what} has input '{name}' of rank {len(shape)} {list(shape)}")
+        if dtype != tensor.dtype_of(side):
+            key = f"{side}_dtype" if getattr(tensor, f"{side}_dtype") else "dtype"
+            raise RunnerError(f"{spec.where(f'inputs.{name}.{key}')}: declares {tensor.dtype_of(side)}, but {what} "
+                              f"has input '{name}' of dtype {dtype}")
+        for axis, (have, declared) in enumerate(zip(shape[1:], tensor.shape[1:]), start=1):
+            if have not in (-1, declared):
+                raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares dimension {axis} = {declared}, "
+                                  f"but {what} has input '{name}' with dimension {axis} = {have}")
+
+
+def load_reference(session, spec):
+    """The TF reference, loaded and checked against the input spec (once per process). Raises RunnerError:
+    a SavedModel without the signature or a spec that does not fit it is a config problem, which the session's
+    validation pass (paritygate.models.preflight) reports before any check runs."""
+    key = ("reference", spec.name)
+    if key not in session.cache:
+        from paritygate.backend.tf.runner import TfRunner
+
+        runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}").activate()
+        check_input_spec(spec, runner.input_metadata(), runner.describe(), side="reference")
+        session.cache[key] = ReferenceRunner(runner, _casts(spec, "reference"))
+    return session.cache[key]
+
+
+def reference_runner(session, spec):
+    """The reference for a check: whatever goes wrong with it is the suite's ``error``, never the candidate's
+    ``fail`` (its load errors were reported by the validation pass when the run started)."""
+    try:
+        return load_reference(session, spec)
+    except RunnerError as err:
+        raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
+
+
+def recorded_mapping(session, spec):
+    """The input/output mapping resolved for ``spec`` in this process (None before any candidate was built)."""
+    return session.cache.get(("iomap", spec.name))
+
+
+def candidate_runner(session, spec, precision):
+    key = ("candidate", session.runtime, spec.name, precision)
+    if key not in session.cache:
+        runner = _build_candidate(session, spec, precision)
+        names = {r: m["candidate"] for r, m in io_mapping(session, spec, runner)["inputs"].items()}
+        session.cache[key] = _fed(runner, names, _casts(spec, "candidate"))
+    return session.cache[key]
+
+
+def io_mapping(session, spec, runner):
+    """Resolve (once per model) which candidate tensor answers to which reference tensor; completes
+    ``spec.outputs`` with the resolved output names so that every comparison pairs outputs the same way."""
+    from paritygate.backend import iomap
+
+    key = ("iomap", spec.name)
+    if key not in session.cache:
+        ref_outputs = reference_output_names(session, spec)
+        try:
+            mapping = iomap.resolve(spec, ref_outputs, list(runner.input_metadata()), list(runner.output_names))
+        except iomap.MappingError as err:
+            raise RunnerError(str(err)) from None
+        spec.outputs.update({r: m["candidate"] for r, m in mapping["outputs"].items() if m["rule"] != "name"})
+        session.cache[key] = mapping
+    return session.cache[key]
+
+
+def reference_output_names(session, spec):
+    """The reference's output names: from the SignatureDef when it has them (no TensorFlow run), else the runner."""
+    from paritygate.backend import iomap
+
+    outputs = iomap.bindings_of(spec)[1]
+    return sorted(outputs) if outputs else list(load_reference(session, spec).output_names)
+
+
+def _casts(spec, side):
+    return {n: t.dtype_of(side) for n, t in spec.inputs.items() if t.dtype_of(side) != t.dtype}
+
+
+def _fed(runner, names, casts):
+    """The runner itself when fed as is (latency then measures no extra layer), else a MappedRunner."""
+    renamed = {r: c for r, c in names.items() if r != c}
+    return MappedRunner(runner, renamed, casts) if renamed or casts else runner
+
+
+class MappedRunner(BaseRunner):
+    """A runner fed by the config's input names and dtypes: renames the feed to the runner's names and casts
+    inputs whose side declares another dtype (config.py accepts only casts that are exact over the range)."""
+
+    def __init__(self, runner, inputs, casts=None):
+        super().__init__(runner.name)
+        self.runner, self.inputs, self.casts = runner, inputs, dict(casts or {})
+        self.path = getattr(runner, "path", None)
+        self.is_active = runner.is_active
+        self.output_names = runner.output_names
+
+    def activate_impl(self):
+        self.runner.activate()
+
+    def infer_impl(self, feed):
+        outputs = self.runner.infer({self.inputs.get(k, k): v.astype(self.casts[k]) if k in self.casts else v
+                                     for k, v in feed.items()})
+        self.last_inference_time = self.runner.last_inference_time
+        return outputs
+
+    def input_metadata_impl(self):
+        back = {c: r for r, c in self.inputs.items()}
+        return {back.get(k, k): v for k, v in self.runner.input_metadata().items()}
+
+    def deactivate_impl(self):
+        self.runner.deactivate()
+
+    def __getattr__(self, name):  # runtime-specific attributes (engine, session options) of the wrapped runner
+        return getattr(self.__dict__["runner"], name)
+
+
+class ReferenceRunner(MappedRunner):
+    """The TF reference as every check sees it (inputs cast where the config declares ``reference_dtype``): a
+    failure to run a valid input is a ``SuiteError``."""
+
+    def __init__(self, runner, casts=None):
+        super().__init__(runner, {}, casts)
+
+    def infer_impl(self, feed):
+        try:
+            return super().infer_impl(feed)
+        except RunnerError as err:
+            raise SuiteError(f"the TensorFlow reference failed: {err}") from err
+
+
+def suite_built(session, spec, precision):
+    """Whether the candidate at ``precision`` is an artifact the suite made (converted, quantized, or an engine
+    it builds), not a file the config names: the artifact's faults are then the suite's (``error``)."""
+    if session.runtime == "tensorrt" and precision in spec.engines:
+        return False
+    return precision != "fp32" or spec.onnx is None or session.runtime == "tensorrt"
+
+
+def _build_candidate(session, spec, precision):
+    try:
+        return _build(session, spec, precision)
+    except RunnerError as err:
+        if not suite_built(session, spec, precision):
+            raise  # the configured file itself: the candidate's fault (the validation pass reports it first)
+        raise SuiteError(f"the {precision} candidate of model '{spec.name}' that the suite builds "
+                         f"({session.runtime}) failed: {err}") from err
+
+
+def _build(session, spec, precision):
+    from paritygate.backend.onnx.loader import onnx_artifact
+
+    if session.runtime == "tensorrt":
+        from paritygate.backend.cache import cache_root
+        from paritygate.backend.trt.loader import EngineFromOnnx, EngineFromPath
+        from paritygate.backend.trt.runner import TrtRunner
+
+        if precision in spec.engines:
+            loader = EngineFromPath(spec.engines[precision], spec)
+            what = str(spec.engines[precision])
+        else:
+            loader = EngineFromOnnx(onnx_artifact(spec, precision, session.fp16_keep_fp32), spec, precision, cache_root() / "trt")
+            what = f"TensorRT engine for {spec.name} {precision}"
+        runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}").activate()
+    else:
+        from paritygate.backend.onnxrt.runner import OnnxrtRunner
+
+        path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
+        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
+        what = str(path)
+    check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate")
+    return runner
+
+
+def input_names(spec, runner):
+    from paritygate.backend import iomap
+
+    try:
+        return iomap.input_map(spec, list(runner.input_metadata()))
+    except iomap.MappingError as err:
+        raise RunnerError(f"{spec.where('inputs')}: {err}") from None

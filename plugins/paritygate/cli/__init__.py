@@ -1,0 +1,1 @@
+"""The ``paritygate`` command: ``main`` (run, report), ``init`` (a starter config), ``replay`` (a reproducer)."""

@@ -1,0 +1,194 @@
+"""``paritygate init``: inspect a model and write a starter config that runs unedited.
+
+What the model says (input names, shapes, dtypes, output names, the candidate's names) is written as is. What it
+cannot say is given a default that runs and marked ``# CONFIRM`` for a person to check: value ranges (float
+[-1, 1], integers [0, 1], uint8 [0, 255]), a size for a dynamic non-batch dimension, ``max_batch``, the task,
+and an output/input pairing found only by position.
+"""
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from paritygate.models.config import ConfigError, load_config
+
+DEFAULT_RANGES = {"f": (-1.0, 1.0), "u": (0, 255), "i": (0, 1), "b": (0, 1)}  # numpy dtype kind -> range
+DYNAMIC_DIM = 16  # size proposed for a dynamic dimension other than the batch
+CONFIRM = "# CONFIRM"
+
+
+@dataclass
+class Inspected:
+    """What ``init`` learned: the reference's tensors and, with ``--onnx``, the proposed pairing."""
+
+    reference: Path
+    signature: str
+    inputs: dict  # name -> (np.dtype, shape with -1 for dynamic dims)
+    outputs: list  # reference output names
+    onnx: Path = None
+    input_map: dict = field(default_factory=dict)  # ref -> (candidate, rule)
+    output_map: dict = field(default_factory=dict)  # ref -> (candidate, rule)
+
+
+class InitError(ValueError):
+    """The model cannot be inspected or the config cannot be written; the message names the file."""
+
+
+def inspect_reference(path, signature="serving_default"):
+    """Input metadata and output names of a SavedModel signature or a .keras file (loads it with TensorFlow)."""
+    from paritygate.backend.base import RunnerError
+    from paritygate.backend.tf.runner import TfRunner
+
+    path = Path(path)
+    if path.suffix == ".onnx":
+        raise InitError(f"{path}: an ONNX file is the candidate, not the reference; pass the TensorFlow model "
+                        "(a SavedModel folder or a .keras file) as MODEL and this file with --onnx")
+    if not path.exists():
+        raise InitError(f"{path}: no such file or folder (expected a SavedModel folder or a .keras file)")
+    try:
+        runner = TfRunner(path, signature).activate()
+    except RunnerError as err:
+        raise InitError(str(err)) from err
+    try:
+        return Inspected(path, signature, dict(runner.input_metadata()), list(_reference_outputs(path, signature,
+                                                                                                 runner)))
+    finally:
+        runner.deactivate()
+
+
+def _reference_outputs(path, signature, runner):
+    if path.suffix != ".keras":
+        from paritygate.backend.iomap import signature_bindings
+
+        outputs = signature_bindings(path, signature)[1]
+        if outputs:
+            return sorted(outputs)
+    return runner.output_names
+
+
+def onnx_names(path):
+    """(input names, output names) of an ONNX file, initializers excluded."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as err:  # onnx raises DecodeError and others for a corrupt file
+        raise InitError(f"{path}: cannot read ONNX model: {err}") from err
+    weights = {i.name for i in graph.initializer}
+    return [i.name for i in graph.input if i.name not in weights], [o.name for o in graph.output]
+
+
+def propose_mapping(found, onnx_path):
+    """Pair the reference's tensors with the ONNX file's (paritygate.backend.iomap's rules; by position when they
+    cannot tell, marked for confirmation)."""
+    from paritygate.backend import iomap
+
+    cand_in, cand_out = onnx_names(onnx_path)
+    bound_in, bound_out = ({}, {}) if found.reference.suffix == ".keras" else \
+        iomap.signature_bindings(found.reference, found.signature)
+    found.onnx = Path(onnx_path)
+    for kind, refs, cands, bound, target in (("input", list(found.inputs), cand_in, bound_in, found.input_map),
+                                             ("output", found.outputs, cand_out, bound_out, found.output_map)):
+        try:
+            target.update(iomap.map_names(kind, refs, cands, bound=bound, signature=found.signature))
+        except iomap.MappingError as err:
+            if len(refs) != len(cands):
+                raise InitError(f"{onnx_path}: {err}") from err
+            target.update({r: (c, "position") for r, c in zip(refs, cands)})
+    return found
+
+
+# -- the TOML ------------------------------------------------------------------------------------------
+def _key(name):
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+
+def _path(target, config_dir):
+    try:
+        return Path(os.path.relpath(Path(target).resolve(), config_dir.resolve())).as_posix()
+    except ValueError:  # another drive (Windows)
+        return Path(target).resolve().as_posix()
+
+
+def _input_lines(name, dtype, shape, mapped):
+    dims, notes = [], []
+    for i, d in enumerate(shape):
+        if i > 0 and d == -1:
+            d = DYNAMIC_DIM
+            notes.append(f"dimension {i} is dynamic in the model: {DYNAMIC_DIM} chosen")
+        dims.append(int(d))
+    dims[0] = -1
+    low, high = DEFAULT_RANGES.get(np.dtype(dtype).kind, (0, 1))
+    lines = [f"[models.inputs.{_key(name)}]",
+             f"shape = {json.dumps(dims)}" + (f"  {CONFIRM}: {'; '.join(notes)}" if notes else ""),
+             f'dtype = "{np.dtype(dtype).name}"',
+             (f"range = [{low!r}, {high!r}]  {CONFIRM}: the inclusive bounds of valid values (default for "
+             f"{np.dtype(dtype).name}); generated inputs stay inside")]
+    if mapped:
+        cand, rule = mapped
+        lines.append(f"candidate = {json.dumps(cand)}" + (f"  {CONFIRM}: paired by {rule}" if rule == "position"
+                                                          else f"  # paired by {rule}"))
+    return lines
+
+
+def render(found, name, config_dir, max_batch=4):
+    """The starter config's text (the caller validates it by loading it)."""
+    lines = [f"# Starter config written by `paritygate init` from {found.reference.name}"
+             + (f" and {found.onnx.name}" if found.onnx else "") + ".",
+             f"# Lines marked {CONFIRM} hold defaults the model cannot tell; check them, then run:",
+             "#     paritygate run parity.toml   (or: pytest --pyargs paritygate.conformance --parity-config=parity.toml)",
+             "", "[[models]]", f"name = {json.dumps(name)}",
+             f"reference = {json.dumps(_path(found.reference, config_dir))}"]
+    if found.reference.suffix != ".keras":
+        lines.append(f"signature = {json.dumps(found.signature)}")
+    if found.onnx:
+        lines.append(f"onnx = {json.dumps(_path(found.onnx, config_dir))}")
+    else:
+        lines.append("# onnx = \"model.onnx\"                # absent: converted from the reference with tf2onnx")
+    lines += ['precisions = ["fp32"]                  # add "fp16"; "int8" needs calibration = "<inputs>.npz"',
+              f"max_batch = {max_batch}                          {CONFIRM}: every batch size 1..max_batch is checked",
+              f'task = "generic"                       {CONFIRM}: classification | regression | detection | generic',
+              ""]
+    for inp, (dtype, shape) in found.inputs.items():
+        lines += _input_lines(inp, dtype, shape, found.input_map.get(inp)) + [""]
+    lines.append("# reference output -> candidate output" if found.output_map else
+                 f"# reference outputs: {', '.join(found.outputs)} (paired with the candidate's by name when "
+                 "converted here)")
+    if found.output_map:
+        lines.append("[models.outputs]")
+        for ref, (cand, rule) in found.output_map.items():
+            note = f"  {CONFIRM}: paired by position" if rule == "position" else f"  # paired by {rule}"
+            lines.append(f"{_key(ref)} = {json.dumps(cand)}{note}")
+    lines += ["", "# RunInference checks: a factory returning your unkeyed Beam ModelHandler over numpy, e.g.",
+              "# paritygate.beam.tf_handler.TFNumpyHandler(path, min_batch_size=..., max_batch_size=...)",
+              "# [models.beam]", '# handler = "my_handlers:make"       # a module beside this file']
+    return "\n".join(lines) + "\n"
+
+
+def _name_of(path):
+    if path.stem in ("saved_model", "model") and path.parent.name:  # zoo/models/linear/saved_model -> linear
+        path = path.parent
+    return re.sub(r"[^A-Za-z0-9_]+", "_", path.stem).strip("_") or "model"
+
+
+def write_starter(model, output, onnx=None, name=None, signature="serving_default", max_batch=4, force=False):
+    """Inspect ``model`` (and ``onnx``), write the config to ``output`` and load it back; returns the path."""
+    output = Path(output)
+    if output.exists() and not force:
+        raise InitError(f"{output}: already exists; pass --force to overwrite it")
+    found = inspect_reference(model, signature)
+    if onnx is not None:
+        propose_mapping(found, onnx)
+    name = name or _name_of(Path(model).absolute())
+    text = render(found, name, output.parent, max_batch)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    try:
+        load_config(output)
+    except ConfigError as err:
+        raise InitError(f"{output}: the written config does not load ({err}); please report this") from err
+    return output

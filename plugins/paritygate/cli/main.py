@@ -1,0 +1,126 @@
+"""The ``paritygate`` command: ``init``, ``run``, ``replay``, ``report``.
+
+Exit codes are pytest's (``pytest.ExitCode``): 0 ok, 1 checks failed, 2 interrupted, 3 internal error,
+4 usage error (a wrong command line, a model or file that cannot be read), 5 no tests collected.
+``paritygate run`` returns what pytest returns.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from paritygate import __version__
+
+OK, FAILED, INTERRUPTED, INTERNAL, USAGE = 0, 1, 2, 3, 4  # pytest.ExitCode, without importing pytest here
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits 2 (pytest's "interrupted"); a usage error is pytest's 4
+        self.print_usage(sys.stderr)
+        self.exit(USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser():
+    parser = _Parser(prog="paritygate", description="TF -> ONNX -> TensorRT parity and Beam RunInference "
+                     "conformance: the pytest suite and its tools.")
+    parser.add_argument("--version", action="version", version=f"paritygate {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+
+    init = sub.add_parser("init", help="inspect a model and write a starter config")
+    init.add_argument("model", metavar="MODEL", help="the TF reference: a SavedModel folder or a .keras file")
+    init.add_argument("--onnx", metavar="FILE", help="the candidate ONNX file; its names are paired with the "
+                      "reference's and written into the config")
+    init.add_argument("-o", "--output", metavar="PATH", default="parity.toml", help="default: parity.toml")
+    init.add_argument("--name", help="model name in the config (default: from MODEL)")
+    init.add_argument("--signature", default="serving_default", help="SavedModel signature (default: %(default)s)")
+    init.add_argument("--max-batch", type=int, default=4, metavar="N", help="default: %(default)s")
+    init.add_argument("--force", action="store_true", help="overwrite PATH")
+
+    run = sub.add_parser("run", help="run the conformance suite on a config (further arguments go to pytest)",
+                         description="Run the conformance suite on CONFIG. Arguments after CONFIG that are not "
+                         "paritygate's go to pytest, e.g. `paritygate run parity.toml -k linear -x`.")
+    run.add_argument("config", metavar="CONFIG", help="the model config (TOML)")
+    run.add_argument("--report", metavar="DIR", help="write parity-report.json/.md/.html into DIR")
+
+    replay = sub.add_parser("replay", help="replay a saved reproducer (.npz)")
+    replay.add_argument("file", metavar="FILE", help="a reproducer written by a failing property check")
+
+    report = sub.add_parser("report", help="re-render parity-report.md and .html from a parity-report.json")
+    report.add_argument("json", metavar="JSON", help="a parity-report.json")
+    report.add_argument("--out", metavar="DIR", help="where to write them (default: beside JSON)")
+    return parser
+
+
+def main(argv=None):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
+    parser = build_parser()
+    args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if extra and args.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return {"init": _init, "run": _run, "replay": _replay, "report": _report}[args.command](args, extra)
+
+
+def _init(args, _extra):
+    from paritygate.cli.init import InitError, write_starter
+
+    try:
+        path = write_starter(args.model, args.output, onnx=args.onnx, name=args.name, signature=args.signature,
+                             max_batch=args.max_batch, force=args.force)
+    except InitError as err:
+        print(f"paritygate init: error: {err}", file=sys.stderr)
+        return USAGE
+    print(f"wrote {path}: check the lines marked # CONFIRM, then run `paritygate run {path}`")
+    return OK
+
+
+def suite_args():
+    """What pytest collects: the installed package ``paritygate.conformance``, or the checkout's folder."""
+    from paritygate.models.bundled import CONFORMANCE_PACKAGE, _installed, conformance_dir
+
+    return ["--pyargs", CONFORMANCE_PACKAGE] if _installed(CONFORMANCE_PACKAGE) else [str(conformance_dir())]
+
+
+def _run(args, extra):
+    """pytest in a child process: this one has imported paritygate already, which pytest could then not
+    assertion-rewrite (the plugin's modules are rewritten when pytest loads them through the entry point)."""
+    config = Path(args.config)
+    if not config.is_file():
+        print(f"paritygate run: error: {config}: no such config file", file=sys.stderr)
+        return USAGE
+    pytest_args = [*suite_args(), f"--parity-config={config}"]
+    if args.report:
+        pytest_args.append(f"--parity-report={args.report}")
+    return subprocess.run([sys.executable, "-m", "pytest", *pytest_args, *extra], check=False).returncode
+
+
+def _replay(args, _extra):
+    from paritygate.cli import replay
+
+    return int(replay.main([args.file]) or 0)
+
+
+def _report(args, _extra):
+    from paritygate.report import render_html, render_markdown
+
+    source = Path(args.json)
+    try:
+        data = json.loads(source.read_text())
+    except (OSError, ValueError) as err:
+        print(f"paritygate report: error: {source}: cannot read a JSON report: {err}", file=sys.stderr)
+        return USAGE
+    if not isinstance(data, dict) or "checks" not in data:
+        print(f"paritygate report: error: {source}: not a parity report (no 'checks' key)", file=sys.stderr)
+        return USAGE
+    out = Path(args.out) if args.out else source.parent
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "parity-report.md").write_text(render_markdown(data))
+    (out / "parity-report.html").write_text(render_html(data))
+    print(f"wrote {out / 'parity-report.md'} and {out / 'parity-report.html'}")
+    return OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

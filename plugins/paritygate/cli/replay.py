@@ -1,0 +1,198 @@
+"""Reproducers: a failing example saved as an ``.npz`` (allow_pickle=False) plus Polygraphy's inputs JSON, and
+the command that replays *the check that failed* on it:
+
+    python -m paritygate.cli.replay FILE.npz [--check CHECK] [--runtime onnxruntime|tensorrt]
+
+Exit status: 0 the check passes on the saved inputs (not reproduced), 1 it fails (reproduced), 2 usage,
+3 error (the file, its config or a runtime could not be loaded: nothing was judged).
+
+Replay builds only the runners it needs, from a small ``RuntimeSettings`` (no pytest session).
+"""
+
+import argparse
+import hashlib
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+META = "__meta__"
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+
+
+class ReplayError(Exception):
+    """The reproducer, its config or a runtime could not be loaded; the message names the file."""
+
+
+def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, fp16_keep_fp32=None):
+    """Write ``<model>-<precision>-<check>-<hash>.npz`` (+ Polygraphy inputs JSON) under ``folder``; returns the
+    paths and the one-line replay command."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(b"".join(np.ascontiguousarray(v).tobytes() for v in inputs.values())).hexdigest()[:12]
+    stem = folder / f"{spec.name}-{precision}-{check}-{digest}"
+    meta = {"config": str(spec.source), "model": spec.name, "precision": precision, "check": check,
+            "runtime": runtime, "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,
+            "failures": failures[:20]}
+    npz = stem.with_suffix(".npz")
+    np.savez(npz, **{f"input:{k}": v for k, v in inputs.items()}, **{META: np.array(json.dumps(meta))})
+    out = {"npz": str(npz), "command": f"python -m paritygate.cli.replay {shlex.quote(str(npz))}"}
+    try:
+        from polygraphy.json import save_json
+
+        polygraphy_json = stem.with_suffix(".polygraphy-inputs.json")
+        save_json([dict(inputs)], str(polygraphy_json))  # a list of feed dicts: `polygraphy run --load-inputs`
+        out["polygraphy_inputs"] = str(polygraphy_json)
+    except ImportError:
+        out["polygraphy_inputs"] = None  # polygraphy not installed (pip install polygraphy)
+    return out
+
+
+def load_reproducer(path):
+    """(meta, inputs) of a saved reproducer; ReplayError naming the file when it is not one."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data[META]))
+            inputs = {k.split(":", 1)[1]: data[k] for k in data.files if k.startswith("input:")}
+    except (OSError, ValueError, KeyError) as err:
+        raise ReplayError(f"{path}: not a paritygate reproducer (.npz with {META} and input:<name> arrays): "
+                          f"{err}") from err
+    missing = sorted({"config", "model", "precision", "check", "runtime"} - set(meta))
+    if missing or not inputs:
+        raise ReplayError(f"{path}: reproducer lacks {missing or 'input arrays'}")
+    return meta, inputs
+
+
+@dataclass
+class Replayed:
+    check: str
+    passed: bool
+    lines: list = field(default_factory=list)  # what was compared, one line each
+    subject: str = "the candidate"  # who the check judges
+
+
+# -- one function per replayable check: (settings, spec, precision, inputs, meta) -> Replayed -----------------
+def _matches_reference(settings, spec, precision, inputs, meta):
+    """The candidate vs the live TF reference on the saved inputs: the elementwise policy and the task metric."""
+    from paritygate.backend.runtimes import candidate_runner, reference_runner
+    from paritygate.judge.parity import compare
+
+    ref = reference_runner(settings, spec).infer(inputs)
+    cand = candidate_runner(settings, spec, precision).infer(inputs)
+    result = compare(spec, precision, ref, cand)
+    lines = [("PASS " if o.passed else "FAIL ") + o.describe() for o in result.outputs]
+    lines += [f"task: {result.task}"] if result.task else []
+    return Replayed("matches_reference", result.passed, lines + result.failures)
+
+
+def _property(check):
+    """The property's own per-input check (``paritygate.judge.properties.CHECKS``), with the reference run in every
+    configuration the candidate is judged in, exactly as the property ran it on this input."""
+
+    def run(settings, spec, precision, inputs, meta):
+        from paritygate.backend.runtimes import candidate_runner
+        from paritygate.judge.properties import CHECKS
+        from paritygate.judge.reference_noise import Ledger, reference_noise
+
+        ledger = Ledger()
+        judge = CHECKS[check](spec, precision, candidate_runner(settings, spec, precision), ledger)
+        profile = reference_noise(settings, spec).profile(inputs)
+        try:
+            judge(inputs, profile)
+        except AssertionError as err:
+            return Replayed(check, False, str(err).splitlines() + _unstable_lines(ledger))
+        return Replayed(check, True, [f"PASS {o.describe()}" for o in ledger.worst.values()] + _unstable_lines(ledger))
+
+    return run
+
+
+def _unstable_lines(ledger):
+    return [f"note: the reference disagrees with itself on output '{u['output']}' ({u['configuration']} vs the "
+            f"whole batch) by {u['max_spread']:.3g}, over the limit {u['limit_at_worst']:.3g}"
+            for u in ledger.unstable]
+
+
+def _reference_unstable(settings, spec, precision, inputs, meta):
+    """The reference's own spread on the saved inputs against the limit of the check that found it (named in
+    the reproducer's message, ``<model> <check>: ...``)."""
+    from paritygate.judge import properties as p
+    from paritygate.judge.reference_noise import Ledger, reference_noise
+
+    found_by = str((meta.get("failures") or [""])[0]).split(":", 1)[0].split()[-1:] or ["property_parity"]
+    limit, which = {"batch_invariance": (lambda n, r: p._invariance_limit(spec, r), "batch1"),
+                    "determinism": (p._determinism_limit(spec), "repeat")}.get(
+        found_by[0], (lambda n, r: p._policy_limit(spec, precision, n, r), None))
+    ledger = Ledger()
+    ledger.note_unstable(inputs, reference_noise(settings, spec).profile(inputs), limit, which)
+    return Replayed("reference_unstable", not ledger.unstable,
+                    _unstable_lines(ledger) or ["the reference agrees with itself within the check's limit"],
+                    subject="the reference")
+
+
+REPLAYS = {"matches_reference": _matches_reference, "property_parity": _property("property_parity"),
+           "batch_invariance": _property("batch_invariance"), "determinism": _property("determinism"),
+           "reference_unstable": _reference_unstable}
+
+
+def replay(path, check=None, runtime=None):
+    """Replay the check a reproducer was saved by (or ``check``) on its inputs; returns a ``Replayed``."""
+    from paritygate.backend.base import RunnerError
+    from paritygate.backend.runtimes import RuntimeSettings
+    from paritygate.models.config import ConfigError, load_config
+    from paritygate.verdict import SuiteError
+
+    meta, inputs = load_reproducer(path)
+    check = check or meta["check"]
+    if check not in REPLAYS:
+        raise ReplayError(f"{path}: check '{check}' has no replay; replayable checks: {', '.join(REPLAYS)}")
+    try:
+        spec = next((s for s in load_config(meta["config"]) if s.name == meta["model"]), None)
+    except ConfigError as err:
+        raise ReplayError(f"{path}: its config cannot be loaded: {err}") from err
+    if spec is None:
+        raise ReplayError(f"{path}: model '{meta['model']}' is not in {meta['config']} any more")
+    keep = meta.get("fp16_keep_fp32")
+    settings = RuntimeSettings(runtime or meta["runtime"], tuple(keep) if keep is not None else None)
+    try:
+        return REPLAYS[check](settings, spec, meta["precision"], inputs, meta)
+    except (RunnerError, SuiteError, OSError) as err:
+        raise ReplayError(f"{path}: {type(err).__name__}: {err}") from err
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="python -m paritygate.cli.replay",
+                                description="Replay the check that failed on a saved reproducer's inputs.",
+                                epilog="exit status: 0 passes (not reproduced), 1 fails (reproduced), 2 usage, "
+                                       "3 error (the file, its config or a runtime could not be loaded)")
+    p.add_argument("file", metavar="FILE", help="a reproducer .npz (printed by the failing run)")
+    p.add_argument("--check", choices=sorted(REPLAYS), default=None,
+                   help="the check to replay (default: the one that failed, recorded in FILE)")
+    p.add_argument("--runtime", choices=("onnxruntime", "tensorrt"), default=None,
+                   help="candidate runtime (default: the one recorded in FILE)")
+    return p
+
+
+def main(argv=None):
+    """The CLI; returns the exit status (``paritygate replay FILE`` calls this too)."""
+    try:
+        args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exit_:  # --help (0) or a usage error (2): argparse has printed why
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    try:
+        result = replay(args.file, check=args.check, runtime=args.runtime)
+    except ReplayError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"check: {result.check}")
+    for line in result.lines:
+        print(line)
+    print(f"not reproduced: {result.subject} passes" if result.passed else
+          f"reproduced: {result.subject} still fails")
+    return EXIT_PASS if result.passed else EXIT_FAIL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

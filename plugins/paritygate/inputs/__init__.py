@@ -1,0 +1,1 @@
+"""What the checks feed the models: goldens, a model's own input sets, seeded samples, Hypothesis strategies."""

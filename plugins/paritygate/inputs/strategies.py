@@ -1,0 +1,297 @@
+"""Input generation from a model's input spec: Hypothesis strategies and seeded numpy samples.
+
+Hypothesis draws the *structure* of a feed (batch size, a value pattern per input, a seed, and a few
+"hot" elements set to values Hypothesis favours: bounds, zero, integers, tiny magnitudes), and numpy
+materialises the arrays. Shrinking therefore works on batch size, pattern and hot values, and large image
+inputs cost no more to generate than small ones.
+
+Spec noise and corners alone rarely look like the model's data (the bundled ssd detects nothing in any of
+them), so each batch row may instead be a row of the model's own input sets (``InputPool``: golden inputs,
+held-out set, calibration set), as is or perturbed within the spec's range. Every feed is a ``Feed``: a dict
+that also records where each row came from.
+"""
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+FLOAT_PATTERNS = ("uniform", "bounds", "zeros", "tiny", "large", "mixed_sign", "constant")
+INT_PATTERNS = ("uniform", "bounds", "constant", "padded")
+
+
+def register_profiles():
+    """Profiles dev / ci / nightly, chosen by HYPOTHESIS_PROFILE (default dev)."""
+    from hypothesis import HealthCheck, settings
+
+    slow = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+    # Parent: Hypothesis' own defaults, not the loaded profile: with CI set in the environment Hypothesis
+    # loads its built-in "ci" profile, and our dev profile must not inherit derandomize from it.
+    base = settings.get_profile("default")
+    settings.register_profile("dev", base, max_examples=10, deadline=None, suppress_health_check=slow)
+    settings.register_profile("ci", base, max_examples=25, derandomize=True, deadline=None, print_blob=True,
+                              suppress_health_check=slow)
+    settings.register_profile("nightly", base, max_examples=400, deadline=None, print_blob=True,
+                              suppress_health_check=slow)
+    settings.load_profile(os.getenv("HYPOTHESIS_PROFILE", "dev"))
+
+
+def _fill(pattern, tensor, shape, rng):
+    low, high = tensor.range
+    kind = tensor.dtype.kind
+    if kind in "iub":
+        return _fill_int(pattern, int(low), int(high), shape, rng).astype(tensor.dtype)
+    span = max(abs(low), abs(high))
+    if pattern == "uniform":
+        x = rng.uniform(low, high, shape)
+    elif pattern == "bounds":
+        x = np.where(rng.random(shape) < 0.5, low, high)
+    elif pattern == "zeros":
+        x = np.zeros(shape)
+    elif pattern == "tiny":
+        x = rng.choice([-1.0, 1.0], shape) * 10.0 ** rng.uniform(-12, -4, shape)
+    elif pattern == "large":
+        x = rng.choice([low, high], shape) * rng.uniform(0.9, 1.0, shape)
+    elif pattern == "mixed_sign":
+        x = rng.choice([-1.0, 1.0], shape) * span * 10.0 ** rng.uniform(-6, 0, shape)
+    else:  # constant
+        x = np.full(shape, rng.uniform(low, high))
+    return np.clip(x, *_inward_bounds(tensor)).astype(tensor.dtype)
+
+
+def _inward_bounds(tensor):
+    """The float range rounded inwards to values of the tensor's dtype: whatever is clipped to them and cast
+    stays within the inclusive range (round-to-nearest alone may step out: float32(0.7) < 0.7)."""
+    low, high = tensor.range
+    ftype = tensor.dtype.type
+    lo, hi = ftype(low), ftype(high)
+    # compare as Python floats: NumPy 2 would compare in the dtype, where float32(0.7) == 0.7
+    lo = lo if float(lo) >= low else np.nextafter(lo, ftype(np.inf))
+    hi = hi if float(hi) <= high else np.nextafter(hi, ftype(-np.inf))
+    return float(lo), float(hi)
+
+
+def _fill_int(pattern, low, high, shape, rng):
+    if pattern == "uniform":
+        return rng.integers(low, high, shape, endpoint=True)
+    if pattern == "bounds":
+        return np.where(rng.random(shape) < 0.5, low, high)
+    if pattern == "constant":
+        return np.full(shape, rng.integers(low, high, endpoint=True))
+    # padded: along the last axis, a valid prefix of random values then the low value (padding)
+    x = rng.integers(low, high, shape, endpoint=True)
+    if high - low == 1:
+        x = np.full(shape, high)
+    lengths = rng.integers(1, shape[-1], shape[:-1], endpoint=True)
+    positions = np.arange(shape[-1])
+    return np.where(positions < lengths[..., None], x, low)
+
+
+class Feed(dict):
+    """A feed (input name -> array, batch first) that records the source of each batch row in ``sources``:
+    "noise", "corner:<low|high|zero>", or an input set ("golden", "heldout", "calibration"), with
+    "~perturbed" appended for a perturbed row."""
+
+    def __init__(self, arrays, sources):
+        super().__init__(arrays)
+        self.sources = list(sources)
+
+
+class InputSetError(ValueError):
+    """A model's input set does not fit its input spec; the message names the file, the tensor and why."""
+
+
+@dataclass
+class InputPool:
+    """Rows of a model's own input sets, stacked: ``arrays`` by input name, ``sources`` per row."""
+
+    arrays: dict = field(default_factory=dict)
+    sources: list = field(default_factory=list)
+    files: dict = field(default_factory=dict)  # source -> the file its rows came from
+
+    def __len__(self):
+        return len(self.sources)
+
+    def add(self, spec, source, path, arrays):
+        rows = check_input_set(spec, path, arrays)
+        if not rows:
+            return
+        for name in spec.inputs:
+            have = self.arrays.get(name)
+            self.arrays[name] = arrays[name] if have is None else np.concatenate([have, arrays[name]])
+        self.sources += [source] * rows
+        self.files[source] = str(path)
+
+
+def check_input_set(spec, path, arrays):
+    """Rows in ``arrays`` (from ``path``) after checking names, dtypes, shapes and ranges against ``spec``."""
+    rows = set()
+    for name, t in spec.inputs.items():
+        if name not in arrays:
+            raise InputSetError(f"{path}: input set lacks input '{name}'; expected arrays {sorted(spec.inputs)}")
+        x = arrays[name]
+        if x.dtype != t.dtype or x.ndim != len(t.shape) or tuple(x.shape[1:]) != tuple(t.shape[1:]):
+            raise InputSetError(f"{path}: array '{name}' is {x.dtype}{list(x.shape)}, expected {t.dtype} "
+                                f"{list(t.with_batch('N'))} (inputs.{name} of {spec.source})")
+        low, high = t.range
+        if x.size and (x.min() < low or x.max() > high or (x.dtype.kind == "f" and not np.isfinite(x).all())):
+            raise InputSetError(f"{path}: array '{name}' holds values in [{x.min()}, {x.max()}], outside the "
+                                f"declared range [{low}, {high}] (inputs.{name}.range of {spec.source})")
+        rows.add(len(x))
+    if len(rows) != 1:
+        raise InputSetError(f"{path}: arrays hold different numbers of rows {sorted(rows)}; one per example")
+    return rows.pop()
+
+
+def model_input_pool(spec):
+    """The model's own input sets as one InputPool: golden inputs (else ``inputs/<model>.npz``), the held-out
+    set ``inputs/<model>_heldout.npz`` and the calibration set, each where it exists."""
+    from paritygate.inputs import goldens
+
+    pool = InputPool()
+    if goldens.golden_path(spec).exists():
+        pool.add(spec, "golden", goldens.golden_path(spec), goldens.load_golden(spec).inputs)
+    elif goldens.input_set_path(spec).exists():
+        path = goldens.input_set_path(spec)
+        pool.add(spec, "input_set", path, goldens.read_input_file(spec, path)[0])
+    if goldens.heldout_set_path(spec).exists():
+        path = goldens.heldout_set_path(spec)
+        pool.add(spec, "heldout", path, goldens.read_input_file(spec, path)[0])
+    if spec.calibration is not None and Path(spec.calibration).exists():
+        with np.load(spec.calibration, allow_pickle=False) as data:
+            pool.add(spec, "calibration", spec.calibration, {k: data[k] for k in data.files})
+    return pool
+
+
+# A perturbed row moves by Gaussian noise of 1% of the input's range width (0.02 on an image in [-1, 1]), or,
+# for integer inputs, has each element redrawn within the range with probability 5% (about one token in 16 of
+# a bert sequence). Small enough to stay near the data (measured: every ssd scene keeps its detections), large
+# enough to leave the exact recorded points; then clipped into the range.
+PERTURB_SCALE = 0.01
+PERTURB_REDRAW = 0.05
+
+
+def perturb(tensor, x, rng):
+    """``x`` (one row of ``tensor``) perturbed within the tensor's range."""
+    low, high = tensor.range
+    if tensor.dtype.kind in "iub":
+        redraw = rng.random(x.shape) < PERTURB_REDRAW
+        return np.where(redraw, rng.integers(int(low), int(high), x.shape, endpoint=True), x).astype(tensor.dtype)
+    y = x.astype(np.float64) + rng.normal(0.0, PERTURB_SCALE * (high - low), x.shape)
+    return np.clip(y, *_inward_bounds(tensor)).astype(tensor.dtype)
+
+
+def pool_feeds(spec, pool, batch=None):
+    """One feed per source of ``pool``: ``batch`` (default max_batch) of its rows, evenly spaced, unperturbed."""
+    batch = batch or spec.max_batch
+    feeds_ = []
+    for source in dict.fromkeys(pool.sources):
+        rows = np.flatnonzero(np.array(pool.sources) == source)
+        pick = rows[np.linspace(0, len(rows) - 1, min(batch, len(rows))).astype(int)]
+        feeds_.append(Feed({k: v[pick] for k, v in pool.arrays.items()}, [source] * len(pick)))
+    return feeds_
+
+
+def sample_inputs(spec, count, rng):
+    """``count`` uniformly drawn samples per input (a seeded, reproducible input set)."""
+    return {name: _fill("uniform", t, t.with_batch(count), rng) for name, t in spec.inputs.items()}
+
+
+def corner_feeds(spec):
+    """Feeds Hypothesis always tries first: every input at its low bound, its high bound, and zero (clipped
+    into range), at the largest batch. Defects at the edges of the valid range are then found every run."""
+    batch = spec.max_batch
+    corners = []
+    for value in ("low", "high", "zero"):
+        feed = {}
+        for name, t in spec.inputs.items():
+            low, high = t.range
+            v = {"low": low, "high": high, "zero": min(max(0, low), high)}[value]
+            feed[name] = np.full(t.with_batch(batch), v, dtype=t.dtype)
+        corners.append(Feed(feed, [f"corner:{value}"] * batch))
+    return corners
+
+
+def with_corner_examples(prop, spec, argname="feed", pool=None):
+    """Decorate a Hypothesis test with ``corner_feeds(spec)`` as explicit examples, and with one unperturbed
+    batch of each of the model's input sets when ``pool`` is given (so that in-distribution inputs are
+    tried on every run, whatever Hypothesis draws)."""
+    from hypothesis import example
+
+    explicit = corner_feeds(spec) + (pool_feeds(spec, pool) if pool is not None else [])
+    for feed in reversed(explicit):  # decorators apply inside out: the corners run first
+        prop = example(**{argname: feed})(prop)
+    return prop
+
+
+def feeds(spec, batch_sizes=None, pool=None):
+    """A Hypothesis strategy of ``Feed``s for ``spec``, batch in 1..max_batch (or ``batch_sizes``).
+
+    Without ``pool`` every row is spec noise (one value pattern per input). With an ``InputPool`` each row is,
+    half the time, a row of the model's own input sets instead, perturbed or not (shrinking goes towards noise
+    and towards unperturbed rows)."""
+    from hypothesis import strategies as st
+
+    sizes = st.sampled_from(sorted(batch_sizes)) if batch_sizes else st.integers(1, spec.max_batch)
+
+    @st.composite
+    def strategy(draw):
+        batch = draw(sizes)
+        arrays = {name: draw(_tensors(t, batch)) for name, t in spec.inputs.items()}
+        sources = ["noise"] * batch
+        if pool is not None and len(pool):
+            for i in range(batch):
+                sources[i] = draw(_pool_rows(spec, pool, arrays, i)) or sources[i]
+        return Feed(arrays, sources)
+
+    return strategy()
+
+
+def _pool_rows(spec, pool, arrays, i):
+    """Draw whether row ``i`` of ``arrays`` becomes a pool row (written in place); returns its source or None."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def strategy(draw):
+        row = draw(st.one_of(st.none(), st.integers(0, len(pool) - 1)))
+        if row is None:
+            return None
+        seed = draw(st.one_of(st.none(), st.integers(0, 2**32 - 1)))
+        rng = None if seed is None else np.random.default_rng(seed)
+        for name, t in spec.inputs.items():
+            x = pool.arrays[name][row]
+            arrays[name][i] = x if rng is None else perturb(t, x, rng)
+        return pool.sources[row] + ("" if rng is None else "~perturbed")
+
+    return strategy()
+
+
+def _tensors(tensor, batch):
+    from hypothesis import strategies as st
+
+    shape = tensor.with_batch(batch)
+    patterns = INT_PATTERNS if tensor.dtype.kind in "iub" else FLOAT_PATTERNS
+
+    @st.composite
+    def strategy(draw):
+        pattern = draw(st.sampled_from(patterns))
+        seed = draw(st.integers(0, 2**32 - 1))
+        x = _fill(pattern, tensor, shape, np.random.default_rng(seed))
+        for _ in range(draw(st.integers(0, 3))):
+            index = tuple(draw(st.integers(0, d - 1)) for d in shape)
+            x[index] = draw(_values(tensor))
+        return x
+
+    return strategy()
+
+
+def _values(tensor):
+    from hypothesis import strategies as st
+
+    low, high = tensor.range
+    if tensor.dtype.kind in "iub":
+        return st.integers(int(low), int(high))
+    width = 16 if tensor.dtype == np.float16 else (32 if tensor.dtype == np.float32 else 64)
+    low, high = _inward_bounds(tensor)  # Hypothesis needs bounds representable at this width
+    return st.floats(low, high, allow_nan=False, allow_infinity=False, width=width)

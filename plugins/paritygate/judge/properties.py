@@ -1,0 +1,265 @@
+"""Property checks over each model's inputs (Hypothesis), returning results objects; the conformance tests in
+``conformance/test_properties.py`` only assert on them.
+
+    property_parity   the candidate vs the live TF reference within the precision's policy
+    batch_invariance  an element's output does not depend on its batch companions, position or batch size
+    determinism       identical inputs give identical outputs over repeated runs
+
+Inputs: spec noise and corners, plus rows of the model's own input sets, as is and perturbed
+(``paritygate.inputs.strategies``). Every input also runs through the reference in each configuration the candidate
+is judged in (``reference_noise.ReferenceNoise``), and the candidate is never held to closer agreement than the
+reference has with itself. A check whose reference outputs carry no information is inconclusive
+(``paritygate.judge.vacuity``). A failing example is shrunk by Hypothesis and saved as a reproducer.
+"""
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paritygate.backend.runtimes import candidate_runner
+from paritygate.comparator.compare import compare_array
+from paritygate.comparator.tolerance import (
+    DETERMINISM_SOURCE,
+    INVARIANCE_SOURCE,
+    Tolerance,
+    invariance_bound,
+    tolerance_for,
+)
+from paritygate.inputs.strategies import feeds, model_input_pool, with_corner_examples
+from paritygate.judge import vacuity
+from paritygate.judge.parity import ParityResult, compare
+from paritygate.judge.reference_noise import K_REFERENCE, Ledger, reference_noise
+from paritygate.verdict import SuiteError
+
+
+@dataclass
+class PropertyResult:
+    model: str
+    precision: str
+    check: str
+    failure: str = None  # the candidate is wrong: the shrunk example's message
+    inconclusive: str = None  # the inputs could not have shown a failure: why, and which inputs would help
+    allowed: bool = False  # the model sets allow_uninformative = true
+    details: dict = field(default_factory=dict)
+
+    @property
+    def passed(self):
+        return self.failure is None
+
+
+def input_pool(session, spec):
+    key = ("input_pool", spec.name)
+    if key not in session.cache:
+        session.cache[key] = model_input_pool(spec)
+    return session.cache[key]
+
+
+# -- the three properties -------------------------------------------------------------------------------------
+# Each ``*_check(spec, precision, candidate, ledger)`` returns the ``check(feed, reference_profile)`` its property
+# runs on every input (an AssertionError: the candidate is wrong); ``paritygate.cli.replay`` runs the same one on a
+# reproducer's inputs.
+def parity_check(spec, precision, candidate, ledger):
+    def check(feed, profile):
+        floors = {k: K_REFERENCE * v for k, v in profile.spread().items()}
+        result = compare(spec, precision, profile.outputs, candidate.infer(feed), compare_task=False, floors=floors,
+                         cosine_floors=profile.cosine_floors(K_REFERENCE))
+        ledger.keep_worst(result.outputs)
+        ledger.note_unstable(feed, profile, lambda name, ref: _policy_limit(spec, precision, name, ref))
+        assert result.passed, _explain(spec, precision, feed, result.failures)
+
+    return check
+
+
+def property_parity(session, spec, precision, details=None):
+    reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
+    pool, ledger = input_pool(session, spec), Ledger()
+    return _run(session, spec, precision, "property_parity", feeds(spec, pool=pool),
+                parity_check(spec, precision, candidate, ledger), reference, ledger, details,
+                lambda name, ref: _policy_limit(spec, precision, name, ref))
+
+
+def invariance_check(spec, precision, candidate, ledger):
+    def check(feed, profile):
+        together = _identity(spec, candidate.infer(feed))
+        n = len(next(iter(feed.values())))
+        order = np.roll(np.arange(n), 1)  # every element gets other companions at another position
+        shuffled = _identity(spec, candidate.infer({k: v[order] for k, v in feed.items()}))
+        spread = profile.spread()
+        ledger.note_unstable(feed, profile, lambda name, ref: _invariance_limit(spec, ref), "batch1")
+        for i in range(n):
+            alone = _identity(spec, candidate.infer({k: v[i:i + 1] for k, v in feed.items()}))
+            moved = int(np.flatnonzero(order == i)[0])
+            for other, label in (({k: v[i:i + 1] for k, v in together.items()}, f"element {i} of a batch of {n}"),
+                                 ({k: v[moved:moved + 1] for k, v in shuffled.items()},
+                                  f"element {i} moved within the batch")):
+                outs = [_within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE)
+                        for name in alone]
+                ledger.keep_worst(outs)
+                bad = [o.describe() for o in outs if not o.passed]
+                assert not bad, (f"{spec.name} {precision}: batch invariance: {label} differs from the same "
+                                 "element alone (batch of 1):\n" + "\n".join(bad))
+
+    return check
+
+
+def batch_invariance(session, spec, precision, details=None):
+    reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
+    pool, ledger = input_pool(session, spec), Ledger()
+    sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
+    return _run(session, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
+                invariance_check(spec, precision, candidate, ledger), reference, ledger, details,
+                lambda name, ref: _invariance_limit(spec, ref))
+
+
+def _determinism_limit(spec):
+    bounded = spec.nondeterministic  # the runtime is documented as non-deterministic: held to the batch bound
+    return lambda name, ref: _invariance_limit(spec, ref) if bounded else 0.0
+
+
+def determinism_check(spec, precision, candidate, ledger):
+    bounded = spec.nondeterministic
+
+    def check(feed, profile):
+        first = _identity(spec, candidate.infer(feed))
+        spread = profile.spread("repeat")
+        ledger.note_unstable(feed, profile, _determinism_limit(spec), "repeat")
+        for attempt in (2, 3):
+            again = _identity(spec, candidate.infer(feed))
+            outs = [_within(spec, name, first[name], again[name], spread.get(name), None,
+                            INVARIANCE_SOURCE if bounded else DETERMINISM_SOURCE, bounded=bool(bounded))
+                    for name in first]
+            ledger.keep_worst(outs)
+            bad = [o.describe() for o in outs if not o.passed]
+            assert not bad, (f"{spec.name} {precision}: outputs changed between identical runs (run 1 vs "
+                             f"{attempt}):\n" + "\n".join(bad))
+
+    return check
+
+
+def determinism(session, spec, precision, details=None):
+    reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
+    pool, ledger, bounded = input_pool(session, spec), Ledger(), spec.nondeterministic
+    result = _run(session, spec, precision, "determinism", feeds(spec, pool=pool),
+                  determinism_check(spec, precision, candidate, ledger), reference, ledger, details,
+                  _determinism_limit(spec))
+    result.details["determinism"] = ({"mode": "bounded", "reason": bounded, "source": INVARIANCE_SOURCE} if bounded
+                                     else {"mode": "bitwise", "source": DETERMINISM_SOURCE})
+    return result
+
+
+CHECKS = {"property_parity": parity_check, "batch_invariance": invariance_check, "determinism": determinism_check}
+
+
+# -- shared machinery -------------------------------------------------------------------------------------------
+def _run(session, spec, precision, name, strategy, check, reference, ledger, details, limit):
+    """Run ``check(feed, reference_profile)`` as a Hypothesis property; returns a PropertyResult."""
+    from hypothesis import given
+
+    details = {} if details is None else details
+    result = PropertyResult(spec.name, precision, name, details=details)
+
+    @given(feed=strategy)
+    def prop(feed):
+        with _failing(ledger, feed):
+            profile = reference.profile(feed)
+            ledger.add(feed, profile)
+            check(feed, profile)
+
+    prop = with_corner_examples(prop, spec, pool=input_pool(session, spec))
+    try:
+        prop()
+    except Exception as err:
+        if isinstance(err, SuiteError):
+            raise  # the reference or a tool failed: an `error`, with nothing of the candidate's to reproduce
+        if not _is_assertion(err):
+            _save_failing(session, spec, precision, name, ledger, details, str(err))
+            raise
+        result.failure = _message(err)
+        _save_failing(session, spec, precision, name, ledger, details, result.failure)
+        if name == "property_parity" and ledger.failing_feed is not None:
+            from paritygate.judge.divergence import localize_failure
+
+            found = localize_failure(session, spec, precision, dict(ledger.failing_feed))
+            if found is not None:
+                details["divergence"] = found
+    details.update(ledger.details(spec, input_pool(session, spec)))
+    ledger.record_findings(session, spec, precision, name)
+    if result.passed:
+        info = vacuity.informativeness(spec, ledger.reference_outputs, limit)
+        details["informativeness"] = info
+        if not info["informative"]:
+            result.inconclusive, result.allowed = vacuity.message(spec, name, info), spec.allow_uninformative
+    return result
+
+
+@contextmanager
+def _failing(ledger, feed):
+    """Remember ``feed`` when the body fails: after the run the ledger holds the last failing example, which is
+    Hypothesis' shrunk one (it replays the minimal failure last) or a failing explicit example."""
+    try:
+        yield
+    except BaseException:
+        ledger.failing_feed, ledger.failing_worst = feed, dict(ledger.last_worst)
+        raise
+
+
+def _save_failing(session, spec, precision, check, ledger, details, text):
+    feed = ledger.failing_feed
+    if feed is None:
+        return
+    details["reproducer"] = session.save_reproducer(spec, precision, check, dict(feed), [text.splitlines()[0][:2000]])
+    details["failing_feed"] = {k: {"dtype": v.dtype.name, "shape": list(v.shape)} for k, v in feed.items()}
+    details["failing_feed_sources"] = list(getattr(feed, "sources", []))
+    if ledger.failing_worst:
+        details.update(ParityResult(spec.name, precision, list(ledger.failing_worst.values())).details())
+
+
+def _is_assertion(err):
+    if isinstance(err, AssertionError):
+        return True
+    inner = getattr(err, "exceptions", None)  # an ExceptionGroup of distinct failures (report_multiple_bugs)
+    return bool(inner) and all(_is_assertion(e) for e in inner)
+
+
+def _message(err):
+    text = str(err) if not getattr(err, "exceptions", None) else str(err.exceptions[0])
+    notes = [n for n in getattr(err, "__notes__", []) if n.startswith("Falsifying")]
+    return text + ("\n" + notes[0][:2000] if notes else "")
+
+
+def _within(spec, name, alone, other, spread, row, source, bounded=True):
+    """A within-candidate comparison: |alone - other| <= max(own bound, k x the reference's spread)."""
+    limit = invariance_bound(spec, alone, other) if bounded else 0.0
+    ref_floor = 0.0
+    if spread is not None:
+        s = spread if row is None else spread[row:row + 1]
+        ref_floor = K_REFERENCE * s
+    floor = np.maximum(limit, ref_floor)
+    out = compare_array(alone, other, Tolerance(0.0, 0.0, source), name, name, floor=floor)
+    out.tolerance.update(bound=float(limit), reference_floor_max=float(np.max(ref_floor)), k=K_REFERENCE)
+    out.widened_by_reference = int(np.count_nonzero(np.broadcast_to(ref_floor, np.shape(alone)) > limit))
+    return out
+
+
+def _policy_limit(spec, precision, name, ref):
+    t = tolerance_for(spec, precision, name)
+    return t.atol + t.rtol * np.abs(ref.astype(np.float64))
+
+
+def _invariance_limit(spec, ref):
+    """The batch bound for every row of the stacked reference outputs ``ref``."""
+    return np.array([invariance_bound(spec, row, row) for row in ref]).reshape(-1, *([1] * (ref.ndim - 1)))
+
+
+def _identity(spec, outputs):
+    """Candidate outputs under reference names (undo the reference -> candidate name mapping)."""
+    back = {c: r for r, c in spec.outputs.items()}
+    return {back.get(k, k): v for k, v in outputs.items()}
+
+
+def _explain(spec, precision, feed, failures):
+    shapes = ", ".join(f"{k} {v.dtype.name}{list(v.shape)} range [{v.min()}, {v.max()}]" for k, v in feed.items())
+    sources = sorted(set(getattr(feed, "sources", [])))
+    return (f"{spec.name} {precision}: candidate differs from the TF reference on inputs {shapes} (rows from "
+            f"{', '.join(sources)}):\n" + "\n".join(failures))

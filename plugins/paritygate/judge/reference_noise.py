@@ -1,0 +1,200 @@
+"""The reference's own noise floor, and the ledger a property check keeps of its inputs.
+
+For every input a property check generates, the reference (TF) runs in the configurations the candidate is
+judged in: the whole batch, again (repeated), and each element alone (batch 1). Its spread per output element
+is the largest difference between those runs over that input's output elements (the issue's "on that input":
+where TF drifts at silence, it drifts by different amounts on neighbouring elements, and a candidate as good as
+the reference may drift where TF happened not to). The candidate is judged against max(policy limit,
+K_REFERENCE x spread) on that input: never held to closer agreement than the reference has with itself. Where the spread
+exceeds the check's own limit, the reference is unstable on that input: a finding for the model owner
+(``ParitySession.record_finding``, kind ``reference_unstable``) with the numbers and a reproducer, not a
+candidate failure.
+
+Reference runs are cached per feed (and batch-1 runs per row) for the whole session: the three property
+checks and every precision share them.
+"""
+
+import hashlib
+from collections import Counter
+
+import numpy as np
+
+from paritygate.backend.runtimes import reference_runner
+from paritygate.comparator.compare import cosine_similarity
+
+# K_REFERENCE = 2: if the reference's own configurations differ by s on an element, an implementation as good
+# as the reference may sit anywhere within s of one of them, and itself carries noise of the same size; by the
+# triangle inequality it differs from the configuration it is compared with by up to s + s = 2s. A smaller k
+# would fail a candidate that is exactly as stable as the reference; a larger one would excuse more than the
+# reference's noise explains.
+K_REFERENCE = 2.0
+
+
+def reference_noise(session, spec):
+    key = ("reference_noise", spec.name)
+    if key not in session.cache:
+        session.cache[key] = ReferenceNoise(reference_runner(session, spec))
+    return session.cache[key]
+
+
+def _digest(arrays):
+    h = hashlib.sha1()
+    for k in sorted(arrays):
+        v = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{v.dtype}|{v.shape}|".encode())
+        h.update(v.tobytes())
+    return h.hexdigest()
+
+
+class ReferenceNoise:
+    """The reference's outputs for a feed in each configuration, cached per feed."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.profiles = {}
+        self.singles = {}  # row digest -> outputs of that row alone (batch 1)
+
+    def profile(self, feed):
+        key = _digest(feed)
+        if key not in self.profiles:
+            arrays = dict(feed)
+            outputs = _numpy(self.runner.infer(arrays))
+            configs = {"repeat": _numpy(self.runner.infer(arrays))}
+            n = len(next(iter(arrays.values())))
+            if n > 1:
+                rows = [self._single({k: v[i:i + 1] for k, v in arrays.items()}) for i in range(n)]
+                configs["batch1"] = {k: np.concatenate([r[k] for r in rows]) for k in outputs}
+            self.profiles[key] = Profile(outputs, configs, key)
+        return self.profiles[key]
+
+    def _single(self, row):
+        key = _digest(row)
+        if key not in self.singles:
+            self.singles[key] = _numpy(self.runner.infer(row))
+        return self.singles[key]
+
+
+def _numpy(outputs):
+    return {k: np.asarray(v) for k, v in outputs.items()}
+
+
+class Profile:
+    """One feed's reference outputs (the whole batch, as compared) and its other configurations."""
+
+    def __init__(self, outputs, configs, digest):
+        self.outputs, self.configs, self.digest = outputs, configs, digest
+
+    def spread(self, which=None):
+        """Per output: max |configuration - outputs| over ``which`` configurations (default all) and over each
+        input's (batch row's) elements, broadcast to the output's shape."""
+        names = [which] if which else list(self.configs)
+        out = {}
+        for k, ref in self.outputs.items():
+            diffs = [_difference(ref, self.configs[c][k]) for c in names if c in self.configs]
+            d = np.maximum.reduce(diffs) if diffs else np.zeros(ref.shape)
+            if d.ndim > 1:
+                d = np.broadcast_to(d.reshape(d.shape[0], -1).max(axis=1).reshape((-1,) + (1,) * (d.ndim - 1)), d.shape)
+            out[k] = d
+        return out
+
+    def worst_configuration(self, name):
+        diffs = {c: float(np.max(_difference(self.outputs[name], o[name]), initial=0.0)) for c, o in self.configs.items()}
+        return max(diffs, key=diffs.get) if diffs else None
+
+    def cosine_floors(self, k):
+        """Per output: 1 - k * (1 - the reference's lowest cosine with itself over its configurations)."""
+        floors = {}
+        for name, ref in self.outputs.items():
+            cosines = [_cosine(ref, c[name]) for c in self.configs.values()]
+            floors[name] = 1.0 - k * (1.0 - min(cosines, default=1.0))
+        return floors
+
+
+def _difference(a, b):
+    """|a - b| in float64; matching non-finite values differ by 0, other non-finite differences are inf."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        d = np.abs(a - b)
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    return np.where(same, 0.0, np.where(np.isfinite(d), d, np.inf))
+
+
+def _cosine(a, b):
+    """The comparator's cosine, over the arrays with non-finite values zeroed."""
+    a, b = np.nan_to_num(np.ravel(a).astype(np.float64)), np.nan_to_num(np.ravel(b).astype(np.float64))
+    return float(cosine_similarity(a, b)[0])
+
+
+class Ledger:
+    """What one property check saw: examples, row sources, reference outputs, worst comparisons, instability."""
+
+    def __init__(self):
+        self.examples = 0
+        self.sources = Counter()
+        self.reference_outputs = []
+        self.seen = set()
+        self.worst = {}  # output -> the comparison with the largest max abs error
+        self.last_worst = {}
+        self.failing_feed = self.failing_worst = None
+        self.unstable = []  # one entry per input where the reference's spread exceeded the check's limit
+
+    def add(self, feed, profile):
+        self.examples += 1
+        if profile.digest not in self.seen:  # Hypothesis may replay an input: count its information once
+            self.seen.add(profile.digest)
+            self.sources.update(getattr(feed, "sources", ["unlabelled"] * len(next(iter(feed.values())))))
+            self.reference_outputs.append(profile.outputs)
+
+    def keep_worst(self, outputs, result=None):
+        self.last_worst = {o.output: o for o in outputs}
+        for o in outputs:
+            if o.output not in self.worst or _max_abs(o) > _max_abs(self.worst[o.output]):
+                self.worst[o.output] = o
+
+    def note_unstable(self, feed, profile, limit, which=None):
+        """Record the input when the reference's spread exceeds ``limit(name, ref)`` on some element."""
+        for name, spread in profile.spread(which).items():
+            ref = profile.outputs[name]
+            lim = np.broadcast_to(limit(name, ref), ref.shape)
+            excess = spread - lim
+            if ref.size and np.max(excess) > 0:
+                i = int(np.argmax(excess))
+                index = np.unravel_index(i, ref.shape)
+                self.unstable.append({
+                    "output": name, "max_spread": float(np.max(spread)), "limit_at_worst": float(lim.ravel()[i]),
+                    "elements_over_limit": int(np.count_nonzero(excess > 0)), "elements": int(ref.size),
+                    "worst_index": [int(j) for j in index], "reference_value": float(ref.ravel()[i]),
+                    "configuration": profile.worst_configuration(name), "k": K_REFERENCE,
+                    "rows_from": sorted(set(getattr(feed, "sources", []))), "feed": dict(feed),
+                    "ratio": float(np.max(spread) / max(float(lim.ravel()[i]), 1e-300))})
+
+    def details(self, spec, pool):
+        d = {"examples": self.examples, "inputs": {"rows_by_source": dict(sorted(self.sources.items())),
+                                                   "distinct_inputs": len(self.seen), "input_sets": pool.files}}
+        if self.worst:
+            from paritygate.judge.parity import ParityResult
+
+            d.update(ParityResult(spec.name, None, list(self.worst.values())).details(
+                note=f"{self.examples} examples run (corner and input-set batches included); statistics of "
+                     "the worst example per output"))
+        d["reference_noise"] = {"k": K_REFERENCE, "configurations": ["batch", "repeat", "batch1"],
+                                "unstable_inputs": len(self.unstable)}
+        return d
+
+    def record_findings(self, session, spec, precision, check):
+        if not self.unstable:
+            return
+        worst = max(self.unstable, key=lambda u: u["ratio"])
+        summary = (f"the reference disagrees with itself ({worst['configuration']} vs the whole batch) by "
+                   f"{worst['max_spread']:.3g} on output '{worst['output']}', over the check's limit "
+                   f"{worst['limit_at_worst']:.3g}, on {len(self.unstable)} input(s); the candidate was judged "
+                   f"against {K_REFERENCE:g}x that spread there")
+        details = {k: v for k, v in worst.items() if k not in ("feed", "ratio")}
+        details.update(summary=summary, unstable_inputs=len(self.unstable),
+                       reproducer=session.save_reproducer(spec, precision, "reference_unstable", worst["feed"],
+                                                          [f"{spec.name} {check}: {summary}"]))
+        session.record_finding("reference_unstable", spec.name, precision, check, details)
+
+
+def _max_abs(comparison):
+    return float("inf") if comparison.nonfinite_mismatches else comparison.max_abs

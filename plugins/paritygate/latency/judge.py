@@ -1,0 +1,147 @@
+"""One latency check per model x precision: the candidate and the TF reference at batch sizes {1, max_batch}
+plus any a budget names, measured serially, gated by the budgets of the session's device class."""
+
+import functools
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from paritygate.latency.budgets import budgets_for, evaluate, unmeasurable
+from paritygate.latency.harness import (
+    OVERHEAD_LIMIT,
+    PERCENTILE_METHOD,
+    LatencyError,
+    cdf_points,
+    load_profile,
+    measure,
+    summarize,
+)
+from paritygate.latency.machine import load_average, load_note, machine_info
+from paritygate.lazy import available, missing_reason
+
+# Timings a runner may report about its last infer (backend/trt/runner.py does): name -> attribute.
+RUNNER_TIMINGS = {"compute": "last_compute_ms", "e2e": "last_e2e_ms"}
+WALL = "wall (time.perf_counter_ns around runner.infer)"
+E2E = "e2e (the runner's own end-to-end time: host->device copies, compute, device->host copies, sync)"
+
+
+def measure_runner(runner, feed, profile=None):
+    """``measure`` of ``runner.infer(feed)``, collecting the runner's own timings after every call."""
+    attrs = {name: attr for name, attr in RUNNER_TIMINGS.items() if hasattr(runner, attr)}
+    after = (lambda: {name: getattr(runner, attr) for name, attr in attrs.items()}) if attrs else None
+    return measure(functools.partial(runner.infer, feed), profile, after)
+
+
+def latency_row(role, runtime, batch, timing):
+    """A report row: percentiles of the primary metric (the runner's e2e where reported, else wall time),
+    the wall time and the runner's compute/e2e apart where reported, and the CDF (<= 500 points)."""
+    wall_ms = timing.wall_ns / 1e6
+    reported = timing.reported or {}
+    primary = reported.get("e2e", wall_ms)
+    row = {"batch": batch, "role": role, "runtime": runtime, "metric": E2E if "e2e" in reported else WALL,
+           **summarize(primary), "iterations": timing.iterations, "calls_per_sample": timing.calls_per_sample,
+           "budget": None, "within_budget": None, "overhead_ns": round(timing.overhead_ns, 1),
+           "overhead_fraction": round(timing.overhead_fraction, 5), "samples_ms": cdf_points(primary)}
+    if reported:
+        row.update(summarize(wall_ms, "wall_"))
+        for name, values in reported.items():
+            row.update(summarize(values, f"{name}_"))
+    return row
+
+
+@dataclass
+class LatencyResult:
+    model: str
+    precision: str
+    device_class: str
+    profile: object
+    budget_table: str = None  # where the class's budgets are, None without a table for the class
+    rows: list = field(default_factory=list)
+    failures: list = field(default_factory=list)
+    errors: list = field(default_factory=list)  # budgets that could not be judged (the reference could not run)
+    loaded: str = None  # load_note when the machine was busier than its cores at the start or end of the check
+    notes: list = field(default_factory=list)
+    machine: dict = None
+
+    @property
+    def passed(self):
+        return not self.failures
+
+    def details(self):
+        return {"latency": self.rows, "device_class": self.device_class, "budget_table": self.budget_table,
+                "note": "; ".join(self.notes) or None, "failures": self.failures, "errors": self.errors,
+                "machine": self.machine,
+                "profile": asdict(self.profile), "percentile_method": PERCENTILE_METHOD,
+                "overhead_limit": OVERHEAD_LIMIT}
+
+
+def latency_check(session, spec, precision, profile=None):
+    """Measure ``spec`` at ``precision`` on the session's candidate runtime and the TF reference."""
+    from paritygate.backend.runtimes import candidate_runner
+    from paritygate.inputs.strategies import sample_inputs
+
+    if session.is_xdist_worker:
+        raise LatencyError("latency is measured serially, never beside other work: rerun without xdist "
+                           "(pytest -m latency -p no:xdist)")
+    profile = profile or load_profile()
+    budgets = budgets_for(spec, session.device_class, precision)
+    result = LatencyResult(spec.name, precision, session.device_class, profile,
+                           budget_table=spec.where(budgets.table) if budgets.table else None)
+    result.failures += unmeasurable(spec, budgets)
+    batches = sorted({1, spec.max_batch, *(b for b in budgets.batches if 1 <= b <= spec.max_batch)})
+    result.machine = machine_info(session)
+    runner = candidate_runner(session, spec, precision)
+    for batch in batches:
+        feed = sample_inputs(spec, batch, np.random.default_rng(0))
+        result.rows.append(latency_row("candidate", session.runtime, batch, measure_runner(runner, feed, profile)))
+    reference, missing = _reference_rows(session, spec, batches, profile)
+    if missing:
+        result.notes.append(f"TF reference not measured: {missing}")
+    for row in result.rows:
+        ref = next((r for r in reference if r["batch"] == row["batch"]), None)
+        row["speedup_vs_reference"] = round(ref["p50_ms"] / max(row["p50_ms"], 1e-4), 3) if ref else None
+    result.rows += reference
+    failures, errors = evaluate(spec, precision, budgets, result.rows, missing)
+    result.failures += failures
+    result.errors += errors
+    result.failures += overhead_failures(spec, precision, result.rows)
+    result.machine["load_average_end"] = load_average()
+    cores = result.machine["usable_cores"]
+    result.loaded = load_note(result.machine["load_average"], cores) or load_note(result.machine["load_average_end"], cores)
+    result.notes += [n for n in (budgets.note(spec, precision), result.loaded) if n]
+    result.notes += [f"{r['role']} batch {r['batch']}: one call takes ~{r['p50_ms'] * 1e3:.1f} us, so each sample "
+                     f"is the mean of {r['calls_per_sample']} back-to-back calls (keeps the harness overhead "
+                     f"under {OVERHEAD_LIMIT:.0%})" for r in result.rows if r["calls_per_sample"] > 1]
+    return result
+
+
+def _reference_rows(session, spec, batches, profile):
+    """(rows, None), or ([], why) when the TF reference cannot run here. Its rows are measured once per
+    model x batch x profile in a run and shared by the precisions."""
+    if not available("tensorflow"):
+        return [], missing_reason("tensorflow")
+    from paritygate.backend.base import RunnerError
+    from paritygate.backend.runtimes import reference_runner
+    from paritygate.inputs.strategies import sample_inputs
+
+    rows = []
+    for batch in batches:
+        key = ("latency_reference", spec.name, batch, profile.name)
+        if key not in session.cache:
+            feed = sample_inputs(spec, batch, np.random.default_rng(0))
+            try:
+                timing = measure_runner(reference_runner(session, spec), feed, profile)
+            except (RunnerError, OSError, ValueError) as err:
+                return [], f"{type(err).__name__}: {err}"
+            session.cache[key] = latency_row("reference", "tensorflow", batch, timing)
+        rows.append(dict(session.cache[key]))  # a copy: budgets annotate rows per check
+    return rows, None
+
+
+def overhead_failures(spec, precision, rows):
+    """One message per row whose harness overhead exceeds OVERHEAD_LIMIT of its median."""
+    return [f"{spec.name} {precision} batch {r['batch']}: the harness's own overhead ({r['overhead_ns']:.0f} ns "
+            f"per call: an empty callable timed through the same loop) is {r['overhead_fraction']:.2%} of the "
+            f"{r['runtime']} ({r['role']}) median, above the {OVERHEAD_LIMIT:.0%} limit; the measurement cannot be "
+            f"trusted (calls per sample: {r['calls_per_sample']})"
+            for r in rows if r["overhead_fraction"] > OVERHEAD_LIMIT]

@@ -1,0 +1,1 @@
+"""The model config: the TOML and its schema, the bundled models, known failures, the pass before any check."""

@@ -1,0 +1,244 @@
+"""The model config: TOML validated against ``config_schema.json``, turned into ``ModelSpec`` objects.
+
+Every error is a ``ConfigError`` whose one-line message names the file, the model and the key.
+"""
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from paritygate.models.bundled import fixtures_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
+BUNDLED_CONFIG = fixtures_dir() / "parity.toml"  # package data in a wheel, fixtures/ in a checkout
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+class ConfigError(ValueError):
+    """The config file is wrong; the message names the file, model and key."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple  # -1 at index 0 marks the batch dimension
+    dtype: np.dtype
+    range: tuple  # inclusive (low, high)
+    candidate: str = None  # the candidate's name for this input, when it differs (``candidate = "..."``)
+    reference_dtype: np.dtype = None  # the dtype a side declares, when it differs: its feed is cast, exactly
+    candidate_dtype: np.dtype = None
+
+    def with_batch(self, batch):
+        return (batch,) + tuple(self.shape[1:])
+
+    def dtype_of(self, side):
+        """The dtype ``side`` ("reference" / "candidate") is fed: its own declared dtype, else ``dtype``."""
+        return getattr(self, f"{side}_dtype") or self.dtype
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    source: Path  # the config file this model came from
+    reference: Path
+    precisions: tuple
+    max_batch: int
+    inputs: dict  # name -> TensorSpec, in config order
+    signature: str = "serving_default"
+    onnx: Path = None
+    engines: dict = field(default_factory=dict)
+    task: str = "generic"
+    task_output: str = None  # the one reference output the task metric judges (default: see comparator/task.py)
+    calibration: Path = None
+    outputs: dict = field(default_factory=dict)  # reference output name -> candidate output name
+    tolerances: dict = field(default_factory=dict)
+    beam: dict = None
+    latency: dict = field(default_factory=dict)
+    precision: dict = field(default_factory=dict)  # [models.precision]: fp16_keep_fp32 / int8_exclude lists
+    allow_uninformative: bool = False  # an uninformative check is recorded as inconclusive, not failing the run
+    nondeterministic: str = None  # why repeated runs may differ (the runtime's docs): determinism is bounded
+
+    def where(self, key):
+        return f"{self.source}: model '{self.name}': key '{key}'"
+
+
+def _schema_validator():
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text())
+    # JSON Schema counts 8.0 as an integer; TOML tells them apart, and a float max_batch or shape breaks numpy.
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine("integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
+
+
+def _key_path(error):
+    parts = []
+    for p in error.absolute_path:
+        parts.append(f"[{p}]" if isinstance(p, int) else (f".{p}" if parts else str(p)))
+    return "".join(parts) or "<top level>"
+
+
+def _explain(error):
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        allowed = sorted(error.schema.get("properties", {}))
+        hint = f"; allowed keys: {', '.join(allowed)}" if allowed else ""
+        return f"unknown key(s) {', '.join(repr(k) for k in extra)}{hint}"
+    if error.validator == "required":
+        return error.message.replace("is a required property", "is required but missing")
+    if error.validator == "type":
+        return f"expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
+    if error.validator == "enum":
+        return f"expected one of {error.validator_value}, got {error.instance!r}"
+    return error.message
+
+
+def _format_schema_error(path, doc, error):
+    loc = list(error.absolute_path)
+    model = ""
+    if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int):
+        entry = doc["models"][loc[1]]
+        name = entry.get("name") if isinstance(entry, dict) else None
+        model = f" model '{name}'" if isinstance(name, str) else f" models[{loc[1]}]"
+        key = ".".join(str(p) for p in loc[2:])
+        if error.validator == "required":  # name the missing key itself, e.g. 'inputs.image.dtype'
+            missing = error.message.split("'")[1]
+            key = f"{key}.{missing}" if key else missing
+            return f"{path}:{model}: key '{key}': required but missing"
+        return f"{path}:{model}: key '{key or '<model table>'}': {_explain(error)}"
+    return f"{path}: key '{_key_path(error)}': {_explain(error)}"
+
+
+def _resolve(base, value, spec_where, must_exist=True):
+    p = Path(value)
+    p = p if p.is_absolute() else (base / p)
+    if must_exist and not p.exists():
+        raise ConfigError(f"{spec_where}: file not found: {p}")
+    return p
+
+
+def _tensor_spec(where, name, table):
+    shape = tuple(table["shape"])
+    if shape[0] != -1 or -1 in shape[1:]:
+        raise ConfigError(f"{where}: input '{name}' shape {list(shape)}: expected -1 as the first (batch) "
+                          "dimension and fixed sizes elsewhere")
+    if 0 in shape:
+        raise ConfigError(f"{where}: input '{name}' shape {list(shape)}: dimensions must be positive")
+    low, high = table["range"]
+    if low > high:
+        raise ConfigError(f"{where}: input '{name}' range {[low, high]}: low must be <= high")
+    dtype = np.dtype(table["dtype"])
+    if dtype.kind in "iub":
+        if dtype.kind == "b" and (low < 0 or high > 1):
+            raise ConfigError(f"{where}: input '{name}' range {[low, high]}: bool inputs take [0, 1]")
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            integral = all(isinstance(v, int) or float(v).is_integer() for v in (low, high))  # inf/nan: no
+            if not integral or low < info.min or high > info.max:
+                raise ConfigError(f"{where}: input '{name}' range {[low, high]}: expected integers "
+                                  f"within {dtype} [{info.min}, {info.max}]")
+    elif not (np.isfinite(low) and np.isfinite(high)) or max(abs(low), abs(high)) > float(np.finfo(dtype).max):
+        raise ConfigError(f"{where}: input '{name}' range {[low, high]}: expected finite bounds within {dtype}")
+    sides = {f"{side}_dtype": _exact_cast(where, name, dtype, (low, high), table.get(f"{side}_dtype"))
+             for side in ("reference", "candidate")}
+    return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high), candidate=table.get("candidate"), **sides)
+
+
+def _exact_cast(where, name, dtype, bounds, target):
+    """A side's declared dtype, accepted only when every value of ``dtype`` within ``bounds`` survives the cast
+    (ints into wider ints or into floats whose mantissa holds them; floats into wider floats; bool into any)."""
+    if target is None:
+        return None
+    to = np.dtype(target)
+    if dtype.kind == "b" or to == dtype:
+        return to
+    if dtype.kind in "iu" and to.kind in "iu":
+        info = np.iinfo(to)
+        exact = info.min <= bounds[0] and bounds[1] <= info.max
+    elif dtype.kind in "iu" and to.kind == "f":
+        exact = max(abs(bounds[0]), abs(bounds[1])) <= 2 ** (np.finfo(to).nmant + 1)
+    else:
+        exact = dtype.kind == "f" and to.kind == "f" and to.itemsize > dtype.itemsize
+    if not exact:
+        raise ConfigError(f"{where}: input '{name}': {dtype} values in {list(bounds)} do not all survive a cast to "
+                          f"{to}; a side's dtype may only differ where the cast is exact")
+    return to
+
+
+def _model_spec(path, table, check_files):
+    base = path.parent
+    name = table["name"]
+
+    def where(key):
+        return f"{path}: model '{name}': key '{key}'"
+
+    inputs = {n: _tensor_spec(where("inputs"), n, t) for n, t in table["inputs"].items()}
+    engines = {p: _resolve(base, v, where(f"engines.{p}"), check_files) for p, v in table.get("engines", {}).items()}
+    unknown = set(engines) - set(table["precisions"])
+    if unknown:
+        raise ConfigError(f"{where('engines')}: engines for {sorted(unknown)} but precisions are {table['precisions']}")
+    for precision in table.get("tolerances", {}):
+        if precision not in table["precisions"]:
+            raise ConfigError(f"{where('tolerances.' + precision)}: precision not listed in precisions")
+    if "task_output" in table and table.get("task", "generic") != "classification":
+        raise ConfigError(f"{where('task_output')}: selects the class-score output of a classification model, but "
+                          f"task is '{table.get('task', 'generic')}' (detection reads its outputs by name: boxes, "
+                          "scores, classes, num_detections)")
+    calibration = table.get("calibration")
+    if "int8" in table["precisions"] and calibration is None:
+        raise ConfigError(f"{where('calibration')}: int8 is listed in precisions, so a calibration .npz "
+                          "(representative inputs keyed by input name) is required")
+    return ModelSpec(
+        name=name,
+        source=path,
+        reference=_resolve(base, table["reference"], where("reference"), check_files),
+        signature=table.get("signature", "serving_default"),
+        onnx=_resolve(base, table["onnx"], where("onnx"), check_files) if "onnx" in table else None,
+        engines=engines,
+        precisions=tuple(p for p in PRECISIONS if p in table["precisions"]),
+        max_batch=table["max_batch"],
+        task=table.get("task", "generic"),
+        task_output=table.get("task_output"),
+        calibration=_resolve(base, calibration, where("calibration"), check_files) if calibration else None,
+        inputs=inputs,
+        outputs=dict(table.get("outputs", {})),
+        tolerances=table.get("tolerances", {}),
+        beam=table.get("beam"),
+        latency=table.get("latency", {}),
+        precision={k: list(v) for k, v in table.get("precision", {}).items()},
+        allow_uninformative=table.get("allow_uninformative", False),
+        nondeterministic=table.get("nondeterministic"),
+    )
+
+
+def load_config(path, check_files=True):
+    """Read, validate and resolve a config file; returns a list of ModelSpec."""
+    path = Path(path).resolve()
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from err
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from err
+    errors = sorted(_schema_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        raise ConfigError(_format_schema_error(path, doc, errors[0]))
+    seen = set()
+    for table in doc["models"]:
+        if table["name"] in seen:
+            raise ConfigError(f"{path}: model '{table['name']}': key 'name': duplicate model name")
+        seen.add(table["name"])
+    if str(path.parent) not in sys.path:  # handler modules live beside the config
+        sys.path.insert(0, str(path.parent))
+    return [_model_spec(path, table, check_files) for table in doc["models"]]

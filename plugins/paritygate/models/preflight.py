@@ -1,0 +1,233 @@
+"""One validation pass over every model of the config, before any check runs.
+
+A config that does not fit its models (a missing signature, an input of the wrong rank or dtype, a corrupt
+ONNX file, outputs that cannot be paired, a handler module that does not import or a factory that raises)
+would otherwise turn into a dozen failing checks with tracebacks each, and into passes of the checks it does
+not touch. Here each problem becomes one line naming the config file, the model and the key; the plugin stops
+the run with them (exit code 4) before any check runs.
+
+What is checked, each part where its library is installed (else a note says what was not checked):
+
+    reference     the SavedModel loads and has the signature (or the .keras file loads); the inputs' names,
+                  ranks, dtypes and fixed dims match the config; the task finds its outputs on a sample batch
+    candidate     the fp32 ONNX (configured, or converted from the reference) passes onnx.checker and loads
+                  in ONNX Runtime; its inputs match the config; reference and candidate names pair
+                  (paritygate.backend.iomap); the mapping is recorded
+    calibration   int8's calibration .npz has every input at the declared dtype and shape
+    engines       a prebuilt engine's TensorRT version (its sidecar) matches the installed TensorRT
+    beam.handler  the handler module imports and the factory returns an unkeyed Beam ModelHandler
+
+Runners are kept in ``session.cache`` (paritygate.backend.runtimes), so the checks reuse what this pass loaded. A tool
+the suite drives that fails here (tf2onnx converting the reference) is not a config problem: it is noted, and
+the checks report it as ``error``.
+"""
+
+import numpy as np
+
+from paritygate.backend.base import RunnerError
+from paritygate.lazy import available, missing_reason
+from paritygate.verdict import SuiteError
+
+
+class ModelValidation:
+    """What the pass found for one model: problems (stop the run), notes (what was not checked) and the
+    resolved input/output mapping."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.problems = []
+        self.notes = []
+        self.checked = []
+        self.io_mapping = None
+
+    def problem(self, key, err):
+        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        self.problems.append(text if text.startswith(f"{self.spec.source}: model ") else f"{self.spec.where(key)}: {text}")
+
+    def note(self, key, text):
+        self.notes.append(f"{key}: {text}")
+
+    def as_dict(self):
+        return {"checked": self.checked, "io_mapping": self.io_mapping, "notes": self.notes,
+                "problems": self.problems}
+
+
+def validate_models(session):
+    """Validate every model of ``session``; returns {"models": {name: {...}}, "problems": [lines]} and keeps it
+    as ``session.validation`` (the report's ``validation`` entry)."""
+    found = [validate_model(session, spec) for spec in session.models]
+    session.validation = {"config": str(session.config_path), "models": {v.spec.name: v.as_dict() for v in found},
+                          "problems": [p for v in found for p in v.problems]}
+    return session.validation
+
+
+def validate_model(session, spec):
+    v = ModelValidation(spec)
+    reference = _reference(session, spec, v)
+    if reference is not None:
+        _task_outputs(spec, reference, v)
+    _candidate(session, spec, v, reference_ok=reference is not None)
+    _calibration(spec, v)
+    _engines(spec, v)
+    _handler(spec, v)
+    return v
+
+
+# -- reference ------------------------------------------------------------------------------------------
+def _reference(session, spec, v):
+    if not available("tensorflow"):
+        v.note("reference", f"not checked: {missing_reason('tensorflow')}")
+        return None
+    from paritygate.backend.runtimes import load_reference
+
+    try:
+        runner = load_reference(session, spec)
+    except (RunnerError, SuiteError) as err:
+        v.problem("signature" if "has no signature" in str(err) else "reference", err)
+        return None
+    v.checked.append("reference")
+    return runner
+
+
+def _task_outputs(spec, reference, v):
+    """The task's outputs exist (classification: a [batch, classes] output or ``task_output``; detection:
+    boxes/scores/classes/num_detections), read from the reference's outputs on one sample."""
+    if spec.task not in ("classification", "detection"):
+        return
+    from paritygate.comparator.task import TaskSpecError, classification_outputs, detection_outputs
+    from paritygate.inputs.strategies import sample_inputs
+
+    try:
+        outputs = reference.infer(sample_inputs(spec, 1, np.random.default_rng(0)))
+    except SuiteError as err:
+        v.problem("reference", f"the reference fails on a sample input within the config's ranges: {err}")
+        return
+    try:
+        (classification_outputs if spec.task == "classification" else detection_outputs)(spec, outputs)
+    except TaskSpecError as err:
+        v.problem("task", err)
+        return
+    v.checked.append("task outputs")
+
+
+# -- candidate ------------------------------------------------------------------------------------------
+def _candidate(session, spec, v, reference_ok):
+    needs = ["onnx", "onnxruntime"] + (["tensorflow", "tf2onnx"] if spec.onnx is None else [])
+    missing = [n for n in needs if not available(n)]
+    if missing:
+        v.note("onnx", "candidate not checked: " + "; ".join(missing_reason(n) for n in missing))
+        return
+    if not reference_ok and spec.onnx is None:
+        v.note("onnx", "candidate not checked: it is converted from the reference, which did not load")
+        return
+    from paritygate.backend import runtimes
+
+    try:
+        runner = _fp32_onnx_runner(session, spec, reference_ok)
+        if reference_ok:
+            v.io_mapping = runtimes.recorded_mapping(session, spec) or runtimes.io_mapping(session, spec, runner)
+    except SuiteError as err:
+        v.note("onnx", f"candidate not checked: {err} (its checks report this as error)")
+        return
+    except RunnerError as err:
+        v.problem("outputs" if "cannot pair outputs" in str(err) else "onnx", err)
+        return
+    v.checked.append("candidate inputs" + (" and outputs" if reference_ok else ""))
+
+
+def _fp32_onnx_runner(session, spec, reference_ok):
+    """An ONNX Runtime runner over the fp32 ONNX, its inputs checked: the fp32 candidate itself when the
+    checks will run it (cached, so they reuse it; it resolves the mapping, which needs the reference), else a
+    bare one kept for this pass."""
+    from paritygate.backend import runtimes
+
+    if reference_ok and session.runtime == "onnxruntime" and "fp32" in spec.precisions:
+        return runtimes.candidate_runner(session, spec, "fp32")
+    key = ("validate_onnx", spec.name)
+    if key not in session.cache:
+        from paritygate.backend.onnx.loader import fp32_onnx
+        from paritygate.backend.onnxrt.runner import OnnxrtRunner
+
+        try:
+            path = fp32_onnx(spec)
+            runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:fp32").activate()
+        except RunnerError as err:
+            if spec.onnx is None:  # the suite converted it: a tool failure, not the config's
+                raise SuiteError(f"the fp32 ONNX converted from {spec.reference} is not usable: {err}") from err
+            raise
+        mapped = runtimes.MappedRunner(runner, runtimes.input_names(spec, runner))
+        runtimes.check_input_spec(spec, mapped.input_metadata(), str(path))
+        session.cache[key] = runner
+    return session.cache[key]
+
+
+def _calibration(spec, v):
+    if "int8" not in spec.precisions or spec.calibration is None:
+        return
+    from paritygate.backend.onnx.loader import load_calibration
+
+    try:
+        load_calibration(spec)
+    except RunnerError as err:
+        v.problem("calibration", err)
+        return
+    v.checked.append("calibration")
+
+
+def _engines(spec, v):
+    for precision, path in spec.engines.items():
+        key = f"engines.{precision}"
+        if path.is_file() and path.stat().st_size == 0:
+            v.problem(key, f"{path}: TensorRT engine file is empty")
+        elif not available("tensorrt"):
+            v.note(key, f"{path}: TensorRT version not checked: {missing_reason('tensorrt')}")
+        else:
+            import tensorrt
+
+            from paritygate.backend.trt import util
+
+            built = util.read_sidecar(path)
+            if built is None:
+                v.note(key, f"{path}: no build sidecar ({util.sidecar_path(path).name}) records its TensorRT "
+                            "version; TensorRT checks it when the engine is deserialized")
+            elif built["tensorrt"] != tensorrt.__version__:
+                v.problem(key, f"{path}: built by TensorRT {built['tensorrt']}, this is TensorRT "
+                               f"{tensorrt.__version__}; engines run only on the version that built them "
+                               "(TensorRT developer guide, 'Engine compatibility')")
+            else:
+                v.checked.append(f"{key} TensorRT version")
+
+
+def _handler(spec, v):
+    if not spec.beam:
+        return
+    if not available("apache_beam"):
+        v.note("beam.handler", f"not checked: {missing_reason('apache_beam')}")
+        return
+    from paritygate.beam.contract import HandlerContractError, declared_precision, load_factory, make_handler
+
+    try:
+        factory = load_factory(spec)
+        declared_precision(spec, make_handler(spec, factory, 1, spec.max_batch), factory)
+    except HandlerContractError as err:
+        v.problem("beam.handler", err)
+        return
+    v.checked.append("beam handler")
+
+
+def summary_lines(validation):
+    """Terminal lines: what was validated, and every mapping that is not name for name."""
+    if not validation or not validation["models"]:
+        return []
+    if validation["problems"]:
+        found = len(validation["problems"])
+        return [f"paritygate: validation found {found} problem(s) in {validation['config']}; no check ran"]
+    lines = [f"paritygate: validated {len(validation['models'])} model(s) before the checks"]
+    for name, found in validation["models"].items():
+        mapping = found.get("io_mapping") or {}
+        renamed = [f"{kind} {r} -> {m['candidate']} ({m['rule']})" for kind in ("inputs", "outputs")
+                   for r, m in mapping.get(kind, {}).items() if m["rule"] != "name"]
+        if renamed:
+            lines.append(f"paritygate: {name}: mapped " + ", ".join(renamed))
+        lines += [f"paritygate: {name}: {note}" for note in found["notes"]]
+    return lines

@@ -1,0 +1,62 @@
+"""paritygate.judge.divergence glue, the [models.precision] config keys and the report's rendering of a divergence."""
+
+import pytest
+from tests.test_config import folder, minimal  # noqa: F401 - the config folder fixture
+
+from paritygate.judge.divergence import localize_failure
+from paritygate.models.config import ConfigError, load_config
+from paritygate.report.markdown import _divergence_note
+from paritygate.session import ParitySession
+from tests.conftest import toy_spec, write_config
+
+DIVERGENCE = {"first_node": "scale_up", "op_type": "Mul", "max_abs_error": "inf", "keep_fp32": ["scale_up", "ln"],
+              "verified": True, "config": '[models.precision]  # ...\nfp16_keep_fp32 = ["scale_up", "ln"]',
+              "error_by_depth": [{"node": "scale_up", "op_type": "Mul", "depth": 2, "max_abs": "inf",
+                                  "max_rel": "inf"}]}
+
+
+def test_precision_keys_parse_into_the_model_spec(folder):  # noqa: F811
+    table = {**minimal(), "precision": {"fp16_keep_fp32": ["LayerNormalization", "n1"], "int8_exclude": ["m"]}}
+    (spec,) = load_config(write_config(folder, {"models": [table]}))
+    assert spec.precision == {"fp16_keep_fp32": ["LayerNormalization", "n1"], "int8_exclude": ["m"]}
+    assert load_config(write_config(folder, {"models": [minimal()]}))[0].precision == {}
+
+
+def test_unknown_precision_key_names_the_key(folder):  # noqa: F811
+    table = {**minimal(), "precision": {"fp16_keep": ["x"]}}
+    with pytest.raises(ConfigError, match=r"model 'm': key 'precision': unknown key\(s\) 'fp16_keep'"):
+        load_config(write_config(folder, {"models": [table]}))
+
+
+def test_localization_is_off_for_fp32_and_with_the_option_off():
+    spec = toy_spec()
+    assert localize_failure(ParitySession(localize=False), spec, "fp16", {}) is None
+    assert localize_failure(ParitySession(), spec, "fp32", {}) is None
+
+
+def test_plugin_option_turns_localization_off(pytester):
+    pytester.makepyfile("def test_x(parity_session):\n    assert parity_session.localize is False\n")
+    pytester.runpytest("--parity-localize=off").assert_outcomes(passed=1)
+    pytester.makepyfile("def test_x(parity_session):\n    assert parity_session.localize is True\n")
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_markdown_row_shows_the_first_node_and_the_verified_plan():
+    text = _divergence_note({"details": {"divergence": DIVERGENCE}})
+    assert "first divergent node `scale_up` (Mul), max abs error inf" in text
+    assert "keep in FP32 `scale_up`, `ln` (verified)" in text and 'fp16_keep_fp32 = ["scale_up", "ln"]' in text
+    unverified = {**DIVERGENCE, "verified": False, "config": None, "keep_fp32": [],
+                  "first_node": None, "note": "no divergent node"}
+    assert "(NOT verified)" in _divergence_note({"details": {"divergence": unverified}})
+    assert _divergence_note({"details": {}}) == ""
+
+
+def test_html_draws_the_error_by_depth_plot():
+    pytest.importorskip("matplotlib")
+    from paritygate.report.html import render_html
+
+    data = {"environment": {}, "runtime": "onnxruntime",
+            "checks": [{"model": "toy", "precision": "fp16", "check": "matches_reference", "status": "fail",
+                        "details": {"divergence": DIVERGENCE}}]}
+    page = render_html(data)
+    assert 'alt="error by depth"' in page and "first divergent node <code>scale_up</code>" in page

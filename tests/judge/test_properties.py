@@ -1,0 +1,174 @@
+"""paritygate.judge.properties end to end: the reference's noise floor (an unstable reference is judged fairly and
+flagged), the vacuity guard (a constant-output model is inconclusive), in-distribution inputs (the bundled ssd
+reaches detections) and the within-candidate batch bound (a 5% batch coupling fails at int8).
+
+The references are real TF SavedModels and the candidates real ONNX graphs made in code, run by ONNX Runtime
+through the conformance tests (pytester, in a subprocess).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")  # before any test: pytester restores sys.modules, and re-importing onnx after TF aborts
+pytest.importorskip("onnxruntime")
+tf = pytest.importorskip("tensorflow")
+pytest.importorskip("hypothesis")
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.conftest import OPSET, make_onnx, scale, write_config
+
+pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.slow]
+
+CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
+X = {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-10.0, 10.0]}}
+
+
+def _run(pytester, models, files=("test_properties.py", "test_parity.py")):
+    cfg = write_config(pytester.path, {"models": models})
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(*[str(CONFORMANCE / f) for f in files], f"--parity-config={cfg}",
+                                           f"--parity-report={report}", "-p", "no:cacheprovider", "-p", "no:xdist")
+    data = json.loads((report / "parity-report.json").read_text())
+    checks = {}
+    for c in data["checks"]:
+        checks.setdefault((c["model"], c["precision"]), {})[c["check"]] = c
+    return result, checks, data, report
+
+
+# -- 1. the reference's noise floor ----------------------------------------------------------------------------
+def save_batch_dependent_model(path):
+    """y = 5x, z = 2x, except that y of an element equal to 0 gains 0.01 x (batch size - 1): exact alone (batch
+    1), 0.03 off in a batch of 4. TensorFlow ops computing on the batch axis, as a normalisation over the batch
+    would; the all-zero corner batch shows it on every run."""
+    module = tf.Module()
+    module.w = tf.Variable([[5.0]], dtype=tf.float32)
+    module.v = tf.Variable([[2.0]], dtype=tf.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32, name="x")])
+    def serve(x):
+        n = tf.cast(tf.shape(x)[0], tf.float32)
+        bump = tf.where(tf.equal(x, 0.0), 0.01 * (n - 1.0), tf.zeros_like(x))
+        return {"y": tf.matmul(x, module.w) + bump, "z": tf.matmul(x, module.v)}
+
+    module.serve = serve
+    tf.saved_model.save(module, str(path), signatures={"serving_default": serve})
+    return path
+
+
+def test_an_unstable_reference_is_judged_fairly_and_flagged(pytester):
+    reference = save_batch_dependent_model(pytester.path / "unstable")
+    make_onnx(pytester.path / "cand.onnx")  # y = 5x, z = 2x: what the reference computes alone
+    result, checks, data, report = _run(pytester, [{
+        "name": "unstable", "reference": str(reference), "onnx": "cand.onnx", "precisions": ["fp32"],
+        "max_batch": 4, "task": "regression", "inputs": X}])
+    status = {k: c["status"] for k, c in checks[("unstable", "fp32")].items()}
+    assert status["property_parity"] == "pass" and status["batch_invariance"] == "pass", status
+    assert result.ret == 0, result.stdout.str()
+    found = [f for f in data["findings"] if f["kind"] == "reference_unstable" and f["check"] == "property_parity"]
+    assert len(found) == 1, data["findings"]
+    d = found[0]["details"]
+    assert d["output"] == "y" and d["max_spread"] == pytest.approx(0.03, rel=1e-3)
+    assert d["limit_at_worst"] == pytest.approx(1e-5, rel=0.05) and d["configuration"] == "batch1" and d["k"] == 2.0
+    with np.load(d["reproducer"]["npz"], allow_pickle=False) as saved:
+        assert (saved["input:x"] == 0).any(), "the reproducer holds the input the reference is unstable on"
+    line = ("paritygate: finding reference_unstable: unstable fp32 property_parity: the reference disagrees with "
+            "itself (batch1 vs the whole batch) by 0.03*")
+    result.stdout.fnmatch_lines([line])
+    assert "## Findings" in (report / "parity-report.md").read_text()
+
+
+# -- 2. the vacuity guard ------------------------------------------------------------------------------------
+def save_constant_classifier(path):
+    """probs = softmax(x @ 0 + 0) over 10 classes: 0.1 everywhere, whatever the input."""
+    module = tf.Module()
+    module.w = tf.Variable(tf.zeros([4, 10]))
+    module.b = tf.Variable(tf.zeros([10]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def serve(x):
+        return {"probs": tf.nn.softmax(tf.matmul(x, module.w) + module.b)}
+
+    module.serve = serve
+    tf.saved_model.save(module, str(path), signatures={"serving_default": serve})
+    return path
+
+
+def constant_classifier_onnx(path):
+    import onnx
+
+    w = numpy_helper.from_array(np.zeros((4, 10), np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)]
+    graph = helper.make_graph(nodes, "constant", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", 10])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def test_a_constant_output_model_is_inconclusive(pytester):
+    reference = save_constant_classifier(pytester.path / "constant")
+    constant_classifier_onnx(pytester.path / "constant.onnx")
+    table = {"reference": str(reference), "onnx": "constant.onnx", "precisions": ["fp32"], "max_batch": 4,
+             "task": "classification", "inputs": {"x": {"shape": [-1, 4], "dtype": "float32", "range": [-1.0, 1.0]}}}
+    result, checks, _, _ = _run(pytester, [{"name": "constant", **table},
+                                           {"name": "allowed", **table, "allow_uninformative": True}])
+    judged = ("matches_reference", "property_parity", "batch_invariance", "determinism")
+    for model in ("constant", "allowed"):
+        status = {k: checks[(model, "fp32")][k]["status"] for k in judged}
+        assert set(status.values()) == {"inconclusive"}, (model, status)
+    assert result.ret == 1, "an inconclusive check fails the run unless the model allows it"
+    message = checks[("constant", "fp32")]["property_parity"]["details"]["message"]
+    assert "output 'probs' is constant" in message and "inputs/constant.npz" in message
+    assert "allow_uninformative = true" in message
+    info = checks[("constant", "fp32")]["property_parity"]["details"]["informativeness"]
+    assert info["classification"]["tie_share"] == 1.0 and info["classification"]["distinct_argmax"] == []
+    allowed = checks[("allowed", "fp32")]["property_parity"]["details"]
+    assert allowed["allow_uninformative"] is True
+    result.stdout.fnmatch_lines(["*2 passed, 2 skipped, 8 inconclusive*"])
+
+
+# -- 3. in-distribution inputs ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("check", ["property_parity", "batch_invariance", "determinism"])
+def test_the_bundled_ssd_properties_reach_detections(check):
+    from paritygate.judge import properties
+    from paritygate.session import ParitySession
+
+    session = ParitySession()
+    ssd = next(m for m in session.models if m.name == "ssd")
+    result = getattr(properties, check)(session, ssd, "fp32")
+    assert result.passed and not result.inconclusive, result.failure or result.inconclusive
+    share = result.details["informativeness"]["detection"]["share_with_detection"]
+    assert share >= 0.25, f"only {share:.0%} of {check}'s inputs hold a detection"
+    sources = result.details["inputs"]["rows_by_source"]
+    assert {"golden", "calibration", "noise", "corner:zero"} <= set(sources), sources
+
+
+# -- 5. within-candidate tolerance -----------------------------------------------------------------------------
+def batch_coupled_nodes(share=0.05):
+    """y = (1 - share) * 5x + share * mean over the batch of 5x (exact at batch 1), z = 2x."""
+    return [scale("y5", 5.0), scale("z", 2.0),
+            helper.make_node("ReduceMean", ["y5"], ["m"], axes=[0], keepdims=1),
+            scale("keep", 1 - share, src="y5"), scale("mix", share, src="m"),
+            helper.make_node("Add", ["keep", "mix"], ["y"])]
+
+
+def test_a_five_percent_batch_coupling_fails_batch_invariance_at_int8(pytester, toy_saved_model):
+    make_onnx(pytester.path / "coupled.onnx", *batch_coupled_nodes())
+    make_onnx(pytester.path / "correct.onnx")
+    calib = np.concatenate([[[-10.0], [10.0]], np.random.default_rng(0).uniform(-10, 10, (62, 1))])
+    np.savez(pytester.path / "calib.npz", x=calib.astype(np.float32))
+    base = {"reference": str(toy_saved_model), "precisions": ["int8"], "max_batch": 4, "task": "regression",
+            "calibration": "calib.npz", "inputs": X}
+    _, checks, _, _ = _run(pytester, [{"name": "coupled", "onnx": "coupled.onnx", **base},
+                                      {"name": "correct", "onnx": "correct.onnx", **base}],
+                           files=("test_properties.py",))
+    coupled = checks[("coupled", "int8")]["batch_invariance"]
+    assert coupled["status"] == "fail", coupled
+    assert "batch invariance" in coupled["details"]["message"] and "output 'y'" in coupled["details"]["message"]
+    assert coupled["details"]["reproducer"]["npz"]
+    assert checks[("correct", "int8")]["batch_invariance"]["status"] == "pass"
+    assert checks[("correct", "int8")]["determinism"]["details"]["determinism"]["mode"] == "bitwise"
