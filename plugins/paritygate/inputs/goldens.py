@@ -117,7 +117,7 @@ def input_set(spec, count=16, seed=0):
     path = input_set_path(spec)
     if path.exists():
         return read_input_file(spec, path)
-    from paritygate.inputs.strategies import sample_inputs
+    from paritygate.inputs.sampling import sample_inputs
 
     return sample_inputs(spec, count, np.random.default_rng(seed)), None
 

@@ -95,7 +95,7 @@ def _task_outputs(spec, reference, v):
     if spec.task not in ("classification", "detection"):
         return
     from paritygate.comparator.task import TaskSpecError, classification_outputs, detection_outputs
-    from paritygate.inputs.strategies import sample_inputs
+    from paritygate.inputs.sampling import sample_inputs
 
     try:
         outputs = reference.infer(sample_inputs(spec, 1, np.random.default_rng(0)))

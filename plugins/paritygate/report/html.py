@@ -5,8 +5,8 @@ cards with their full cause and evidence, passes in a table, skips collapsed). N
 import html
 import json
 
-from paritygate.report import html_checks
-from paritygate.report.html_checks import badge
+from paritygate.report.html_checks import badge, baseline_section
+from paritygate.report.html_checks import render as render_checks
 from paritygate.report.text import PRECISION_ORDER, SEVERITY, by_severity, check_id, counts, run_fails, worst_status
 from paritygate.verdict import STATUSES
 
@@ -43,7 +43,7 @@ def render_html(data):
     parts = [(f"<!doctype html><html lang=en><meta charset=utf-8><title>Parity report: "
              f"{_verdict_word(data)}</title><style>{CSS}{_status_css()}</style><body>"),
              _banner(data), _matrix(checks),
-             *html_checks.render(by_severity(checks), data.get("baseline"), before_rest=[
+             *render_checks(by_severity(checks), data.get("baseline"), before_rest=[
                  _baseline(data.get("baseline")), _findings(data.get("findings"))]), "</body></html>"]
     return "\n".join(p for p in parts if p) + "\n"
 
@@ -134,7 +134,7 @@ def _cell(checks):
 def _baseline(base):
     if not base:
         return ""
-    return html_checks.baseline_section(base)
+    return baseline_section(base)
 
 
 def _findings(findings):
