@@ -148,3 +148,21 @@ def test_a_failing_check_records_the_failing_case(toy_subject):
     details = result.details()
     assert details["failing"]["case"]["count"] >= 1 and details["failing"]["batch_sizes"]
     assert details["runners"] == ["FnApiRunner", "BundleBasedDirectRunner"]
+
+
+def test_batch_latency_p99_is_the_latency_rows_statistic(toy_subject):
+    """The Beam per-batch p99 is the latency rows' p99_ms (nearest rank, paritygate.comparator.stats), not numpy's
+    linear interpolation: the baseline compares both under one field. Of 40 timed batches it is the slowest."""
+    import numpy as np
+
+    from paritygate.latency import percentile
+
+    subject = toy_subject(toys.correct, beam={"handler": "toy_handlers:correct", "batch_latency_p99_ms": 1000.0})
+    (row,) = checks.batch_latency(subject, 1000.0).info["latency"]
+    samples = row["samples_ms"]
+    assert len(samples) == checks.LATENCY_BATCHES < 100
+    assert row["p99_ms"] == max(samples) == percentile(samples, 99)
+    assert (row["p50_ms"], row["p90_ms"]) == (percentile(samples, 50), percentile(samples, 90))
+    two_slowest = sorted(samples)[-2:]
+    if two_slowest[0] != two_slowest[1]:  # interpolation would land between them
+        assert float(np.percentile(samples, 99)) < row["p99_ms"]

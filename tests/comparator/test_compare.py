@@ -9,12 +9,12 @@ import pytest
 
 from paritygate.comparator.compare import (
     OutputMismatchError,
-    _p99,
     compare_array,
     compare_outputs,
     cosine_ok,
     pair_outputs,
 )
+from paritygate.comparator.stats import p99 as _p99
 from paritygate.comparator.tolerance import DEFAULTS, Tolerance
 from tests.conftest import toy_spec
 

@@ -5,12 +5,12 @@ import base64
 import json
 import platform
 import re
-from importlib import metadata
 
 import numpy as np
 import pytest
 
 from paritygate.judge.parity import compare
+from paritygate.lazy import dist_version
 from paritygate.report import SCHEMA, write_report
 from paritygate.session import ParitySession
 from tests.conftest import toy_spec, write_config
@@ -41,10 +41,7 @@ def report(session, tmp_path_factory):
 
 
 def _installed(dist):
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+    return dist_version(dist)
 
 
 def test_json_report(session, report):

@@ -20,7 +20,7 @@ attribute ``paritygate_precision = "fp16"`` (or ``"int8"``) on the handler the f
 factory itself. A declared precision must be listed in the model's ``precisions``.
 """
 
-import hashlib
+
 import importlib
 import pickle
 from collections.abc import Mapping
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from paritygate.backend.cache import digest
 from paritygate.models.config import PRECISIONS
 
 PRECISION_ATTR = "paritygate_precision"
@@ -120,19 +121,6 @@ def element_of(spec, feed):
     if len(spec.inputs) == 1:
         return next(iter(feed.values()))
     return dict(feed)
-
-
-def digest(example):
-    """A content hash of an element (dtype, shape and bytes of every array), to match outputs to inputs."""
-    h = hashlib.sha1()
-    items = sorted(example.items()) if isinstance(example, Mapping) else [("", example)]
-    for name, value in items:
-        if isinstance(value, np.ndarray):
-            h.update(f"{name}|{value.dtype.str}|{value.shape}|".encode())
-            h.update(np.ascontiguousarray(value).tobytes())
-        else:
-            h.update(f"{name}|{type(value).__name__}|{value!r}".encode())
-    return h.hexdigest()[:16]
 
 
 def payload_bytes(example):

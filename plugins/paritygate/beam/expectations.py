@@ -15,7 +15,6 @@ method) cannot hide anything.
 
 import importlib
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -129,10 +128,9 @@ def expectations_for(config_path=None):
 
 
 def beam_version():
-    try:
-        return metadata.version("apache-beam")
-    except metadata.PackageNotFoundError:
-        return None
+    from paritygate.lazy import dist_version
+
+    return dist_version("apache-beam")
 
 
 def match(check, subject, expectations):

@@ -10,7 +10,6 @@ Replay builds only the runners it needs, from a small ``RuntimeSettings`` (no py
 """
 
 import argparse
-import hashlib
 import json
 import shlex
 import sys
@@ -18,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from paritygate.backend.cache import digest as content_digest
 
 META = "__meta__"
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
@@ -32,7 +33,7 @@ def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, f
     paths and the one-line replay command."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(b"".join(np.ascontiguousarray(v).tobytes() for v in inputs.values())).hexdigest()[:12]
+    digest = content_digest(inputs)[:12]
     stem = folder / f"{spec.name}-{precision}-{check}-{digest}"
     meta = {"config": str(spec.source), "model": spec.name, "precision": precision, "check": check,
             "runtime": runtime, "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,

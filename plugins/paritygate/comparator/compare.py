@@ -4,6 +4,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from paritygate.comparator.stats import p99
 from paritygate.comparator.tolerance import COSINE_MIN, tolerance_for
 
 
@@ -96,6 +97,12 @@ def pair_outputs(spec, ref_names, cand_names):
     return mapping
 
 
+def same_nonfinite(ref, cand):
+    """The one non-finite rule: where the reference is NaN or ±Inf, the candidate matches only by holding the same
+    value (NaN for NaN, +Inf for +Inf); a non-finite candidate where the reference is finite never matches."""
+    return ~np.isfinite(ref) & ((np.isnan(ref) & np.isnan(cand)) | (ref == cand))
+
+
 def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cosine_floor=None):
     """Compare one output; numpy.isclose semantics plus statistics, NaN/Inf rules of the policy.
 
@@ -120,17 +127,13 @@ def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cos
         out.reference_nan, out.candidate_nan = int(np.count_nonzero(np.isnan(r))), int(np.count_nonzero(np.isnan(c)))
         out.reference_inf = int(np.count_nonzero(~r_fin)) - out.reference_nan
         out.candidate_inf = int(np.count_nonzero(~c_fin)) - out.candidate_nan
-        # Non-finite rules: a non-finite candidate where the reference is finite always fails; a non-finite
-        # reference passes only where the candidate holds the same value (NaN for NaN, +Inf for +Inf).
-        same_nonfinite = ~r_fin & ((np.isnan(r) & np.isnan(c)) | (r == c))
-        nonfinite_bad = ~finite & ~same_nonfinite
+        nonfinite_bad = ~finite & ~same_nonfinite(r, c)
         # Zero the non-finite positions: they then add nothing to differences, norms or dot products.
         r, c = np.where(finite, r, work.type(0)), np.where(finite, c, work.type(0))
     diff = np.subtract(c, r)
     np.abs(diff, out=diff)
     absref = np.abs(r)
-    scratch = np.multiply(absref, work.type(tol.rtol))  # the limit atol + rtol*|ref|, later the relative error
-    scratch += work.type(tol.atol)
+    scratch = tol.limit(absref, work, is_abs=True)  # the limit atol + rtol*|ref|, later the relative error
     if floor is not None:
         floor = np.broadcast_to(np.asarray(floor, dtype=work), ref.shape).ravel()
         out.widened_by_reference = int(np.count_nonzero(floor > scratch))
@@ -154,8 +157,8 @@ def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cos
         out.max_rel = float(rel.max())
         out.mean_rel = float(rel.sum(dtype=np.float64, where=rel_finite) / n_rel) if n_rel else 0.0
         # p99 over the finite elements only (the zeroed positions would shift it)
-        out.p99_abs = _p99(diff if finite is None else diff[finite])
-        out.p99_rel = _p99(rel if finite is None else rel[finite])
+        out.p99_abs = p99(diff if finite is None else diff[finite])
+        out.p99_rel = p99(rel if finite is None else rel[finite])
         out.cosine, norm = cosine_similarity(r, c)
         _enforce_cosine(out, tol, norm / np.sqrt(n_finite), cosine_floor)
     return out
@@ -193,20 +196,6 @@ def _relative(diff, absref, out):
     if zero_ref.any():
         out[zero_ref] = np.where(diff[zero_ref] > 0, np.inf, 0.0)
     return out
-
-
-def _p99(values):
-    """Nearest-rank 99th percentile. Exact; large arrays partition only the top ~1.5% (chosen by a strided
-    sample's 98.5th percentile), falling back to the full partition when the sample misjudged."""
-    k = int(np.ceil(0.99 * values.size)) - 1
-    if values.size >= 1 << 16:
-        sample = values[::64]
-        j = int(0.985 * sample.size)
-        top = values[values >= np.partition(sample, j)[j]]
-        below = values.size - top.size
-        if below <= k:
-            return float(np.partition(top, k - below)[k - below])
-    return float(np.partition(values, k)[k])
 
 
 def cosine_similarity(a, b, block=1 << 18):

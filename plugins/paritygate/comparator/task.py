@@ -91,7 +91,7 @@ def detection(spec, precision, ref, cand):
             total += 1
             ok = any(cand[ck["classes"]][b][j] == ref[keys["classes"]][b][i]
                      and _iou(ref[keys["boxes"]][b][i], cand[ck["boxes"]][b][j]) >= DETECTION_IOU
-                     and abs(cs[j] - rs[i]) <= tol.atol + tol.rtol * abs(rs[i])
+                     and abs(cs[j] - rs[i]) <= tol.limit(rs[i], rs.dtype)
                      for j in range(len(cs)))
             if not ok:
                 missed.append({"batch_element": b, "detection": int(i), "score": float(rs[i])})

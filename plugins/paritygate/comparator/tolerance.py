@@ -49,6 +49,15 @@ class Tolerance:
                      cosine_applies_above_rms=self.cosine_rms_floor())
         return d
 
+    def limit(self, ref, dtype=np.float64, is_abs=False):
+        """The elementwise limit ``atol + rtol * |ref|`` (numpy.isclose's), computed in ``dtype``; ``is_abs``: ``ref``
+        already holds |ref| (saves a pass over a large output)."""
+        dtype = np.dtype(dtype).type
+        ref = np.asarray(ref, dtype=dtype)
+        limit = np.multiply(ref if is_abs else np.abs(ref), dtype(self.rtol))
+        limit += dtype(self.atol)
+        return limit
+
     def cosine_rms_floor(self):
         """The reference rms below which atol alone could breach the cosine budget (see COSINE_MIN)."""
         return self.atol / (1.0 / self.cosine_min ** 2 - 1.0) ** 0.5

@@ -50,6 +50,7 @@ class ParityResult:
     task: dict = None
     failures: list = field(default_factory=list)
     informativeness: dict = None  # paritygate.judge.vacuity: what the inputs drew out of the reference
+    inconclusive: Exception = None  # verdict.Inconclusive when those inputs could not have shown a failure
 
     @property
     def passed(self):
@@ -103,8 +104,8 @@ def candidate_parity(session, spec, precision):
     result = compare(spec, precision, ref.outputs, cand, ref.labels)
 
     def limit(name, out):
-        t = tolerance_for(spec, precision, name)
-        return t.atol + t.rtol * np.abs(out.astype(np.float64))
+        return tolerance_for(spec, precision, name).limit(out)
 
     result.informativeness = vacuity.informativeness(spec, [ref.outputs], limit)
+    result.inconclusive = vacuity.verdict(spec, "matches_reference", result.informativeness)
     return result, ref

@@ -39,8 +39,7 @@ class PropertyResult:
     precision: str
     check: str
     failure: str = None  # the candidate is wrong: the shrunk example's message
-    inconclusive: str = None  # the inputs could not have shown a failure: why, and which inputs would help
-    allowed: bool = False  # the model sets allow_uninformative = true
+    inconclusive: Exception = None  # verdict.Inconclusive: the inputs could not have shown a failure (vacuity)
     details: dict = field(default_factory=dict)
 
     @property
@@ -188,8 +187,7 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
     if result.passed:
         info = vacuity.informativeness(spec, ledger.reference_outputs, limit)
         details["informativeness"] = info
-        if not info["informative"]:
-            result.inconclusive, result.allowed = vacuity.message(spec, name, info), spec.allow_uninformative
+        result.inconclusive = vacuity.verdict(spec, name, info)
     return result
 
 
@@ -243,8 +241,7 @@ def _within(spec, name, alone, other, spread, row, source, bounded=True):
 
 
 def _policy_limit(spec, precision, name, ref):
-    t = tolerance_for(spec, precision, name)
-    return t.atol + t.rtol * np.abs(ref.astype(np.float64))
+    return tolerance_for(spec, precision, name).limit(ref)
 
 
 def _invariance_limit(spec, ref):

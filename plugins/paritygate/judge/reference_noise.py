@@ -14,13 +14,14 @@ Reference runs are cached per feed (and batch-1 runs per row) for the whole sess
 checks and every precision share them.
 """
 
-import hashlib
+
 from collections import Counter
 
 import numpy as np
 
+from paritygate.backend.cache import digest
 from paritygate.backend.runtimes import reference_runner
-from paritygate.comparator.compare import cosine_similarity
+from paritygate.comparator.compare import cosine_similarity, same_nonfinite
 
 # K_REFERENCE = 2: if the reference's own configurations differ by s on an element, an implementation as good
 # as the reference may sit anywhere within s of one of them, and itself carries noise of the same size; by the
@@ -37,15 +38,6 @@ def reference_noise(session, spec):
     return session.cache[key]
 
 
-def _digest(arrays):
-    h = hashlib.sha1()
-    for k in sorted(arrays):
-        v = np.ascontiguousarray(arrays[k])
-        h.update(f"{k}|{v.dtype}|{v.shape}|".encode())
-        h.update(v.tobytes())
-    return h.hexdigest()
-
-
 class ReferenceNoise:
     """The reference's outputs for a feed in each configuration, cached per feed."""
 
@@ -55,7 +47,7 @@ class ReferenceNoise:
         self.singles = {}  # row digest -> outputs of that row alone (batch 1)
 
     def profile(self, feed):
-        key = _digest(feed)
+        key = digest(feed)
         if key not in self.profiles:
             arrays = dict(feed)
             outputs = _numpy(self.runner.infer(arrays))
@@ -68,7 +60,7 @@ class ReferenceNoise:
         return self.profiles[key]
 
     def _single(self, row):
-        key = _digest(row)
+        key = digest(row)
         if key not in self.singles:
             self.singles[key] = _numpy(self.runner.infer(row))
         return self.singles[key]
@@ -111,12 +103,12 @@ class Profile:
 
 
 def _difference(a, b):
-    """|a - b| in float64; matching non-finite values differ by 0, other non-finite differences are inf."""
+    """|a - b| in float64 under the comparator's non-finite rule (``same_nonfinite``): matching non-finite values
+    differ by 0, any other non-finite difference is inf."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         d = np.abs(a - b)
-    same = (a == b) | (np.isnan(a) & np.isnan(b))
-    return np.where(same, 0.0, np.where(np.isfinite(d), d, np.inf))
+    return np.where(same_nonfinite(a, b), 0.0, np.where(np.isfinite(d), d, np.inf))
 
 
 def _cosine(a, b):

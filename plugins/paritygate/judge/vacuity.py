@@ -19,9 +19,10 @@ Thresholds and their reasoning:
 import numpy as np
 
 from paritygate.comparator.task import TaskSpecError, classification_outputs, detection_outputs
-from paritygate.comparator.tolerance import DETECTION_MIN_SCORE, TF_TRT_BASE
+from paritygate.comparator.tolerance import DEFAULTS, DETECTION_MIN_SCORE, TF_TRT_BASE
+from paritygate.verdict import Inconclusive
 
-TIE_ATOL = TIE_RTOL = 1e-5  # the fp32 tolerance (tolerance.DEFAULTS["fp32"]), source TF_TRT_BASE
+TIE_TOLERANCE = DEFAULTS["fp32"]  # a top-2 gap within the fp32 tolerance is a tie (source TF_TRT_BASE)
 # Detection: at least 10% of the inputs must hold a detection. Below that, 9 comparisons in 10 are of empty
 # outputs (zeros in every slot), which any candidate that never detects also produces; the bundled ssd's own
 # input sets have a detection in every scene, so a check drawing on them reaches far more (measured ~0.5).
@@ -84,7 +85,7 @@ def _class_scores(name, scores, info):
     if scores.ndim != 2 or scores.shape[1] < 2:
         return
     top2 = np.sort(scores, axis=1)[:, -2:]
-    ties = (top2[:, 1] - top2[:, 0]) <= TIE_ATOL + TIE_RTOL * np.abs(top2[:, 1])
+    ties = (top2[:, 1] - top2[:, 0]) <= TIE_TOLERANCE.limit(top2[:, 1])
     classes = sorted({int(c) for c in np.argmax(scores[~ties], axis=1)})
     entry = {"output": name, "tie_share": float(ties.mean()), "decided_inputs": int((~ties).sum()),
              "distinct_argmax": classes[:50], "tie_rule": f"top-2 gap <= fp32 tolerance ({TF_TRT_BASE})"}
@@ -109,6 +110,14 @@ def _detection(spec, stacked, info):
         info["reasons"].append(f"detection: {share:.1%} of the inputs hold a detection scoring >= "
                                f"{DETECTION_MIN_SCORE} (at least {MIN_DETECTION_SHARE:.0%} needed): the check "
                                "compares mostly empty outputs")
+
+
+def verdict(spec, check, info):
+    """The check's one ``Inconclusive`` when its inputs drew no information out of the reference, else None
+    (``allowed`` when the model sets ``allow_uninformative = true``: recorded, does not fail the run)."""
+    if info["informative"]:
+        return None
+    return Inconclusive(message(spec, check, info), allowed=spec.allow_uninformative)
 
 
 def message(spec, check, info):

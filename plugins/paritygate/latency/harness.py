@@ -16,9 +16,10 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
+
+from paritygate.comparator.stats import PERCENTILE_METHOD, percentile  # noqa: F401 - the one percentile, re-exported
 
 # The issue's requirement: the harness's own cost must stay within 1% of what it measures, or the check fails.
 OVERHEAD_LIMIT = 0.01
@@ -72,21 +73,6 @@ def load_profile(name=None):
 
 
 # -- percentiles ----------------------------------------------------------------------------------------
-PERCENTILE_METHOD = ("nearest rank: the smallest sample with at least q% of the samples <= it "
-                     "(numpy method='inverted_cdf'); always an observed sample, as trtexec reports")
-
-
-def percentile(samples, q):
-    """Nearest-rank percentile of ``samples`` (see PERCENTILE_METHOD); ``q`` in (0, 100]."""
-    data = np.sort(np.asarray(samples, dtype=np.float64).ravel())
-    if data.size == 0:
-        raise ValueError("percentile() of no samples")
-    if not 0 < q <= 100:
-        raise ValueError(f"percentile q must be in (0, 100], got {q!r}")
-    rank = math.ceil(Fraction(str(q)) * data.size / 100)  # exact: 0.99 * 100 is not 99 in binary floats
-    return float(data[max(rank, 1) - 1])
-
-
 def summarize(samples_ms, prefix=""):
     """p50/p90/p99/mean/min/max of ``samples_ms`` as ``{prefix}p50_ms`` ... keys, rounded to 0.1 us."""
     data = np.asarray(samples_ms, dtype=np.float64)

@@ -18,6 +18,7 @@ from paritygate.latency.harness import (
 )
 from paritygate.latency.machine import load_average, load_note, machine_info
 from paritygate.lazy import available, missing_reason
+from paritygate.verdict import Inconclusive
 
 # Timings a runner may report about its last infer (backend/trt/runner.py does): name -> attribute.
 RUNNER_TIMINGS = {"compute": "last_compute_ms", "e2e": "last_e2e_ms"}
@@ -66,6 +67,15 @@ class LatencyResult:
     @property
     def passed(self):
         return not self.failures
+
+    @property
+    def inconclusive(self):
+        """Budget misses on a machine busier than its cores: load only slows a run down, so a pass stands but a
+        miss cannot be told from the load (verdict.Inconclusive, None otherwise)."""
+        if not (self.failures and self.loaded):
+            return None
+        return Inconclusive(f"{self.loaded}, so these budget misses cannot be told apart from the load; rerun "
+                            "alone (pytest -m latency -p no:xdist on an idle machine):\n" + "\n".join(self.failures))
 
     def details(self):
         return {"latency": self.rows, "device_class": self.device_class, "budget_table": self.budget_table,
