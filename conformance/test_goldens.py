@@ -13,7 +13,7 @@ def test_goldens_reproduce(request, parity_session, parity_model, parity_details
     from paritygate.verdict import mark
 
     spec = parity_model
-    runner = reference_runner(parity_session, spec)
+    runner = reference_runner(parity_session.context, spec)
     if parity_session.update_goldens:
         before = _readable_golden(goldens, spec)
         inputs, labels = goldens.input_set(spec)

@@ -14,7 +14,7 @@ def test_matches_reference(parity_session, parity_case, parity_details):
     result, ref = candidate_parity(parity_session, spec, precision)
     parity_details.update(result.details(reference=ref.source, samples=len(next(iter(ref.inputs.values()))),
                                          candidate=_describe_candidate(parity_session, spec, precision),
-                                         io_mapping=recorded_mapping(parity_session, spec)))
+                                         io_mapping=recorded_mapping(parity_session.context, spec)))
     if not result.passed:
         parity_details["reproducer"] = parity_session.save_reproducer(spec, precision, "matches_reference",
                                                                        ref.inputs, result.failures)
@@ -31,7 +31,7 @@ def test_accepts_every_batch_size(parity_session, parity_case, parity_details):
     from paritygate.judge.parity import reference_set
 
     spec, precision = parity_case
-    runner = candidate_runner(parity_session, spec, precision)
+    runner = candidate_runner(parity_session.context, spec, precision)
     ref = reference_set(parity_session, spec)
     rejected = {}
     for batch in range(1, spec.max_batch + 1):
@@ -52,7 +52,7 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
     """The task metric on the model's full held-out set (``inputs/<model>_heldout.npz`` beside the config):
     e.g. accuracy >= 99% of the reference's on real held-out data (MLPerf's rule)."""
     pytest.importorskip("tensorflow")
-    from paritygate.backend.runtimes import candidate_runner, reference_runner
+    from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
     from paritygate.comparator.task import task_metrics
     from paritygate.inputs import goldens
     from paritygate.judge.parity import run_batched
@@ -64,9 +64,9 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
     if not path.exists():
         pytest.skip(f"model '{spec.name}' has no held-out set ({path})")
     inputs, labels = goldens.read_input_file(spec, path)
-    ref = run_batched(reference_runner(parity_session, spec), inputs, spec.max_batch)
-    cand = run_batched(candidate_runner(parity_session, spec, precision), inputs, spec.max_batch)
-    task = task_metrics(spec, precision, ref, cand, labels)
+    ref = run_batched(reference_runner(parity_session.context, spec), inputs, spec.max_batch)
+    cand = run_batched(candidate_runner(parity_session.context, spec, precision), inputs, spec.max_batch)
+    task = task_metrics(resolved_spec(parity_session.context, spec), precision, ref, cand, labels)
     parity_details.update(task=task, heldout=str(path))
     assert task["passed"], f"{spec.name} {precision}: task metric on {path.name} failed: {task}"
 
@@ -77,7 +77,7 @@ def _describe_candidate(session, spec, precision):
     from paritygate.backend.onnx.loader import FP16_KEEP_FP32, artifact_report
     from paritygate.backend.runtimes import candidate_runner
 
-    runner = candidate_runner(session, spec, precision)
+    runner = candidate_runner(session.context, spec, precision)
     out = {"runtime": session.runtime, "runner": runner.name, "artifact": str(getattr(runner, "path", "") or "")}
     if precision == "fp16":
         out["fp16_keep_fp32"] = list(session.fp16_keep_fp32 or FP16_KEEP_FP32)

@@ -53,10 +53,9 @@ def beam_check(request, parity_session, beam_subject, parity_details):
 
 
 def _expectations(session, load):
-    key = ("beam_expectations",)
-    if key not in session.cache:
-        session.cache[key] = load(None if session.is_bundled else session.config_path)
-    return session.cache[key]
+    if session.context.beam_expectations is None:
+        session.context.beam_expectations = load(None if session.is_bundled else session.config_path)
+    return session.context.beam_expectations
 
 
 # -- pipeline level ----------------------------------------------------------------------------------

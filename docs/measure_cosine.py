@@ -9,11 +9,11 @@ from paritygate.session import ParitySession
 s = ParitySession()
 rng = np.random.default_rng(1)
 for spec in s.models:
-    ref = reference_runner(s, spec)
+    ref = reference_runner(s.context, spec)
     g = goldens.load_golden(spec)
     pool = {k: np.concatenate([g.inputs[k], np.load(spec.calibration)[k]]) for k in spec.inputs}
     for p in ("fp32", "fp16", "int8"):
-        c = candidate_runner(s, spec, p)
+        c = candidate_runner(s.context, spec, p)
         res = {"noise": [], "real": [], "perturbed": []}
         for trial in range(300):
             b = int(rng.integers(1, 9))

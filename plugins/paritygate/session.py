@@ -1,4 +1,5 @@
-"""The one ParitySession of a pytest run: config, runtime choice, recorded checks, the report."""
+"""The one ParitySession of a pytest run: config, runtime choice, recorded checks, the report. What checks compute
+with (runners, reference outputs, resolved mappings) lives in its ``context`` (``paritygate.context.RunContext``)."""
 
 import json
 import math
@@ -62,7 +63,7 @@ class ParitySession:
         self.findings = []  # facts for the model owner that are no candidate verdict (e.g. reference_unstable)
         self.worker_cache_stats = {}
         self._models = None
-        self.cache = {}  # per-process memo for loaded references, artifacts and runners
+        self._context = None  # the run's context (paritygate.context): what checks compute with, made on first use
         self.validation = None  # paritygate.models.preflight's findings, once the pass ran (controller only)
 
     # -- models and runtime --------------------------------------------------------------------------
@@ -112,10 +113,20 @@ class ParitySession:
         return "; ".join(missing_reason(name) for name in missing) or None
 
     @property
+    def context(self):
+        """The run's ``RunContext``: the candidate runtime and the options checks compute with, and the typed
+        per-process cache of loaded runners and reference outputs. Backends get this, never the session."""
+        if self._context is None:
+            from paritygate.context import RunContext
+
+            self._context = RunContext(self.runtime, self.fp16_keep_fp32, self.beam_runner, tuple(self.beam_options))
+        return self._context
+
+    @property
     def environment(self):
-        if "environment" not in self.cache:
-            self.cache["environment"] = environment()
-        return self.cache["environment"]
+        if self.context.environment is None:
+            self.context.environment = environment()
+        return self.context.environment
 
     def save_reproducer(self, spec, precision, check, inputs, failures):
         from paritygate.backend.cache import cache_root

@@ -22,7 +22,7 @@ def test_tensorrt_handler_fails_only_where_expected(parity_session, model):
     spec = next(m for m in parity_session.models if m.name == model)
     import zoo_handlers
 
-    subject = HandlerUnderTest.from_spec(spec, reference_runner(parity_session, spec),
+    subject = HandlerUnderTest.from_spec(spec, reference_runner(parity_session.context, spec),
                                          factory=getattr(zoo_handlers, f"{model}_tensorrt"))
     known = expectations_for()
     for name, check in {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS}.items():

@@ -28,7 +28,7 @@ def _subject(parity_session, spec, factory):
     from paritygate.backend.runtimes import reference_runner
     from paritygate.beam.contract import HandlerUnderTest
 
-    return HandlerUnderTest.from_spec(spec, reference_runner(parity_session, spec), factory=factory)
+    return HandlerUnderTest.from_spec(spec, reference_runner(parity_session.context, spec), factory=factory)
 
 
 def test_the_configured_factories_return_beams_onnx_or_the_suites_tf_handler(zoo):

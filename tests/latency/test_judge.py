@@ -203,23 +203,23 @@ def test_each_bundled_budget_fails_a_candidate_slowed_by_its_margin(monkeypatch)
     for spec in session.models:
         budgets = budgets_for(spec, "cpu", "fp32")
         assert budgets.percentiles and budgets.speedups, f"{spec.name}: the bundled model has cpu budgets"
-        real = candidate_runner(session, spec, "fp32")
+        real = candidate_runner(session.context, spec, "fp32")
         kinds = {f"p{q}": {b.batch: b.limit_ms for b in budgets.percentiles if b.percentile == q} for q in (50, 90, 99)}
         kinds["speedup"] = None  # set from the reference rows the runs above measured (and cached)
         for kind, delay_ms in kinds.items():
             if kind == "speedup":
                 [minimum] = [b.minimum for b in budgets.speedups]
-                reference = {b: session.cache[("latency_reference", spec.name, b, "quick")]["p50_ms"]
+                reference = {b: session.context.reference_latency[(spec.name, b, "quick")]["p50_ms"]
                              for b in (1, spec.max_batch)}
                 # the measured speedup divided by its margin, on top of the real call: S/2 of this run's reference
                 delay_ms = {b: ref / minimum for b, ref in reference.items()}
             if not delay_ms:
                 continue
-            session.cache[("candidate", "onnxruntime", spec.name, "fp32")] = SlowedRunner(real, delay_ms).activate()
+            session.context.candidates[("onnxruntime", spec.name, "fp32")] = SlowedRunner(real, delay_ms).activate()
             result = latency_check(session, spec, "fp32")
             text = "\n".join(result.failures)
             wanted = [b.key for b in budgets.speedups] if kind == "speedup" else \
                 [b.key for b in budgets.percentiles if f"p{b.percentile}" == kind]
             assert wanted and all(k in text for k in wanted), (spec.name, kind, wanted, result.failures)
             assert not result.errors
-        session.cache[("candidate", "onnxruntime", spec.name, "fp32")] = real
+        session.context.candidates[("onnxruntime", spec.name, "fp32")] = real

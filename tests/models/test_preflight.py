@@ -65,7 +65,7 @@ def test_a_good_model_validates_records_the_mapping_and_leaves_runners_for_the_c
                                  "outputs": {"y": {"candidate": "out_y", "rule": "explicit"},
                                              "z": {"candidate": "out_z", "rule": "explicit"}}}
     assert got["checked"] == ["reference", "candidate inputs and outputs"]
-    assert ("reference", "m") in session.cache and ("candidate", "onnxruntime", "m", "fp32") in session.cache
+    assert "m" in session.context.references and ("onnxruntime", "m", "fp32") in session.context.candidates
     assert "paritygate: m: mapped inputs x -> serving_default_x:0 (signature)" in session.summary_lines()[1]
 
 

@@ -1,24 +1,12 @@
 """Build (once per process) the reference and candidate runners for a model, checking the input spec.
 
 The candidate runner is fed by reference input names (``MappedRunner`` renames them); its outputs keep the
-candidate's names, paired with the reference's through ``spec.outputs``, which ``io_mapping`` completes with
-the mapping ``paritygate.backend.iomap`` resolved (explicit, name, signature, decorated or single)."""
-
-from dataclasses import dataclass, field
+candidate's names, paired with the reference's through ``resolved_spec(ctx, spec).outputs``: the config's
+``[models.outputs]`` completed with the mapping ``paritygate.backend.iomap`` resolved (explicit, name, signature,
+decorated or single), kept in the run's context (``paritygate.context.RunContext``); the spec is not written to."""
 
 from paritygate.backend.base import BaseRunner, RunnerError
 from paritygate.verdict import SuiteError
-
-
-@dataclass
-class RuntimeSettings:
-    """What building runners needs, and all the functions below read from their ``session`` argument: the
-    candidate runtime, the ops the fp16 artifact keeps in FP32, and a per-process memo. The pytest run passes
-    its ParitySession (which has these three); replay passes one of these."""
-
-    runtime: str = "onnxruntime"
-    fp16_keep_fp32: tuple = None
-    cache: dict = field(default_factory=dict)
 
 
 def check_input_spec(spec, metadata, what, side="candidate"):
@@ -43,66 +31,73 @@ def check_input_spec(spec, metadata, what, side="candidate"):
                                   f"but {what} has input '{name}' with dimension {axis} = {have}")
 
 
-def load_reference(session, spec):
-    """The TF reference, loaded and checked against the input spec (once per process). Raises RunnerError:
-    a SavedModel without the signature or a spec that does not fit it is a config problem, which the session's
-    validation pass (paritygate.models.preflight) reports before any check runs."""
-    key = ("reference", spec.name)
-    if key not in session.cache:
+def load_reference(ctx, spec):
+    """The TF reference, loaded and checked against the input spec (once per process, in ``ctx.references``).
+    Raises RunnerError: a SavedModel without the signature or a spec that does not fit it is a config problem,
+    which the validation pass (paritygate.models.preflight) reports before any check runs."""
+    if spec.name not in ctx.references:
         from paritygate.backend.tf.runner import TfRunner
 
         runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}").activate()
         check_input_spec(spec, runner.input_metadata(), runner.describe(), side="reference")
-        session.cache[key] = ReferenceRunner(runner, _casts(spec, "reference"))
-    return session.cache[key]
+        ctx.references[spec.name] = ReferenceRunner(runner, _casts(spec, "reference"))
+    return ctx.references[spec.name]
 
 
-def reference_runner(session, spec):
+def reference_runner(ctx, spec):
     """The reference for a check: whatever goes wrong with it is the suite's ``error``, never the candidate's
     ``fail`` (its load errors were reported by the validation pass when the run started)."""
     try:
-        return load_reference(session, spec)
+        return load_reference(ctx, spec)
     except RunnerError as err:
         raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
 
 
-def recorded_mapping(session, spec):
+def recorded_mapping(ctx, spec):
     """The input/output mapping resolved for ``spec`` in this process (None before any candidate was built)."""
-    return session.cache.get(("iomap", spec.name))
+    return ctx.mappings.get(spec.name)
 
 
-def candidate_runner(session, spec, precision):
-    key = ("candidate", session.runtime, spec.name, precision)
-    if key not in session.cache:
-        runner = _build_candidate(session, spec, precision)
-        names = {r: m["candidate"] for r, m in io_mapping(session, spec, runner)["inputs"].items()}
-        session.cache[key] = _fed(runner, names, _casts(spec, "candidate"))
-    return session.cache[key]
+def candidate_runner(ctx, spec, precision):
+    key = (ctx.runtime, spec.name, precision)
+    if key not in ctx.candidates:
+        runner = _build_candidate(ctx, spec, precision)
+        names = {r: m["candidate"] for r, m in io_mapping(ctx, spec, runner)["inputs"].items()}
+        ctx.candidates[key] = _fed(runner, names, _casts(spec, "candidate"))
+    return ctx.candidates[key]
 
 
-def io_mapping(session, spec, runner):
-    """Resolve (once per model) which candidate tensor answers to which reference tensor; completes
-    ``spec.outputs`` with the resolved output names so that every comparison pairs outputs the same way."""
+def io_mapping(ctx, spec, runner):
+    """Resolve (once per model, in ``ctx.mappings``) which candidate tensor answers to which reference tensor;
+    ``ctx.output_names(spec)`` then pairs outputs for every comparison. The spec is not written to."""
     from paritygate.backend import iomap
 
-    key = ("iomap", spec.name)
-    if key not in session.cache:
-        ref_outputs = reference_output_names(session, spec)
+    if spec.name not in ctx.mappings:
+        ref_outputs = reference_output_names(ctx, spec)
         try:
             mapping = iomap.resolve(spec, ref_outputs, list(runner.input_metadata()), list(runner.output_names))
         except iomap.MappingError as err:
             raise RunnerError(str(err)) from None
-        spec.outputs.update({r: m["candidate"] for r, m in mapping["outputs"].items() if m["rule"] != "name"})
-        session.cache[key] = mapping
-    return session.cache[key]
+        ctx.mappings[spec.name] = mapping
+    return ctx.mappings[spec.name]
 
 
-def reference_output_names(session, spec):
+def resolved_spec(ctx, spec):
+    """``spec`` with ``outputs`` completed by the mapping resolved when its candidate was built (a copy: a loaded
+    ModelSpec is never written to), so every comparison pairs outputs the same way; ``spec`` itself before any
+    candidate was built or when the config's mapping is already complete."""
+    import dataclasses
+
+    outputs = ctx.output_names(spec)
+    return spec if outputs == spec.outputs else dataclasses.replace(spec, outputs=outputs)
+
+
+def reference_output_names(ctx, spec):
     """The reference's output names: from the SignatureDef when it has them (no TensorFlow run), else the runner."""
     from paritygate.backend import iomap
 
     outputs = iomap.bindings_of(spec)[1]
-    return sorted(outputs) if outputs else list(load_reference(session, spec).output_names)
+    return sorted(outputs) if outputs else list(load_reference(ctx, spec).output_names)
 
 
 def _casts(spec, side):
@@ -160,28 +155,28 @@ class ReferenceRunner(MappedRunner):
             raise SuiteError(f"the TensorFlow reference failed: {err}") from err
 
 
-def suite_built(session, spec, precision):
+def suite_built(ctx, spec, precision):
     """Whether the candidate at ``precision`` is an artifact the suite made (converted, quantized, or an engine
     it builds), not a file the config names: the artifact's faults are then the suite's (``error``)."""
-    if session.runtime == "tensorrt" and precision in spec.engines:
+    if ctx.runtime == "tensorrt" and precision in spec.engines:
         return False
-    return precision != "fp32" or spec.onnx is None or session.runtime == "tensorrt"
+    return precision != "fp32" or spec.onnx is None or ctx.runtime == "tensorrt"
 
 
-def _build_candidate(session, spec, precision):
+def _build_candidate(ctx, spec, precision):
     try:
-        return _build(session, spec, precision)
+        return _build(ctx, spec, precision)
     except RunnerError as err:
-        if not suite_built(session, spec, precision):
+        if not suite_built(ctx, spec, precision):
             raise  # the configured file itself: the candidate's fault (the validation pass reports it first)
         raise SuiteError(f"the {precision} candidate of model '{spec.name}' that the suite builds "
-                         f"({session.runtime}) failed: {err}") from err
+                         f"({ctx.runtime}) failed: {err}") from err
 
 
-def _build(session, spec, precision):
+def _build(ctx, spec, precision):
     from paritygate.backend.onnx.loader import onnx_artifact
 
-    if session.runtime == "tensorrt":
+    if ctx.runtime == "tensorrt":
         from paritygate.backend.cache import cache_root
         from paritygate.backend.trt.loader import EngineFromOnnx, EngineFromPath
         from paritygate.backend.trt.runner import TrtRunner
@@ -190,13 +185,13 @@ def _build(session, spec, precision):
             loader = EngineFromPath(spec.engines[precision], spec)
             what = str(spec.engines[precision])
         else:
-            loader = EngineFromOnnx(onnx_artifact(spec, precision, session.fp16_keep_fp32), spec, precision, cache_root() / "trt")
+            loader = EngineFromOnnx(onnx_artifact(spec, precision, ctx.fp16_keep_fp32), spec, precision, cache_root() / "trt")
             what = f"TensorRT engine for {spec.name} {precision}"
         runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}").activate()
     else:
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
-        path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
+        path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
         runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
         what = str(path)
     check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate")

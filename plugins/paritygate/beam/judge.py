@@ -50,14 +50,14 @@ class BeamCheckResult:
 
 def subject_for(session, spec):
     """The model's HandlerUnderTest (memoised in the session), with its TF reference and the Beam runner."""
-    key = ("beam_subject", spec.name)
-    if key not in session.cache:
-        from paritygate.backend.runtimes import reference_runner
+    ctx = session.context
+    if spec.name not in ctx.beam_subjects:
+        from paritygate.backend.runtimes import reference_runner, resolved_spec
         from paritygate.beam.contract import HandlerUnderTest
 
-        session.cache[key] = HandlerUnderTest.from_spec(spec, reference_runner(session, spec),
-                                                        runner=session.beam_runner, options=session.beam_options)
-    return session.cache[key]
+        ctx.beam_subjects[spec.name] = HandlerUnderTest.from_spec(resolved_spec(ctx, spec), reference_runner(ctx, spec),
+                                                                  runner=ctx.beam_runner, options=ctx.beam_options)
+    return ctx.beam_subjects[spec.name]
 
 
 def _listed(failures):

@@ -6,7 +6,7 @@ the command that replays *the check that failed* on it:
 Exit status: 0 the check passes on the saved inputs (not reproduced), 1 it fails (reproduced), 2 usage,
 3 error (the file, its config or a runtime could not be loaded: nothing was judged).
 
-Replay builds only the runners it needs, from a small ``RuntimeSettings`` (no pytest session).
+Replay builds only the runners it needs, from a ``paritygate.context.RunContext`` (no pytest session).
 """
 
 import argparse
@@ -78,12 +78,12 @@ class Replayed:
 # -- one function per replayable check: (settings, spec, precision, inputs, meta) -> Replayed -----------------
 def _matches_reference(settings, spec, precision, inputs, meta):
     """The candidate vs the live TF reference on the saved inputs: the elementwise policy and the task metric."""
-    from paritygate.backend.runtimes import candidate_runner, reference_runner
+    from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
     from paritygate.judge.parity import compare
 
     ref = reference_runner(settings, spec).infer(inputs)
     cand = candidate_runner(settings, spec, precision).infer(inputs)
-    result = compare(spec, precision, ref, cand)
+    result = compare(resolved_spec(settings, spec), precision, ref, cand)
     lines = [("PASS " if o.passed else "FAIL ") + o.describe() for o in result.outputs]
     lines += [f"task: {result.task}"] if result.task else []
     return Replayed("matches_reference", result.passed, lines + result.failures)
@@ -94,12 +94,13 @@ def _property(check):
     configuration the candidate is judged in, exactly as the property ran it on this input."""
 
     def run(settings, spec, precision, inputs, meta):
-        from paritygate.backend.runtimes import candidate_runner
+        from paritygate.backend.runtimes import candidate_runner, resolved_spec
         from paritygate.judge.properties import CHECKS
         from paritygate.judge.reference_noise import Ledger, reference_noise
 
         ledger = Ledger()
-        judge = CHECKS[check](spec, precision, candidate_runner(settings, spec, precision), ledger)
+        candidate = candidate_runner(settings, spec, precision)
+        judge = CHECKS[check](resolved_spec(settings, spec), precision, candidate, ledger)
         profile = reference_noise(settings, spec).profile(inputs)
         try:
             judge(inputs, profile)
@@ -141,7 +142,7 @@ REPLAYS = {"matches_reference": _matches_reference, "property_parity": _property
 def replay(path, check=None, runtime=None):
     """Replay the check a reproducer was saved by (or ``check``) on its inputs; returns a ``Replayed``."""
     from paritygate.backend.base import RunnerError
-    from paritygate.backend.runtimes import RuntimeSettings
+    from paritygate.context import RunContext
     from paritygate.models.config import ConfigError, load_config
     from paritygate.verdict import SuiteError
 
@@ -156,7 +157,7 @@ def replay(path, check=None, runtime=None):
     if spec is None:
         raise ReplayError(f"{path}: model '{meta['model']}' is not in {meta['config']} any more")
     keep = meta.get("fp16_keep_fp32")
-    settings = RuntimeSettings(runtime or meta["runtime"], tuple(keep) if keep is not None else None)
+    settings = RunContext(runtime or meta["runtime"], tuple(keep) if keep is not None else None)
     try:
         return REPLAYS[check](settings, spec, meta["precision"], inputs, meta)
     except (RunnerError, SuiteError, OSError) as err:

@@ -29,11 +29,14 @@ def localize_failure(session, spec, precision, feed, reference_outputs=None, lab
     live TF reference on ``feed``."""
     if precision not in PLAN_KEY or not getattr(session, "localize", True):
         return None
+    from paritygate.backend.runtimes import resolved_spec
+
+    spec = resolved_spec(session.context, spec)
     if reference_outputs is None:
         from paritygate.backend.runtimes import reference_runner
         from paritygate.judge.parity import run_batched
 
-        reference_outputs = run_batched(reference_runner(session, spec), feed, spec.max_batch)
+        reference_outputs = run_batched(reference_runner(session.context, spec), feed, spec.max_batch)
     return localize_and_repair(spec, precision, feed, reference_outputs, session.fp16_keep_fp32, labels,
                                compare_task)
 

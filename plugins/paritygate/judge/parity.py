@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paritygate.backend.runtimes import candidate_runner, reference_runner
+from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
 from paritygate.comparator.compare import compare_outputs
 from paritygate.comparator.task import task_metrics
 from paritygate.comparator.tolerance import tolerance_for
@@ -30,16 +30,16 @@ class ReferenceSet:
 
 def reference_set(session, spec):
     """Verified goldens when the model has them; else its input set run through the live TF reference."""
-    key = ("reference_set", spec.name)
-    if key not in session.cache:
+    memo = session.context.reference_sets
+    if spec.name not in memo:
         if goldens.golden_path(spec).exists():
             g = goldens.load_golden(spec)
-            session.cache[key] = ReferenceSet(g.inputs, g.outputs, g.labels, f"goldens {goldens.golden_path(spec)}")
+            memo[spec.name] = ReferenceSet(g.inputs, g.outputs, g.labels, f"goldens {goldens.golden_path(spec)}")
         else:
             inputs, labels = goldens.input_set(spec)
-            outputs = run_batched(reference_runner(session, spec), inputs, spec.max_batch)
-            session.cache[key] = ReferenceSet(inputs, outputs, labels, "live TensorFlow reference (no goldens)")
-    return session.cache[key]
+            outputs = run_batched(reference_runner(session.context, spec), inputs, spec.max_batch)
+            memo[spec.name] = ReferenceSet(inputs, outputs, labels, "live TensorFlow reference (no goldens)")
+    return memo[spec.name]
 
 
 @dataclass
@@ -100,7 +100,8 @@ def candidate_parity(session, spec, precision):
     from paritygate.judge import vacuity
 
     ref = reference_set(session, spec)
-    cand = run_batched(candidate_runner(session, spec, precision), ref.inputs, spec.max_batch)
+    cand = run_batched(candidate_runner(session.context, spec, precision), ref.inputs, spec.max_batch)
+    spec = resolved_spec(session.context, spec)
     result = compare(spec, precision, ref.outputs, cand, ref.labels)
 
     def limit(name, out):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paritygate.backend.runtimes import candidate_runner
+from paritygate.backend.runtimes import candidate_runner, resolved_spec
 from paritygate.comparator.compare import compare_array
 from paritygate.comparator.tolerance import (
     DETERMINISM_SOURCE,
@@ -48,10 +48,10 @@ class PropertyResult:
 
 
 def input_pool(session, spec):
-    key = ("input_pool", spec.name)
-    if key not in session.cache:
-        session.cache[key] = model_input_pool(spec)
-    return session.cache[key]
+    pools = session.context.input_pools
+    if spec.name not in pools:
+        pools[spec.name] = model_input_pool(spec)
+    return pools[spec.name]
 
 
 # -- the three properties -------------------------------------------------------------------------------------
@@ -71,7 +71,8 @@ def parity_check(spec, precision, candidate, ledger):
 
 
 def property_parity(session, spec, precision, details=None):
-    reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
+    reference, candidate = reference_noise(session.context, spec), candidate_runner(session.context, spec, precision)
+    spec = resolved_spec(session.context, spec)
     pool, ledger = input_pool(session, spec), Ledger()
     return _run(session, spec, precision, "property_parity", feeds(spec, pool=pool),
                 parity_check(spec, precision, candidate, ledger), reference, ledger, details,
@@ -103,7 +104,8 @@ def invariance_check(spec, precision, candidate, ledger):
 
 
 def batch_invariance(session, spec, precision, details=None):
-    reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
+    reference, candidate = reference_noise(session.context, spec), candidate_runner(session.context, spec, precision)
+    spec = resolved_spec(session.context, spec)
     pool, ledger = input_pool(session, spec), Ledger()
     sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
     return _run(session, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
@@ -137,7 +139,8 @@ def determinism_check(spec, precision, candidate, ledger):
 
 
 def determinism(session, spec, precision, details=None):
-    reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
+    reference, candidate = reference_noise(session.context, spec), candidate_runner(session.context, spec, precision)
+    spec = resolved_spec(session.context, spec)
     pool, ledger, bounded = input_pool(session, spec), Ledger(), spec.nondeterministic
     result = _run(session, spec, precision, "determinism", feeds(spec, pool=pool),
                   determinism_check(spec, precision, candidate, ledger), reference, ledger, details,

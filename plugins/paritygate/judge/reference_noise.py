@@ -31,11 +31,11 @@ from paritygate.comparator.compare import cosine_similarity, same_nonfinite
 K_REFERENCE = 2.0
 
 
-def reference_noise(session, spec):
-    key = ("reference_noise", spec.name)
-    if key not in session.cache:
-        session.cache[key] = ReferenceNoise(reference_runner(session, spec))
-    return session.cache[key]
+def reference_noise(ctx, spec):
+    """The model's reference in every configuration a property judges the candidate in (once per process)."""
+    if spec.name not in ctx.noise:
+        ctx.noise[spec.name] = ReferenceNoise(reference_runner(ctx, spec))
+    return ctx.noise[spec.name]
 
 
 class ReferenceNoise:

@@ -100,7 +100,7 @@ def latency_check(session, spec, precision, profile=None):
     result.failures += unmeasurable(spec, budgets)
     batches = sorted({1, spec.max_batch, *(b for b in budgets.batches if 1 <= b <= spec.max_batch)})
     result.machine = machine_info(session)
-    runner = candidate_runner(session, spec, precision)
+    runner = candidate_runner(session.context, spec, precision)
     for batch in batches:
         feed = sample_inputs(spec, batch, np.random.default_rng(0))
         result.rows.append(latency_row("candidate", session.runtime, batch, measure_runner(runner, feed, profile)))
@@ -136,15 +136,15 @@ def _reference_rows(session, spec, batches, profile):
 
     rows = []
     for batch in batches:
-        key = ("latency_reference", spec.name, batch, profile.name)
-        if key not in session.cache:
+        key = (spec.name, batch, profile.name)
+        if key not in session.context.reference_latency:
             feed = sample_inputs(spec, batch, np.random.default_rng(0))
             try:
-                timing = measure_runner(reference_runner(session, spec), feed, profile)
+                timing = measure_runner(reference_runner(session.context, spec), feed, profile)
             except (RunnerError, OSError, ValueError) as err:
                 return [], f"{type(err).__name__}: {err}"
-            session.cache[key] = latency_row("reference", "tensorflow", batch, timing)
-        rows.append(dict(session.cache[key]))  # a copy: budgets annotate rows per check
+            session.context.reference_latency[key] = latency_row("reference", "tensorflow", batch, timing)
+        rows.append(dict(session.context.reference_latency[key]))  # a copy: budgets annotate rows per check
     return rows, None
 
 

@@ -17,7 +17,7 @@ What is checked, each part where its library is installed (else a note says what
     engines       a prebuilt engine's TensorRT version (its sidecar) matches the installed TensorRT
     beam.handler  the handler module imports and the factory returns an unkeyed Beam ModelHandler
 
-Runners are kept in ``session.cache`` (paritygate.backend.runtimes), so the checks reuse what this pass loaded. A tool
+Runners are kept in the run's context (``session.context``) (paritygate.backend.runtimes), so the checks reuse what this pass loaded. A tool
 the suite drives that fails here (tf2onnx converting the reference) is not a config problem: it is noted, and
 the checks report it as ``error``.
 """
@@ -81,7 +81,7 @@ def _reference(session, spec, v):
     from paritygate.backend.runtimes import load_reference
 
     try:
-        runner = load_reference(session, spec)
+        runner = load_reference(session.context, spec)
     except (RunnerError, SuiteError) as err:
         v.problem("signature" if "has no signature" in str(err) else "reference", err)
         return None
@@ -125,7 +125,7 @@ def _candidate(session, spec, v, reference_ok):
     try:
         runner = _fp32_onnx_runner(session, spec, reference_ok)
         if reference_ok:
-            v.io_mapping = runtimes.recorded_mapping(session, spec) or runtimes.io_mapping(session, spec, runner)
+            v.io_mapping = runtimes.recorded_mapping(session.context, spec) or runtimes.io_mapping(session.context, spec, runner)
     except SuiteError as err:
         v.note("onnx", f"candidate not checked: {err} (its checks report this as error)")
         return
@@ -142,9 +142,9 @@ def _fp32_onnx_runner(session, spec, reference_ok):
     from paritygate.backend import runtimes
 
     if reference_ok and session.runtime == "onnxruntime" and "fp32" in spec.precisions:
-        return runtimes.candidate_runner(session, spec, "fp32")
-    key = ("validate_onnx", spec.name)
-    if key not in session.cache:
+        return runtimes.candidate_runner(session.context, spec, "fp32")
+    bare = session.context.preflight_runners
+    if spec.name not in bare:
         from paritygate.backend.onnx.loader import fp32_onnx
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
@@ -157,8 +157,8 @@ def _fp32_onnx_runner(session, spec, reference_ok):
             raise
         mapped = runtimes.MappedRunner(runner, runtimes.input_names(spec, runner))
         runtimes.check_input_spec(spec, mapped.input_metadata(), str(path))
-        session.cache[key] = runner
-    return session.cache[key]
+        bare[spec.name] = runner
+    return bare[spec.name]
 
 
 def _calibration(spec, v):
