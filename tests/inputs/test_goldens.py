@@ -155,7 +155,7 @@ def _write_models(prefix, source, reference, barrier):
 
 
 def test_concurrent_writers_both_end_up_in_the_manifest(spec, monkeypatch):
-    # the spawned children import this module as tests.test_goldens, with this process's sys.path
+    # the spawned children import this module as tests.inputs.test_goldens, with this process's sys.path
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold TensorFlow's threads
     barrier = ctx.Barrier(2)

@@ -1,13 +1,13 @@
 """paritygate.judge.divergence glue, the [models.precision] config keys and the report's rendering of a divergence."""
 
 import pytest
-from tests.test_config import folder, minimal  # noqa: F401 - the config folder fixture
 
 from paritygate.judge.divergence import localize_failure
 from paritygate.models.config import ConfigError, load_config
 from paritygate.report.markdown import _divergence_note
 from paritygate.session import ParitySession
 from tests.conftest import toy_spec, write_config
+from tests.models.test_config import folder, minimal  # noqa: F401 - the config folder fixture
 
 DIVERGENCE = {"first_node": "scale_up", "op_type": "Mul", "max_abs_error": "inf", "keep_fp32": ["scale_up", "ln"],
               "verified": True, "config": '[models.precision]  # ...\nfp16_keep_fp32 = ["scale_up", "ln"]',
