@@ -27,6 +27,33 @@ _EXTRA = {
 }
 
 
+# What each extra of pyproject.toml promises to make importable (its distributions' top-level modules), for
+# PARITYGATE_REQUIRE_EXTRAS: cpu is pyproject's paritygate[tf,onnx,beam,report]; lint installs binaries only.
+PROMISED = {
+    "tf": ("tensorflow", "keras", "hypothesis", "xdist"),
+    "onnx": ("onnx", "onnxruntime", "onnxconverter_common", "tf2onnx", "polygraphy", "hypothesis", "xdist"),
+    "beam": ("apache_beam", "hypothesis", "xdist"),
+    "report": ("matplotlib",),
+    "gpu": ("tensorrt", "polygraphy", "cuda"),
+    "gpu-trt10": ("tensorrt", "polygraphy", "cuda"),
+    "test": ("pytest_benchmark",),
+    "lint": (),
+}
+ALIASES = {"cpu": ("tf", "onnx", "beam", "report")}
+
+
+def promised_by(extras):
+    """Module root -> the first of ``extras`` that promises it. Raises ValueError naming an unknown extra."""
+    found = {}
+    for extra in extras:
+        if extra not in PROMISED and extra not in ALIASES:
+            raise ValueError(f"unknown extra {extra!r}; the extras are {sorted({*PROMISED, *ALIASES})}")
+        for name in ALIASES.get(extra, (extra,)):
+            for module in PROMISED[name]:
+                found.setdefault(module, name)
+    return found
+
+
 def available(name):
     """True when ``name`` can be imported, without importing it."""
     try:

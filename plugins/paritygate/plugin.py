@@ -3,6 +3,7 @@
 Importing this module imports none of tensorflow, tensorrt, apache_beam or cuda.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -57,10 +58,13 @@ def pytest_addoption(parser):
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
                     help="on a failing fp16/int8 check, localize the first divergent node and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
-    group.addoption("--require-gpu", action="store_true", default=False,
-                    help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT")
-    group.addoption("--update-goldens", action="store_true", default=False,
-                    help="regenerate golden outputs and their manifest from the native TF reference")
+    group.addoption("--parity-require-gpu", "--require-gpu", action="store_true", default=False, dest="require_gpu",
+                    help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT "
+                         "(default: skip with the reason; --require-gpu is an alias)")
+    group.addoption("--parity-update-goldens", "--update-goldens", action="store_true", default=False,
+                    dest="update_goldens",
+                    help="regenerate golden outputs and their manifest from the native TF reference "
+                         "(default: off; --update-goldens is an alias)")
 
 
 def pytest_configure(config):
@@ -69,6 +73,7 @@ def pytest_configure(config):
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     _register_hypothesis_profiles()
+    _require_extras(config)
     session = ParitySession(
         config_path=config.getoption("parity_config"),
         runtime=config.getoption("parity_runtime"),
@@ -102,6 +107,59 @@ def pytest_configure(config):
             session.check_report_dir()
         except OSError as err:
             raise pytest.UsageError(str(err)) from err
+
+
+REQUIRE_EXTRAS_ENV = "PARITYGATE_REQUIRE_EXTRAS"
+_IMPORTORSKIP_KEY = pytest.StashKey[object]()
+
+
+def _require_extras(config):
+    """``PARITYGATE_REQUIRE_EXTRAS=tf,onnx,beam,report`` (set by .ci/run from the install line): a module one of
+    these extras promises (lazy.PROMISED) that does not import fails where ``pytest.importorskip`` would skip,
+    so a CI environment whose extra is broken cannot go green. Unset: missing extras skip with the reason."""
+    from paritygate.lazy import promised_by
+
+    names = [n.strip() for n in os.environ.get(REQUIRE_EXTRAS_ENV, "").split(",") if n.strip()]
+    if not names:
+        return
+    try:
+        promised = promised_by(names)
+    except ValueError as err:
+        raise pytest.UsageError(f"{REQUIRE_EXTRAS_ENV}={','.join(names)}: {err}") from None
+    original = pytest.importorskip
+    config.stash[_IMPORTORSKIP_KEY] = original
+
+    def importorskip(modname, *args, **kwargs):
+        try:
+            return original(modname, *args, **kwargs)
+        except pytest.skip.Exception as skipped:
+            extra = promised.get(_missing_root(modname))  # polygraphy.backend.trt without tensorrt: gpu's, not onnx's
+            if extra is None:
+                raise
+            raise pytest.fail.Exception(f"{REQUIRE_EXTRAS_ENV}={','.join(names)} requires the '{extra}' extra, but "
+                                        f"{modname} does not import: {skipped.msg}", pytrace=False) from None
+
+    pytest.importorskip = importorskip
+
+
+def _missing_root(modname):
+    """The top-level name of the module that could not be found when importing ``modname`` (``modname``'s own
+    when it imports, e.g. too old a version)."""
+    import importlib
+
+    try:
+        importlib.import_module(modname)
+    except ModuleNotFoundError as err:
+        return (err.name or modname).split(".")[0]
+    except Exception:  # noqa: BLE001 - any other failure is modname's own
+        return modname.split(".")[0]
+    return modname.split(".")[0]
+
+
+def pytest_unconfigure(config):
+    original = config.stash.get(_IMPORTORSKIP_KEY, None)
+    if original is not None:
+        pytest.importorskip = original
 
 
 def _register_hypothesis_profiles():

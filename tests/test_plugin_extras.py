@@ -1,0 +1,116 @@
+"""PARITYGATE_REQUIRE_EXTRAS: in CI a promised extra that does not import fails the run; locally it skips."""
+
+import pytest
+
+# An installed extra that cannot import: a module of its own is missing (pytest.importorskip skips on
+# ModuleNotFoundError only; any other ImportError already fails the run).
+BROKEN = 'raise ModuleNotFoundError("No module named \'matplotlib._c_internal_utils\'")\n'
+TEST = """
+import pytest
+
+mpl = pytest.importorskip("matplotlib")
+
+
+def test_plots():
+    assert mpl
+"""
+INSIDE = """
+import pytest
+
+
+def test_needs_a_gpu_extra_and_a_report_extra():
+    pytest.importorskip("tensorrt_not_here_either")
+    pytest.importorskip("matplotlib")
+"""
+
+
+@pytest.fixture
+def broken_matplotlib(pytester):
+    """A ``matplotlib`` that is installed (found first on sys.path) but raises on import."""
+    pytester.makepyfile(matplotlib=BROKEN)
+    pytester.syspathinsert()
+    return pytester
+
+
+def _run(pytester, monkeypatch, extras, *args):
+    if extras is None:
+        monkeypatch.delenv("PARITYGATE_REQUIRE_EXTRAS", raising=False)
+    else:
+        monkeypatch.setenv("PARITYGATE_REQUIRE_EXTRAS", extras)
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))  # the broken module shadows the real one in the child
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", *args)
+
+
+def test_without_the_variable_a_broken_extra_skips_with_its_reason(broken_matplotlib, monkeypatch):
+    broken_matplotlib.makepyfile(test_report=TEST)
+    result = _run(broken_matplotlib, monkeypatch, None, "test_report.py")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*could not import 'matplotlib'*_c_internal_utils*"])
+
+
+def test_a_required_extra_that_does_not_import_fails_the_run(broken_matplotlib, monkeypatch):
+    broken_matplotlib.makepyfile(test_report=TEST)
+    result = _run(broken_matplotlib, monkeypatch, "tf,report", "test_report.py")
+    assert result.ret != 0
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([("*PARITYGATE_REQUIRE_EXTRAS=tf,report requires the 'report' extra, but matplotlib "
+                                  "does not import*_c_internal_utils*")])
+
+
+def test_cpu_names_its_four_extras_and_a_test_fails_inside(broken_matplotlib, monkeypatch):
+    """``cpu`` is pyproject's tf,onnx,beam,report; inside a test the importorskip fails the test; a module no
+    required extra promises (here an unknown one) still skips."""
+    broken_matplotlib.makepyfile(test_inside=INSIDE.replace('    pytest.importorskip("tensorrt_not_here_either")\n', ""),
+                                 test_other=INSIDE.replace('    pytest.importorskip("matplotlib")\n', ""))
+    result = _run(broken_matplotlib, monkeypatch, "cpu,lint,test", "test_inside.py", "test_other.py")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*requires the 'report' extra, but matplotlib does not import*"])
+
+
+def test_an_unknown_extra_is_a_usage_error(pytester, monkeypatch):
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = _run(pytester, monkeypatch, "tf,gpus", "test_x.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*PARITYGATE_REQUIRE_EXTRAS=tf,gpus: unknown extra 'gpus'; the extras are*"])
+
+
+@pytest.mark.parametrize("option", ["--parity-require-gpu", "--require-gpu"])
+def test_require_gpu_and_its_alias_set_one_option(pytester, option):
+    config = pytester.parseconfig(option)
+    assert config.getoption("require_gpu") is True
+
+
+@pytest.mark.parametrize("option", ["--parity-update-goldens", "--update-goldens"])
+def test_update_goldens_and_its_alias_set_one_option(pytester, option):
+    config = pytester.parseconfig(option)
+    assert config.getoption("update_goldens") is True and config.getoption("require_gpu") is False
+
+
+def test_a_module_missing_from_another_extra_still_skips(pytester, monkeypatch):
+    """A required extra's module that imports but needs another extra's module (polygraphy.backend.trt needs
+    tensorrt, the gpu extra's) skips, naming the missing one: only the required extras' own modules fail."""
+    pytester.mkpydir("matplotlib").joinpath("needs_gpu.py").write_text("import tensorrt_not_installed_here\n")
+    pytester.makepyfile(test_x="import pytest\n\npytest.importorskip('matplotlib.needs_gpu')\n\n\n"
+                               "def test_x():\n    pass\n")
+    result = _run(pytester, monkeypatch, "report", "test_x.py")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*No module named 'tensorrt_not_installed_here'*"])
+
+
+def test_ci_run_requires_the_extras_its_install_line_installs():
+    """.ci/run exports PARITYGATE_REQUIRE_EXTRAS from the README's Quickstart line 1 (``-e '.[EXTRAS]'``)."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from paritygate.lazy import promised_by
+
+    root = Path(__file__).resolve().parents[1]
+    script = (root / ".ci" / "run").read_text()
+    extract = next(line for line in script.splitlines() if line.startswith("extras=$("))
+    readme = (root / "README.md").read_text()
+    line1 = re.search(r"## Quickstart\n.*?```sh\n(.*?)\n", readme, re.DOTALL)[1]
+    out = subprocess.run(["bash", "-c", f'lines=("$0"); {extract}; echo "$extras"', line1], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert set(out.split(",")) >= {"cpu"}
+    assert {"tensorflow", "onnxruntime", "apache_beam", "matplotlib"} <= set(promised_by(out.split(",")))
