@@ -19,8 +19,15 @@ import pytest
 from paritygate.models.config import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIP_COPY = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".tox",
-                                   ".pytest_cache", ".hypothesis", "parity-report", "models", ".ruff_cache")
+_SKIP = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".tox",
+                               ".pytest_cache", ".hypothesis", "parity-report", ".ruff_cache")
+
+
+def SKIP_COPY(folder, names):
+    """What the wheel's copy of the checkout leaves out; ``models`` only as the zoo's built SavedModels
+    (fixtures/zoo/models), not paritygate/models or tests/models."""
+    skipped = _SKIP(folder, names)
+    return skipped | ({"models"} & set(names) if Path(folder).name == "zoo" else set())
 
 
 def test_the_package_list_holds_every_package_under_plugins():
