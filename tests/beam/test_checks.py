@@ -70,6 +70,10 @@ def test_latency_over_budget_is_caught(toy_subject):
     (row,) = result.details()["latency"]
     assert row["batch"] == "all" and row["p99_ms"] >= 1000 * toys.SLOW_SECONDS
     assert len(row["samples_ms"]) == checks.LATENCY_BATCHES and row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
+    # one percentile in the suite: nearest rank (an observed sample), as the latency rows and the comparator
+    from paritygate.latency.harness import percentile
+
+    assert row["p99_ms"] == percentile(row["samples_ms"], 99) and row["p99_ms"] in row["samples_ms"]
 
 
 def test_misreported_bytes_are_caught(toy_subject):
