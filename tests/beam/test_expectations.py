@@ -178,3 +178,33 @@ def test_every_handler_meets_the_beam_level_defects(toy_onnx_path):
     assert _ids("beam_maybe_keyed_mixed", subject) == {"beam-maybe-keyed-mixed"}
     assert not _ids("beam_maybe_keyed_mixed", _unreferenced(toy_spec(max_batch=1, beam={"handler": "m:f"}),
                                                             subject.factory))
+
+
+def test_split_fails_a_teams_handler_defect_and_keeps_beam_level_and_its_own_as_xfail(tmp_path):
+    first, weight = (next(e for e in KNOWN if e.id == i) for i in ("onnx-numpy-first-output", "beam-max-batch-weight"))
+    assert expectations.split([first, weight], bundled=True) == ([first, weight], [])
+    assert expectations.split([first, weight], bundled=False) == ([weight], [first])  # Beam's own: no handler avoids it
+    (tmp_path / "expectations.toml").write_text(
+        '[[expectations]]\nid = "ours"\nchecks = ["beam_pairing"]\nbeam = ">=0"\nreaches = "method:get_num_bytes"\n'
+        'defect = "m:f"\nupstream = "x.py:1"\nreason = "r"\nissue = "apache/beam#1"\n')
+    (ours,) = [e for e in expectations_for(tmp_path / "parity.toml") if e.own]
+    assert expectations.split([ours], bundled=False) == ([ours], []) and "apache/beam#1" in ours.describe()
+
+
+def test_one_reader_for_both_tables(tmp_path):
+    from paritygate.known import load_known_failures, read_expectations
+
+    path = tmp_path / "expectations.toml"
+    path.write_text('[[known_failures]]\nmodel = "m"\ncheck = "beam_pairing"\nreason = "r"\n'
+                    'upstream_defect = "onnx-numpy-first-output"\n')
+    assert [e["model"] for e in load_known_failures(tmp_path / "parity.toml")] == ["m"]
+    path.write_text(path.read_text().replace("onnx-numpy-first-output", "no-such-defect"))
+    with pytest.raises(ExpectationError, match="'upstream_defect': 'no-such-defect' is no known upstream defect"):
+        load_known_failures(tmp_path / "parity.toml")
+    path.write_text('[[expectations]]\nid = "x"\nchecks = "beam_pairing"\nbeam = ">=0"\nreaches = "beam"\n'
+                    'upstream = "a.py:1"\nreason = "r"\n')
+    with pytest.raises(ExpectationError, match=r"expectations\[0\] \('x'\): key 'checks': expected a list of strings"):
+        read_expectations(path)
+    path.write_text('[[known_failure]]\nmodel = "m"\n')
+    with pytest.raises(ExpectationError, match=r"unknown table\(s\) \['known_failure'\]"):
+        read_expectations(path)
