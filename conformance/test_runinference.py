@@ -38,6 +38,7 @@ def beam_check(request, parity_session, beam_subject, parity_details):
     from paritygate.beam.direct import DIRECT_CHECKS
     from paritygate.beam.expectations import expectations_for, match, split
     from paritygate.beam.multiprocess import multi_process
+    from paritygate.beam.updates import model_update
 
     def run(name, **kwargs):
         expected = match(name, beam_subject, _expectations(parity_session, expectations_for))
@@ -49,7 +50,7 @@ def beam_check(request, parity_session, beam_subject, parity_details):
         if named:
             parity_details["upstream_defects"] = [e.as_dict() for e in named]
         check = {**PIPELINE_CHECKS, **DIRECT_CHECKS, "beam_batch_latency": batch_latency,
-                 "beam_multi_process": multi_process}[name]
+                 "beam_multi_process": multi_process, "beam_model_update": model_update}[name]
         result = check(beam_subject, **kwargs)
         parity_details.update(result.details())
         assert result.passed, (f"{beam_subject.spec.name} {name} ({result.handler}):\n" + "\n".join(result.failures)
@@ -104,6 +105,12 @@ def test_beam_maybe_keyed_mixed(beam_check):
 def test_beam_multi_process(beam_check):
     """The handler pickled into 2 worker processes (Beam's multi-process mode), each loading its own model."""
     beam_check("beam_multi_process")
+
+
+def test_beam_model_update(beam_check):
+    """A model update through RunInference's model_metadata_pcoll side input: before it the original model and its
+    model_id, after it the update target's outputs and model_id; an empty side input keeps the default."""
+    beam_check("beam_model_update")
 
 
 @pytest.mark.latency

@@ -151,3 +151,14 @@ def test_a_failing_check_records_the_failing_case(toy_subject):
     details = result.details()
     assert details["failing"]["case"]["count"] >= 1 and details["failing"]["batch_sizes"]
     assert details["runners"] == ["FnApiRunner", "BundleBasedDirectRunner"]
+
+
+def test_model_update_passes_a_handler_that_honours_it_and_fails_one_that_ignores_it(toy_subject):
+    from paritygate.beam.updates import model_update
+
+    good = model_update(toy_subject(toys.correct))
+    assert good.passed, good.failures
+    ids = good.info["model_ids"]
+    assert good.info["elements"] == 9 and ids["after"] == [good.info["update_target"]] and ids["before"] != ids["after"]
+    bad = model_update(toy_subject(toys.factory_of(toys.IgnoresUpdates)))
+    assert "(after the update): not the update target's" in _failures(bad)

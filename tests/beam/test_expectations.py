@@ -19,7 +19,8 @@ from tests.conftest import make_onnx, scale, toy_spec
 pytestmark = [pytest.mark.beam, pytest.mark.onnx]
 
 KNOWN = expectations_for()
-ALL_CHECKS = {*checks.PIPELINE_CHECKS, *direct.DIRECT_CHECKS, "beam_batch_latency", "beam_multi_process"}
+ALL_CHECKS = {*checks.PIPELINE_CHECKS, *direct.DIRECT_CHECKS, "beam_batch_latency", "beam_multi_process",
+              "beam_model_update"}
 
 
 def _ids(check, subject):
@@ -124,6 +125,33 @@ def test_onnx_numpy_first_output(toy_subject):
     assert not direct.batch_extremes(subject).passed
     assert _ids("beam_pairing", subject) == _ids("handler_batch_extremes", subject) == {"onnx-numpy-first-output"}
     assert direct.results_stable(subject).passed and not _ids("handler_results_stable", subject)
+
+
+def all_outputs(session, batch, inference_args=None):
+    """An inference_fn returning a dict output name -> batch array (Beam splits it per element: utils.py:48)."""
+    import numpy as np
+
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, {session.get_inputs()[0].name: np.stack(batch)})))
+
+
+def _onnx_dict_factory(path, min_batch_size, max_batch_size):
+    from apache_beam.ml.inference.onnx_inference import OnnxModelHandlerNumpy
+
+    return OnnxModelHandlerNumpy(str(path), providers=["CPUExecutionProvider"], inference_fn=all_outputs,
+                                 min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+
+
+@pytest.mark.tf
+def test_onnx_numpy_ignores_model_updates_and_a_dict_output_reaches_every_element(toy_subject):
+    from paritygate.beam.updates import model_update
+
+    subject = toy_subject(_onnx_dict_factory)
+    assert checks.pairing(subject).passed and direct.batch_extremes(subject).passed  # every element: y and z
+    failures = model_update(subject).failures
+    assert all("(after the update)" in f for f in failures[:-1]), failures  # before: right
+    assert "not the update target's" in failures[0] and "model_id None" in failures[1]
+    assert _ids("beam_model_update", subject) == {"no-model-update"}
 
 
 def test_onnx_load_model_leaks_file(toy_onnx_path):

@@ -60,11 +60,14 @@ def test_the_suites_own_onnxruntime_handler_passes_every_check(parity_session, z
     every handler: max_batch_weight, mixed MaybeKeyed batches) remain, as strict xfails."""
     from paritygate.beam.handlers import onnxruntime
     from paritygate.beam.multiprocess import multi_process
+    from paritygate.beam.updates import model_update
 
     specs, _ = zoo
     subject = _subject(parity_session, specs[model], onnxruntime)
     known = expectations_for()
-    for name, check in {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS, "beam_multi_process": multi_process}.items():
+    every = {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS, "beam_multi_process": multi_process,
+             "beam_model_update": model_update}
+    for name, check in every.items():
         result, expected = check(subject), match(name, subject, known)
         assert all(not e.in_handler for e in expected), (name, [e.id for e in expected])
         assert result.passed != bool(expected), (name, result.failures, [e.id for e in expected])
