@@ -3,6 +3,8 @@ the toy model (two outputs) where Beam's own ONNX handler fails; a static batch 
 the TensorRT handler runs here through ONNX Runtime with a TensorRT-like profile."""
 
 
+import typing
+
 import numpy as np
 import pytest
 
@@ -60,7 +62,7 @@ class ProfileOfTwoToThree(serving.OnnxRuntimeHandler):
     """The TensorRT handler's batch rules (profile min 2, max 3) on ONNX Runtime: chunks of at most 3 rows, a
     chunk of 1 padded to 2."""
 
-    calls = []
+    calls: typing.ClassVar[list] = []
 
     def batch_limits(self, runner):
         return None, 3, 2

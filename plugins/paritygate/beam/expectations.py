@@ -30,7 +30,7 @@ import numpy as np
 
 from paritygate.known import BUNDLED_EXPECTATIONS, ExpectationError, read_expectations
 
-__all__ = ["BUNDLED_EXPECTATIONS", "ExpectationError", "Expectation", "load_expectations", "expectations_for", "match"]
+__all__ = ["BUNDLED_EXPECTATIONS", "Expectation", "ExpectationError", "expectations_for", "load_expectations", "match"]
 
 PREDICATES = {
     "multi_output": lambda spec, outputs: len(outputs) > 1,

@@ -92,7 +92,14 @@ def run_update(subject, case, target):
     import apache_beam as beam
     from apache_beam.ml.inference.base import ModelMetadata, RunInference
 
-    from paritygate.beam.pipeline import WriteRecords, _Element, _read_records, handler_stack, make_pipeline, output_folder
+    from paritygate.beam.pipeline import (
+        WriteRecords,
+        _Element,
+        _read_records,
+        handler_stack,
+        make_pipeline,
+        output_folder,
+    )
 
     folder, error = output_folder(case.runner, subject.options), None
     with warnings.catch_warnings():  # a leaked file is reported by handler_load_model, not here
