@@ -57,6 +57,11 @@ def pytest_addoption(parser):
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
                     help="on a failing fp16/int8 check, localize the first divergent node and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
+    group.addoption("--parity-numerics", metavar="strict|ort", choices=("strict", "ort"), default="strict",
+                    help="how ONNX Runtime computes a candidate artifact that holds float16 tensors: strict (each "
+                         "float16 tensor rounded to FP16 where produced, ops computed in FP32 from FP16 values, as "
+                         "a strongly typed engine does; docs/numerics.md) or ort (its own numerics, mostly FP32) "
+                         "(default: strict)")
     group.addoption("--require-gpu", action="store_true", default=False,
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT")
     group.addoption("--update-goldens", action="store_true", default=False,
@@ -80,6 +85,7 @@ def pytest_configure(config):
         beam_options=config.getoption("parity_beam_option"),
         fp16_keep_fp32=config.getoption("parity_fp16_keep_fp32"),
         localize=config.getoption("parity_localize") != "off",
+        numerics=config.getoption("parity_numerics"),
         is_xdist_worker=hasattr(config, "workerinput"),
         baseline=config.getoption("parity_baseline"),
         baseline_fail=config.getoption("parity_baseline_fail"),

@@ -18,6 +18,7 @@ class RuntimeSettings:
 
     runtime: str = "onnxruntime"
     fp16_keep_fp32: tuple = None
+    numerics: str = "strict"
     cache: dict = field(default_factory=dict)
 
 
@@ -196,11 +197,21 @@ def _build(session, spec, precision):
     else:
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
-        path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
+        path = computed_artifact(session, onnx_artifact(spec, precision, session.fp16_keep_fp32))
         runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
         what = str(path)
     check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate")
     return runner
+
+
+def computed_artifact(session, path):
+    """The file ONNX Runtime runs for the artifact ``path``: under strict numerics (``--parity-numerics``, the
+    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict``)."""
+    if getattr(session, "numerics", "strict") != "strict":
+        return path
+    from paritygate.backend.onnx.strict import strict_onnx
+
+    return strict_onnx(path)
 
 
 def input_names(spec, runner):
