@@ -238,7 +238,7 @@ class ParitySession:
                           f"{err.strerror or err}") from err
 
     def summary_lines(self):
-        from paritygate.report.text import precision_label
+        from paritygate.report.text import describe_numerics, precision_label
         from paritygate.validate import summary_lines as validation_lines
 
         lines = validation_lines(self.validation)
@@ -248,9 +248,12 @@ class ParitySession:
         # the four verdicts always, so that "0 error" is said; skip/xfail/regenerated when they occurred
         text = ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("pass", "fail", "error", "inconclusive"))
         stats = self.cache_stats()
-        numerics = f", fp16/int8 numerics {self.numerics}" if self.runtime == "onnxruntime" else ""
-        lines += [f"paritygate: runtime {self.runtime}{numerics}, {len(self.checks)} checks: {text}",
+        lines += [f"paritygate: runtime {self.runtime}, {len(self.checks)} checks: {text}",
                   f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]
+        reduced = sorted({c["details"]["numerics"] for c in self.checks if c["details"].get("numerics")})
+        if reduced:
+            lines.append(f"paritygate: fp16/int8 rows computed with {' and '.join(reduced)} numerics "
+                         f"({'; '.join(describe_numerics(n) for n in reduced)})")
         for c in self.checks:
             repro = c["details"].get("reproducer")
             if repro:
