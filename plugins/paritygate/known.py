@@ -7,6 +7,7 @@ to the matching checks as a *strict* xfail (an unexpected pass is reported as a 
     check = "property_parity"   # required: the report's check name (the test function without `test_`)
     precision = "int8"          # optional: every precision when absent
     runtime = "tensorrt"        # optional: every runtime when absent
+    numerics = "strict"         # optional (onnxruntime): every --parity-numerics mode when absent
     reason = "…"                # required: why, with the upstream issue or measurement
 """
 
@@ -16,7 +17,7 @@ import pytest
 
 from paritygate.config import ConfigError, tomllib
 
-FIELDS = {"model", "check", "precision", "runtime", "reason"}
+FIELDS = {"model", "check", "precision", "runtime", "numerics", "reason"}
 REQUIRED = {"model", "check", "reason"}
 
 
@@ -42,11 +43,12 @@ def load_known_failures(config_path):
     return entries
 
 
-def mark_known_failures(item, model, precision, runtime, entries):
+def mark_known_failures(item, model, precision, runtime, entries, numerics=None):
     check = item.originalname.removeprefix("test_")
     for entry in entries:
         if (entry["model"] == model and entry["check"] == check
-                and entry.get("precision", precision) == precision and entry.get("runtime", runtime) == runtime):
+                and entry.get("precision", precision) == precision and entry.get("runtime", runtime) == runtime
+                and entry.get("numerics", numerics) == numerics):
             # raises=AssertionError: the known failure is the candidate being wrong; a crash of the check (a
             # SuiteError, a converter or runtime exception) is not it, and shows as an error.
             reason = f"known failure ({entry['source']}): {entry['reason']}"

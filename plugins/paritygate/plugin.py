@@ -133,7 +133,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         model, precision = case_of(item)
         if model is not None and known:
-            mark_known_failures(item, model, precision, session.runtime, known)
+            mark_known_failures(item, model, precision, session.runtime, known, session.numerics)
         if candidate_on_trt and "parity_candidate_available" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.trt)  # the candidate runs on TensorRT: `-m gpu` selects these checks
         if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):

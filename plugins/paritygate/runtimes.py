@@ -6,6 +6,8 @@ the mapping ``paritygate.iomap`` resolved (explicit, name, signature, decorated 
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from paritygate.backend.base import BaseRunner, RunnerError
 from paritygate.verdict import SuiteError
 
@@ -212,6 +214,24 @@ def computed_artifact(session, path):
     from paritygate.backend.onnx.strict import strict_onnx
 
     return strict_onnx(path)
+
+
+def computed_dtype(session, spec, precision):
+    """numpy.float16 when the candidate at ``precision`` computes float16 tensors (an ONNX artifact that holds
+    them, or a TensorRT fp16 engine), else None: the batch-invariance bound's unit roundoff comes from it."""
+    key = ("computed_dtype", session.runtime, spec.name, precision)
+    if key not in session.cache:
+        if session.runtime == "tensorrt":
+            session.cache[key] = np.float16 if precision == "fp16" else None
+        else:
+            import onnx
+
+            from paritygate.backend.onnx.loader import onnx_artifact
+            from paritygate.backend.onnx.strict import float16_tensors
+
+            path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
+            session.cache[key] = np.float16 if float16_tensors(onnx.load(str(path))) else None
+    return session.cache[key]
 
 
 def input_names(spec, runner):
