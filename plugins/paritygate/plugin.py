@@ -208,6 +208,17 @@ def pytest_runtest_setup(item):
         pytest.fail(f"--require-gpu: {reason}", pytrace=False)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """An fp16/int8 candidate check records its artifact's precision coverage; a pass below the model's minimum
+    is ``inconclusive`` (an "fp16" artifact computing in FP32 proves nothing about FP16)."""
+    result = yield
+    from paritygate.coverage_gate import coverage_verdict
+
+    coverage_verdict(item, item.config.stash[SESSION_KEY])
+    return result
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -168,6 +168,8 @@ def suite_built(session, spec, precision):
     it builds), not a file the config names: the artifact's faults are then the suite's (``error``)."""
     if session.runtime == "tensorrt" and precision in spec.engines:
         return False
+    if precision in spec.onnx_artifacts:
+        return False  # the team's own fp16/int8 ONNX (or an engine built from it): its faults are the candidate's
     return precision != "fp32" or spec.onnx is None or session.runtime == "tensorrt"
 
 
@@ -231,6 +233,36 @@ def computed_dtype(session, spec, precision):
 
             path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
             session.cache[key] = np.float16 if float16_tensors(onnx.load(str(path))) else None
+    return session.cache[key]
+
+
+def precision_coverage(session, spec, precision):
+    """``details.precision_coverage`` of the ONNX artifact at ``precision`` (paritygate.backend.onnx.coverage),
+    measured once per process on one sample batch within the config's ranges; None for a prebuilt engine."""
+    key = ("precision_coverage", spec.name, precision)
+    if key not in session.cache:
+        if session.runtime == "tensorrt" and precision in spec.engines:
+            session.cache[key] = None
+            return None
+        import onnx
+
+        from paritygate import iomap
+        from paritygate.backend.onnx import coverage
+        from paritygate.backend.onnx.loader import onnx_artifact
+        from paritygate.strategies import sample_inputs
+
+        path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
+        names = iomap.input_map(spec, [i.name for i in onnx.load(str(path)).graph.input])
+        casts = _casts(spec, "candidate")
+        sample = sample_inputs(spec, 1, np.random.default_rng(0))
+        feed = {names.get(k, k): v.astype(casts[k]) if k in casts else v for k, v in sample.items()}
+        found = coverage.measure(path, precision, feed)
+        minimum = spec.min_precision_coverage
+        found.update(minimum=coverage.MIN_MAC_SHARE if minimum is None else minimum,
+                     minimum_source="coverage.MIN_MAC_SHARE (README 'Precision coverage')" if minimum is None
+                     else spec.where("min_precision_coverage"),
+                     artifact=str(path), judged="own" if precision in spec.onnx_artifacts else "suite-built")
+        session.cache[key] = found
     return session.cache[key]
 
 
