@@ -24,7 +24,19 @@ class RuntimeSettings:
     cache: dict = field(default_factory=dict)
 
 
-def check_input_spec(spec, metadata, what, side="candidate"):
+def half_inputs(spec, precision, runner):
+    """The float16 inputs of a team's own fp16 ONNX whose config dtype is float32 (converters' default I/O,
+    e.g. onnxconverter-common without keep_io_types): {reference input name: float16}, fed rounded to float16 as
+    the team's serving code feeds them."""
+    if precision not in spec.onnx_artifacts:
+        return {}
+    back = {c: r for r, c in input_names(spec, runner).items()}
+    return {back.get(n, n): np.dtype(np.float16) for n, (dtype, _) in runner.input_metadata().items()
+            if dtype == np.float16 and back.get(n, n) in spec.inputs
+            and spec.inputs[back.get(n, n)].dtype_of("candidate") == np.float32}
+
+
+def check_input_spec(spec, metadata, what, side="candidate", half=()):
     """The config's input spec must match the model's inputs by name, rank, dtype (the ``side``'s: reference or
     candidate) and fixed dims; the message names the config key first, then the model file (``what``)."""
     names, want = set(metadata), set(spec.inputs)
@@ -36,7 +48,7 @@ def check_input_spec(spec, metadata, what, side="candidate"):
         if len(shape) != len(tensor.shape):
             raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares rank {len(tensor.shape)} "
                               f"{list(tensor.shape)}, but {what} has input '{name}' of rank {len(shape)} {list(shape)}")
-        if dtype != tensor.dtype_of(side):
+        if dtype != tensor.dtype_of(side) and name not in half:
             key = f"{side}_dtype" if getattr(tensor, f"{side}_dtype") else "dtype"
             raise RunnerError(f"{spec.where(f'inputs.{name}.{key}')}: declares {tensor.dtype_of(side)}, but {what} "
                               f"has input '{name}' of dtype {dtype}")
@@ -79,7 +91,8 @@ def candidate_runner(session, spec, precision):
     if key not in session.cache:
         runner = _build_candidate(session, spec, precision)
         names = {r: m["candidate"] for r, m in io_mapping(session, spec, runner)["inputs"].items()}
-        session.cache[key] = _fed(runner, names, _casts(spec, "candidate"))
+        casts = {**_casts(spec, "candidate"), **half_inputs(spec, precision, runner)}
+        session.cache[key] = _fed(runner, names, casts)
     return session.cache[key]
 
 
@@ -204,7 +217,8 @@ def _build(session, spec, precision):
         path = computed_artifact(session, onnx_artifact(spec, precision, session.fp16_keep_fp32))
         runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
         what = str(path)
-    check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate")
+    check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate",
+                     half=half_inputs(spec, precision, runner))
     return runner
 
 
@@ -252,10 +266,11 @@ def precision_coverage(session, spec, precision):
         from paritygate.strategies import sample_inputs
 
         path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
-        names = iomap.input_map(spec, [i.name for i in onnx.load(str(path)).graph.input])
-        casts = _casts(spec, "candidate")
+        graph_inputs = onnx.load(str(path)).graph.input
+        names = iomap.input_map(spec, [i.name for i in graph_inputs])
+        types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in graph_inputs}
         sample = sample_inputs(spec, 1, np.random.default_rng(0))
-        feed = {names.get(k, k): v.astype(casts[k]) if k in casts else v for k, v in sample.items()}
+        feed = {names.get(k, k): v.astype(types[names.get(k, k)]) for k, v in sample.items()}
         found = coverage.measure(path, precision, feed)
         minimum = spec.min_precision_coverage
         found.update(minimum=coverage.MIN_MAC_SHARE if minimum is None else minimum,

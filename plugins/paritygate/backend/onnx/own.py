@@ -61,7 +61,7 @@ def check_pairing(spec, precision, path, runner, fp32_outputs):
     from paritygate import runtimes
 
     mapped = runtimes.MappedRunner(runner, runtimes.input_names(spec, runner))
-    runtimes.check_input_spec(spec, mapped.input_metadata(), str(path))
+    runtimes.check_input_spec(spec, mapped.input_metadata(), str(path), half=runtimes.half_inputs(spec, precision, runner))
     missing = sorted(set(fp32_outputs) - set(runner.output_names))
     if missing:
         raise RunnerError(f"{spec.where(f'onnx.{precision}')}: {path} lacks output(s) {missing} that pair with "
