@@ -208,9 +208,10 @@ def _model_spec(path, table, check_files):
                           f"task is '{table.get('task', 'generic')}' (detection reads its outputs by name: boxes, "
                           "scores, classes, num_detections)")
     calibration = table.get("calibration")
-    if "int8" in table["precisions"] and calibration is None:
+    if "int8" in table["precisions"] and calibration is None and "int8" not in onnx_files:
         raise ConfigError(f"{where('calibration')}: int8 is listed in precisions, so a calibration .npz "
-                          "(representative inputs keyed by input name) is required")
+                          "(representative inputs keyed by input name) is required, or your own int8 ONNX "
+                          "(onnx = { int8 = \"model.int8.onnx\" })")
     return ModelSpec(
         name=name,
         source=path,
