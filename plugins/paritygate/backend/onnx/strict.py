@@ -24,9 +24,14 @@ from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
 
+# Ops that only move, select or negate values: fed FP16 values, their outputs are FP16 values already, so the
+# rounding after them would change nothing and is left out (it only costs time).
+EXACT_OPS = {"Relu", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Slice", "Gather",
+             "GatherElements", "GatherND", "MaxPool", "Identity", "Max", "Min", "Neg", "Abs", "Split", "Expand",
+             "Tile", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin", "Where", "TopK"}
 MODES = ("strict", "ort")
 DEFAULT = "strict"
-BUILD = "strict-fp16-roundtrip-v1"  # part of the cache key: bump when the rewrite changes
+BUILD = "strict-fp16-roundtrip-v2"  # part of the cache key: bump when the rewrite changes
 ROUND = "__round_fp16"  # suffix of the Cast(to=FLOAT16) nodes the rewrite adds
 TYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
               "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Bernoulli": "dtype"}
@@ -50,7 +55,8 @@ def emulate(source):
     model.CopyFrom(source)
     types, taken = scopes.inferred_types(model), tensor_names(model)
     half = {n for n, t in types.items() if t == onnx.TensorProto.FLOAT16}
-    report = {"build": BUILD, "float16_tensors": len(half), "rounded": 0, "initializers": 0, "retyped_nodes": 0}
+    report = {"build": BUILD, "float16_tensors": len(half), "rounded": 0, "initializers": 0, "retyped_nodes": 0,
+              "exact_ops": sorted(EXACT_OPS)}
     for depth, graph in enumerate(list(scopes.graphs(model.graph))):
         top = graph is model.graph
         report["initializers"] += _widen_constants(graph)
@@ -65,8 +71,10 @@ def emulate(source):
             rebuilt.append(node)
             if node.op_type == "Constant":
                 continue
+            exact = node.op_type in EXACT_OPS and all(
+                types.get(i) != onnx.TensorProto.FLOAT or i in half for i in node.input if i)
             for k, out in enumerate(node.output):
-                if out and out in half:
+                if out and out in half and not (exact and not (top and out in outputs)):
                     rebuilt += _round(graph, node, k, out, top and out in outputs, taken)
                     report["rounded"] += 1
         del graph.node[:]
