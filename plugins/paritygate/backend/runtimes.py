@@ -5,11 +5,25 @@ candidate's names, paired with the reference's through ``resolved_spec(ctx, spec
 ``[models.outputs]`` completed with the mapping ``paritygate.backend.iomap`` resolved (explicit, name, signature,
 decorated or single), kept in the run's context (``paritygate.context.RunContext``); the spec is not written to."""
 
+import numpy as np
+
 from paritygate.backend.base import BaseRunner, RunnerError
 from paritygate.verdict import SuiteError
 
 
-def check_input_spec(spec, metadata, what, side="candidate"):
+def half_inputs(spec, precision, runner):
+    """The float16 inputs of a team's own fp16 ONNX whose config dtype is float32 (converters' default I/O,
+    e.g. onnxconverter-common without keep_io_types): {reference input name: float16}, fed rounded to float16 as
+    the team's serving code feeds them."""
+    if precision not in spec.onnx_artifacts:
+        return {}
+    back = {c: r for r, c in input_names(spec, runner).items()}
+    return {back.get(n, n): np.dtype(np.float16) for n, (dtype, _) in runner.input_metadata().items()
+            if dtype == np.float16 and back.get(n, n) in spec.inputs
+            and spec.inputs[back.get(n, n)].dtype_of("candidate") == np.float32}
+
+
+def check_input_spec(spec, metadata, what, side="candidate", half=()):
     """The config's input spec must match the model's inputs by name, rank, dtype (the ``side``'s: reference or
     candidate) and fixed dims; the message names the config key first, then the model file (``what``)."""
     names, want = set(metadata), set(spec.inputs)
@@ -21,7 +35,7 @@ def check_input_spec(spec, metadata, what, side="candidate"):
         if len(shape) != len(tensor.shape):
             raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares rank {len(tensor.shape)} "
                               f"{list(tensor.shape)}, but {what} has input '{name}' of rank {len(shape)} {list(shape)}")
-        if dtype != tensor.dtype_of(side):
+        if dtype != tensor.dtype_of(side) and name not in half:
             key = f"{side}_dtype" if getattr(tensor, f"{side}_dtype") else "dtype"
             raise RunnerError(f"{spec.where(f'inputs.{name}.{key}')}: declares {tensor.dtype_of(side)}, but {what} "
                               f"has input '{name}' of dtype {dtype}")
@@ -63,7 +77,8 @@ def candidate_runner(ctx, spec, precision):
     if key not in ctx.candidates:
         runner = _build_candidate(ctx, spec, precision)
         names = {r: m["candidate"] for r, m in io_mapping(ctx, spec, runner)["inputs"].items()}
-        ctx.candidates[key] = _fed(runner, names, _casts(spec, "candidate"))
+        casts = {**_casts(spec, "candidate"), **half_inputs(spec, precision, runner)}
+        ctx.candidates[key] = _fed(runner, names, casts)
     return ctx.candidates[key]
 
 
@@ -160,6 +175,8 @@ def suite_built(ctx, spec, precision):
     it builds), not a file the config names: the artifact's faults are then the suite's (``error``)."""
     if ctx.runtime == "tensorrt" and precision in spec.engines:
         return False
+    if precision in spec.onnx_artifacts:
+        return False  # the team's own fp16/int8 ONNX (or an engine built from it): its faults are the candidate's
     return precision != "fp32" or spec.onnx is None or ctx.runtime == "tensorrt"
 
 
@@ -191,11 +208,71 @@ def _build(ctx, spec, precision):
     else:
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
-        path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
+        path = computed_artifact(ctx, onnx_artifact(spec, precision, ctx.fp16_keep_fp32))
         runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
         what = str(path)
-    check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate")
+    check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate",
+                     half=half_inputs(spec, precision, runner))
     return runner
+
+
+def computed_artifact(ctx, path):
+    """The file ONNX Runtime runs for the artifact ``path``: under strict numerics (``--parity-numerics``, the
+    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict``)."""
+    if ctx.numerics != "strict":
+        return path
+    from paritygate.backend.onnx.strict import strict_onnx
+
+    return strict_onnx(path)
+
+
+def computed_dtype(ctx, spec, precision):
+    """numpy.float16 when the candidate at ``precision`` computes float16 tensors (an ONNX artifact that holds
+    them, or a TensorRT fp16 engine), else None: the batch-invariance bound's unit roundoff comes from it."""
+    key = (ctx.runtime, spec.name, precision)
+    if key not in ctx.computed_dtypes:
+        if ctx.runtime == "tensorrt":
+            ctx.computed_dtypes[key] = np.float16 if precision == "fp16" else None
+        else:
+            import onnx
+
+            from paritygate.backend.onnx.loader import onnx_artifact
+            from paritygate.backend.onnx.strict import float16_tensors
+
+            path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
+            ctx.computed_dtypes[key] = np.float16 if float16_tensors(onnx.load(str(path))) else None
+    return ctx.computed_dtypes[key]
+
+
+def precision_coverage(ctx, spec, precision):
+    """``details.precision_coverage`` of the ONNX artifact at ``precision`` (paritygate.backend.onnx.coverage),
+    measured once per process on one sample batch within the config's ranges; None for a prebuilt engine."""
+    key = (spec.name, precision)
+    if key not in ctx.precision_coverage:
+        if ctx.runtime == "tensorrt" and precision in spec.engines:
+            ctx.precision_coverage[key] = None
+            return None
+        import onnx
+
+        from paritygate.backend import iomap
+        from paritygate.backend.onnx import coverage
+        from paritygate.backend.onnx.loader import onnx_artifact
+        from paritygate.inputs.strategies import sample_inputs
+
+        path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
+        graph_inputs = onnx.load(str(path)).graph.input
+        names = iomap.input_map(spec, [i.name for i in graph_inputs])
+        types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in graph_inputs}
+        sample = sample_inputs(spec, 1, np.random.default_rng(0))
+        feed = {names.get(k, k): v.astype(types[names.get(k, k)]) for k, v in sample.items()}
+        found = coverage.measure(path, precision, feed)
+        minimum = spec.min_precision_coverage
+        found.update(minimum=coverage.MIN_MAC_SHARE if minimum is None else minimum,
+                     minimum_source="coverage.MIN_MAC_SHARE (README 'Precision coverage')" if minimum is None
+                     else spec.where("min_precision_coverage"),
+                     artifact=str(path), judged="own" if precision in spec.onnx_artifacts else "suite-built")
+        ctx.precision_coverage[key] = found
+    return ctx.precision_coverage[key]
 
 
 def input_names(spec, runner):

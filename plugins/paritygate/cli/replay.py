@@ -157,7 +157,7 @@ def replay(path, check=None, runtime=None):
     if spec is None:
         raise ReplayError(f"{path}: model '{meta['model']}' is not in {meta['config']} any more")
     keep = meta.get("fp16_keep_fp32")
-    settings = RunContext(runtime or meta["runtime"], tuple(keep) if keep is not None else None)
+    settings = RunContext(runtime=runtime or meta["runtime"], fp16_keep_fp32=tuple(keep) if keep is not None else None)
     try:
         return REPLAYS[check](settings, spec, meta["precision"], inputs, meta)
     except (RunnerError, SuiteError, OSError) as err:
