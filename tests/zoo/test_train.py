@@ -29,7 +29,7 @@ def load(path):
 
 def test_config_validates_against_schema():
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads((ROOT / "plugins" / "paritygate" / "config_schema.json").read_text())
+    schema = json.loads((ROOT / "plugins" / "paritygate" / "models" / "config_schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(
         tomllib.loads((ROOT / "fixtures" / "parity.toml").read_text()))
 
