@@ -94,8 +94,10 @@ def signature_bindings(saved_model_dir, signature):
 
 
 def bindings_of(spec):
-    """The SignatureDef bindings of a SavedModel reference (empty for a .keras file)."""
-    if spec.reference.suffix == ".keras" or not (spec.reference / "saved_model.pb").exists():
+    """The SignatureDef bindings of a SavedModel reference (empty for a Keras file)."""
+    from paritygate.backend.tf.util import is_keras
+
+    if is_keras(spec.reference) or not (spec.reference / "saved_model.pb").exists():
         return {}, {}
     return signature_bindings(spec.reference, spec.signature)
 

@@ -8,7 +8,7 @@ the run with them (exit code 4) before any check runs.
 
 What is checked, each part where its library is installed (else a note says what was not checked):
 
-    reference     the SavedModel loads and has the signature (or the .keras file loads); the inputs' names,
+    reference     the SavedModel loads and has the signature (or the .keras, .h5 or .hdf5 file loads); the inputs' names,
                   ranks, dtypes and fixed dims match the config; the task finds its outputs on a sample batch
     candidate     the fp32 ONNX (configured, or converted from the reference) passes onnx.checker and loads
                   in ONNX Runtime; its inputs match the config; reference and candidate names pair

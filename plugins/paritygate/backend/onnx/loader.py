@@ -91,11 +91,11 @@ def fp32_onnx(spec):
     if spec.onnx is not None:
         load_checked(spec.onnx)
         return Path(spec.onnx)
-    from paritygate.backend.tf.loader import EXPORT_VERSION, is_keras
+    from paritygate.backend.tf.loader import EXPORT_VERSION, is_keras, keras_name
 
     key = key_of(reference=hash_path(spec.reference), signature=None if is_keras(spec.reference) else spec.signature,
                  opset=OPSET, tf2onnx=_version("tf2onnx"), tf=_version("tensorflow-cpu") or _version("tensorflow"),
-                 keras=(EXPORT_VERSION, _version("keras")) if is_keras(spec.reference) else None, build=BUILD["fp32"])
+                 keras=(EXPORT_VERSION, keras_name(spec.reference)) if is_keras(spec.reference) else None, build=BUILD["fp32"])
     return cached_file("onnx", f"{spec.name}-fp32-{key}", ".onnx", lambda tmp: _convert(spec, tmp))
 
 

@@ -1,0 +1,58 @@
+"""What kind of TensorFlow reference a path is, and which Keras reads it.
+
+A ``.keras`` file is Keras 3's. A ``.h5`` / ``.hdf5`` file is a legacy Keras 2 file: tf_keras (Keras 2) reads it
+when installed; otherwise Keras 3, which reads most Keras 2 HDF5 files (fer's CNN, measured: outputs within
+1e-6 of tf_keras's), but not every layer config (nakdimon's LSTM: ``time_major``). Anything else is a SavedModel.
+"""
+
+from pathlib import Path
+
+from paritygate.backend.base import RunnerError
+from paritygate.lazy import available, dist_version, lazy_import
+
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+LEGACY_SUFFIXES = (".h5", ".hdf5")
+REFERENCE_KINDS = "a SavedModel folder, a .keras file or a legacy Keras 2 .h5/.hdf5 file"
+
+
+def is_keras(path):
+    """A Keras file (Keras 3 ``.keras`` or legacy Keras 2 ``.h5`` / ``.hdf5``), not a SavedModel folder."""
+    return Path(path).suffix.lower() in KERAS_SUFFIXES
+
+
+def is_legacy_keras(path):
+    return Path(path).suffix.lower() in LEGACY_SUFFIXES
+
+
+def keras_for(path):
+    """The Keras module that reads ``path``: tf_keras for a legacy file when installed, else Keras 3."""
+    if is_legacy_keras(path) and available("tf_keras"):
+        return lazy_import("tf_keras")
+    return lazy_import("keras")
+
+
+def keras_name(path):
+    """'tf_keras 2.21.0' / 'keras 3.15.1': the loader of ``path`` with its version (cache keys, messages)."""
+    module = "tf_keras" if is_legacy_keras(path) and available("tf_keras") else "keras"
+    return f"{module} {dist_version(module.replace('_', '-'))}"
+
+
+def tf_keras_hint():
+    """The exact install line for tf_keras, matching the installed TensorFlow."""
+    version = dist_version("tensorflow-cpu", "tensorflow") or ""
+    pin = ".".join(version.split(".")[:2])
+    return (f"pip install --no-deps 'tf-keras=={pin}.*'" if pin else "pip install --no-deps tf-keras") + \
+        " (--no-deps: tf-keras declares `tensorflow`, which would install beside tensorflow-cpu)"
+
+
+def load_keras(path):
+    """The Keras model at ``path`` (compile=False); a legacy file Keras 3 cannot read names tf_keras's install."""
+    keras = keras_for(path)
+    try:
+        return keras.saving.load_model(str(path), compile=False)
+    except Exception as err:  # keras raises many types for a corrupt or foreign file
+        first = " ".join(str(err).strip().splitlines()[:2])[:400]
+        if is_legacy_keras(path) and not available("tf_keras"):
+            raise RunnerError(f"{path}: Keras 3 cannot read this legacy Keras 2 file ({first}); install tf_keras, "
+                              f"the Keras 2 loader: {tf_keras_hint()}") from err
+        raise RunnerError(f"{path}: cannot load Keras model with {keras_name(path)}: {first}") from err
