@@ -59,7 +59,7 @@ def test_manifest_entry(spec):
     assert entry["sha256"] == goldens._sha256(golden_path(spec))
     assert set(entry["inputs"]) == {"x"} and set(entry["outputs"]) == {"y", "z", "count"}
     assert entry["weights_sha256"] == WEIGHTS
-    assert entry["command"].endswith(f"--update-goldens --parity-config={spec.source}")
+    assert entry["command"] == f"paritygate run {spec.source.name} -k 'test_goldens_reproduce[toy]' --update-goldens"
     assert entry["created"] and "tensorflow" in entry
     assert load_golden(spec).labels is None
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate import commands
 from paritygate.verdict import SuiteError
 
 MANIFEST_SCHEMA = 1
@@ -70,11 +71,12 @@ def load_golden(spec):
     entry = read_manifest(spec)["models"].get(spec.name)
     if entry is None or not path.exists():
         raise GoldenError(f"{path}: no golden for model '{spec.name}' (file or manifest entry missing); "
-                          "create it with --update-goldens")
+                          f"create it with `{commands.regenerate_goldens(spec.source, spec.name)}`")
     actual = _sha256(path)
     if actual != entry["sha256"]:
         raise GoldenError(f"{path}: sha256 {actual[:16]}… does not match the manifest's {entry['sha256'][:16]}… "
-                          "(edited or corrupted); regenerate deliberately with --update-goldens")
+                          f"(edited or corrupted); regenerate deliberately with "
+                          f"`{commands.regenerate_goldens(spec.source, spec.name)}`")
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
@@ -141,17 +143,10 @@ def write_golden(spec, inputs, outputs, weights_sha256, labels=None):
             "outputs": {k: _array_sha(np.asarray(v)) for k, v in outputs.items()},
             "weights_sha256": weights_sha256,
             "tensorflow": _tf_version(),
-            "command": "pytest conformance/test_goldens.py --update-goldens"
-                       + ("" if _is_bundled(spec) else f" --parity-config={spec.source}"),
+            "command": commands.regenerate_goldens(spec.source, spec.name),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
     return path
-
-
-def _is_bundled(spec):
-    from paritygate.config import BUNDLED_CONFIG
-
-    return Path(spec.source) == BUNDLED_CONFIG
 
 
 def _tf_version():

@@ -157,6 +157,9 @@ class ParitySession:
         if hasattr(report, "wasxfail"):
             details.setdefault("reason", report.wasxfail)
         details.setdefault("nodeid", item.nodeid)
+        from paritygate import commands
+
+        details.setdefault("rerun", commands.rerun(self.config_path, item.nodeid))
         check = item.originalname.removeprefix("test_")
         from paritygate.report.evidence import attach_worst_inputs
 
