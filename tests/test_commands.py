@@ -64,4 +64,4 @@ def test_printed_rerun_and_replay_commands_run_from_the_users_folder(tmp_path, t
     again = _run(passing["rerun"] + " -p no:xdist", team)
     assert again.returncode == 0 and "1 passed" in again.stdout, again.stdout[-3000:] + again.stderr[-2000:]
     replay = _run(failing["reproducer"]["command"], team)
-    assert replay.returncode == 1 and "FAIL" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]
+    assert replay.returncode == 1 and "reproduced: the candidate still fails" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]

@@ -104,7 +104,7 @@ def test_missing_golden_file(spec):
 
 
 def test_no_goldens_at_all(spec):
-    with pytest.raises(GoldenError, match="create it with --update-goldens"):
+    with pytest.raises(GoldenError, match=r"create it with `paritygate run parity.toml -k 'test_goldens_reproduce\[toy\]' --update-goldens`"):
         load_golden(spec)
 
 
