@@ -10,7 +10,7 @@ as the Keras reference and every comparison pairs them by name. Keras 3 models a
 
 from pathlib import Path
 
-from paritygate.backend.tf.util import is_keras, keras_name, load_keras
+from paritygate.backend.tf.util import is_keras, keras_name, load_keras, output_names
 from paritygate.cache import cached_dir, hash_path, key_of
 from paritygate.lazy import dist_version as _version
 from paritygate.lazy import lazy_import
@@ -35,7 +35,7 @@ def saved_model_of(spec):
 def keras_io(model):
     """(input names, output names) of a loaded Keras model, as the reference runner names them."""
     inputs = [t.name.split(":")[0] for t in model.inputs]
-    outputs = list(getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))])
+    outputs = output_names(model)
     return inputs, outputs
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.backend.base import BaseRunner, RunnerError
-from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras, keras_name, load_keras
+from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras, keras_name, load_keras, output_names
 from paritygate.lazy import lazy_import
 
 tf = lazy_import("tensorflow")
@@ -97,7 +97,7 @@ class TfRunner(BaseRunner):
         if isinstance(structure, dict):  # a functional model built with a dict of outputs: its keys name them
             outs = list(structure)
         else:
-            outs = getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))]
+            outs = output_names(model)
         self.output_names = list(outs)
 
         # One traced graph with the batch (and any unknown) dimension left open, as a SavedModel signature runs:

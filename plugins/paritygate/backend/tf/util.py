@@ -56,3 +56,14 @@ def load_keras(path):
             raise RunnerError(f"{path}: Keras 3 cannot read this legacy Keras 2 file ({first}); install tf_keras, "
                               f"the Keras 2 loader: {tf_keras_hint()}") from err
         raise RunnerError(f"{path}: cannot load Keras model with {keras_name(path)}: {first}") from err
+
+
+def output_names(model):
+    """A Keras model's output names: ``output_names`` where it has them (tf_keras, Keras 3 functional), else the
+    layers that produce its outputs (a Keras 2 Sequential read by Keras 3), else ``output_<i>``."""
+    names = list(getattr(model, "output_names", None) or [])
+    if not names:
+        history = [getattr(t, "_keras_history", None) for t in model.outputs]
+        ops = [getattr(h, "operation", None) or getattr(h, "layer", None) for h in history]
+        names = [op.name for op in ops] if all(ops) and len({op.name for op in ops}) == len(ops) else []
+    return names or [f"output_{i}" for i in range(len(model.outputs))]
