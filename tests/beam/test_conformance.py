@@ -65,14 +65,15 @@ def test_conformance_file_over_a_temporary_config(pytester, toy_saved_model, mon
     result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={config}", "-p", "no:cacheprovider",
                                            f"--parity-report={pytester.path / 'report'}", "-rfEs")
     # 15 checks a model. good: 13 pass, 2 Beam-level xfails. bad: exactly_once, dead_letter, batch_extremes and
-    # multi_process fail, latency is skipped (no budget), 2 xfails, 8 pass. plain: all 15 skipped for want of a
-    # [models.beam] table
-    result.assert_outcomes(passed=13 + 8, failed=4, xfailed=2 + 2, skipped=1 + 15)
+    # multi_process fail, latency is skipped (no budget), 2 xfails, 8 pass. plain: one row, beam_handler, skipped
+    # for want of a [models.beam] table (its 15 checks deselected, not 15 skips)
+    result.assert_outcomes(passed=13 + 8, failed=4, xfailed=2 + 2, skipped=1 + 1, deselected=2 + 15)
     result.stdout.fnmatch_lines(["*lost: element #*", "*FAILED*test_beam_exactly_once[[]bad[]]*",
                                  "*SKIPPED*model 'plain' has no [[]models.beam[]] table*key 'beam.handler'*"])
     report = json.loads((pytester.path / "report" / "parity-report.json").read_text())
     by = {(c["model"], c["check"]): c for c in report["checks"]}
     assert by[("good", "beam_batch_weight")]["status"] == "xfail"
     assert by[("bad", "beam_exactly_once")]["status"] == "fail"
+    assert [c for m, c in by if m == "plain"] == ["beam_handler"] and by[("plain", "beam_handler")]["status"] == "skip"
     (row,) = by[("good", "beam_batch_latency")]["details"]["latency"]
     assert row["batch"] == "all" and row["budget"] == 1000.0 and len(row["samples_ms"]) == 40
