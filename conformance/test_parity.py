@@ -58,6 +58,7 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
     from paritygate import goldens
     from paritygate.checks import run_batched
     from paritygate.comparator.task import task_metrics
+    from paritygate.inputsets import read_input_set
     from paritygate.runtimes import candidate_runner, reference_runner
 
     spec, precision = parity_case
@@ -66,7 +67,8 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
         pytest.skip(f"model '{spec.name}' has task '{spec.task}': no task metric beyond the elementwise policy")
     if not path.exists():
         pytest.skip(f"model '{spec.name}' has no held-out set ({path})")
-    inputs, labels = goldens.read_input_file(spec, path)
+    heldout = read_input_set(spec, path, "held-out set")
+    inputs, labels = heldout.inputs, heldout.labels
     ref = run_batched(reference_runner(parity_session, spec), inputs, spec.max_batch)
     cand = run_batched(candidate_runner(parity_session, spec, precision), inputs, spec.max_batch)
     task = task_metrics(spec, precision, ref, cand, labels)
