@@ -25,10 +25,12 @@ def load_known_failures(config_path):
     if not path.exists():
         return []
     try:
-        doc = tomllib.loads(path.read_text())
+        doc = tomllib.loads(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ConfigError(f"{path}: cannot read expectations: {err}") from err
     entries = doc.get("known_failures", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ConfigError(f"{path}: key 'known_failures': expected an array of tables ([[known_failures]])")
     for i, entry in enumerate(entries):
         where = f"{path}: known_failures[{i}]"
         unknown, missing = sorted(set(entry) - FIELDS), sorted(REQUIRED - set(entry))

@@ -150,6 +150,7 @@ def pytest_collection_modifyitems(config, items):
     candidate_on_trt = session.runtime == "tensorrt"
     try:
         known = load_known_failures(session.config_path)
+        _check_beam_expectations(session)
     except ConfigError as err:
         _stop(config, [str(err)])
     for item in items:
@@ -169,6 +170,16 @@ def pytest_collection_modifyitems(config, items):
         if worker and item.get_closest_marker("latency"):
             item.add_marker(pytest.mark.skip(
                 reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
+
+
+def _check_beam_expectations(session):
+    """``[[expectations]]`` beside the config are read now: a malformed entry stops the run, not a Beam check."""
+    from paritygate.beam.expectations import ExpectationError, expectations_for
+
+    try:
+        expectations_for(session.config_path)
+    except ExpectationError as err:
+        raise ConfigError(str(err)) from err
 
 
 def pytest_collection_finish(session):

@@ -95,11 +95,14 @@ def _resolve(dotted):
 def load_expectations(path):
     path = Path(path)
     try:
-        doc = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
+        doc = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ExpectationError(f"{path}: cannot read expectations: {err}") from err
+    entries = doc.get("expectations", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ExpectationError(f"{path}: key 'expectations': expected an array of tables ([[expectations]])")
     out = []
-    for i, entry in enumerate(doc.get("expectations", [])):
+    for i, entry in enumerate(entries):
         where = f"{path}: expectations[{i}] ('{entry.get('id', '?')}')"
         unknown = set(entry) - FIELDS
         missing = {"id", "checks", "beam", "reaches", "upstream", "reason"} - set(entry)

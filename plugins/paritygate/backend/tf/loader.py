@@ -48,7 +48,30 @@ def keras_io(model):
     return inputs, outputs
 
 
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"  # HDF5 file format spec, "Format Signature": at byte 0 (or 512, 1024, ...)
+
+
+def check_keras_file(path):
+    """Refuse a file that cannot be a Keras model before Keras reads it (Keras 3 says "File not found" for a
+    ``.keras`` file that exists but is no zip archive)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RunnerError(f"{path}: Keras model file not found")
+    if path.suffix == ".keras":
+        import zipfile
+
+        if not zipfile.is_zipfile(path):
+            raise RunnerError(f"{path}: not a Keras archive: a .keras file is a zip archive (config.json, "
+                              "model.weights.h5), this one is not a zip archive")
+    elif path.suffix == ".h5":
+        with open(path, "rb") as f:
+            head = f.read(8 * 1024)
+        if not any(head[at:at + 8] == HDF5_SIGNATURE for at in (0, 512, 1024, 2048, 4096)):
+            raise RunnerError(f"{path}: not a Keras .h5 file: no HDF5 signature")
+
+
 def load_keras(path):
+    check_keras_file(path)
     keras = _keras_for(path)
     try:
         return keras.saving.load_model(str(path), compile=False)

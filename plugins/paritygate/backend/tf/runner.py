@@ -23,6 +23,10 @@ class TfRunner(BaseRunner):
         self.output_names = None
 
     def activate_impl(self):
+        if self.path.suffix in (".keras", ".h5"):
+            from paritygate.backend.tf.loader import check_keras_file
+
+            check_keras_file(self.path)
         if self.path.suffix == ".keras":
             self._load_keras(lazy_import("keras"))
         elif self.path.suffix == ".h5":
