@@ -45,6 +45,11 @@ def read_npz(path, what="input set"):
     if not Path(path).is_file():
         raise InputSetError(f"{path}: cannot read {what}: file not found")
     with open(path, "rb") as f:  # ours to close: np.load leaks the file it opened when the archive is corrupt
+        head = f.read(6)
+        f.seek(0)
+        if not head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):  # zip (numpy.savez), .npy
+            seen = f"its first bytes are {head.hex()}" if head else "the file is empty"
+            raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays (no zip header: {seen})")
         try:
             data = np.load(f, allow_pickle=False)
         except Exception as err:  # noqa: BLE001 - numpy raises OSError, ValueError, EOFError, zipfile errors...
