@@ -70,11 +70,11 @@ def test_a_file_that_does_not_open_is_one_line_naming_it(tmp_path, make, why):
     ({**good(), "x": np.zeros((3, 5), np.float32)}, "array 'x' is float32[3, 5], expected float32 ['N', 2]"),
     ({**good(), "ids": np.ones((4, 3), np.int32)}, "arrays hold different numbers of rows {'x': 3, 'ids': 4}"),
     ({**good(), "x": np.array([[0, np.nan]] * 3, np.float32)},
-     "array 'x' holds 3 non-finite value(s) (first nan at index [0, 1]); expected finite values in the declared "
-     "range [-1.0, 1.0] (inputs.x.range of "),
+     ("array 'x' holds 3 non-finite value(s) (first nan at index [0, 1]); expected finite values in the declared "
+     "range [-1.0, 1.0] (inputs.x.range of ")),
     ({**good(), "ids": np.full((3, 3), 10, np.int32)},
-     "array 'ids' holds values in [10, 10] (9 outside), expected values in the declared range [0, 9] "
-     "(inputs.ids.range of "),
+     ("array 'ids' holds values in [10, 10] (9 outside), expected values in the declared range [0, 9] "
+     "(inputs.ids.range of ")),
 ], ids=["missing", "extra", "dtype", "shape", "rows", "nan", "range"])
 def test_arrays_that_do_not_fit_the_spec_name_the_array_and_what_was_expected(tmp_path, arrays, expected):
     path = saved(tmp_path, **arrays)

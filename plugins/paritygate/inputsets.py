@@ -52,7 +52,7 @@ def read_npz(path, what="input set"):
             raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays (no zip header: {seen})")
         try:
             data = np.load(f, allow_pickle=False)
-        except Exception as err:  # noqa: BLE001 - numpy raises OSError, ValueError, EOFError, zipfile errors...
+        except Exception as err:
             raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays ({_why(err)})") from err
         if not isinstance(data, np.lib.npyio.NpzFile):
             raise InputSetError(f"{path}: cannot read {what}: holds one {type(data).__name__} (an .npy), expected "
@@ -60,7 +60,7 @@ def read_npz(path, what="input set"):
         try:
             with data:
                 return {k: data[k] for k in data.files}
-        except Exception as err:  # noqa: BLE001 - a truncated member, a pickled (object) array, a bad header
+        except Exception as err:
             raise InputSetError(f"{path}: cannot read {what}: {_why(err)}") from err
 
 

@@ -92,7 +92,7 @@ def signature_bindings(saved_model_dir, signature):
     proto = saved_model_pb2.SavedModel()
     try:
         proto.ParseFromString(path.read_bytes())
-    except Exception as err:  # noqa: BLE001 - protobuf's DecodeError, OSError: a truncated or unreadable file
+    except Exception as err:
         raise BindingsError(f"{path}: cannot read the SavedModel's SignatureDef: not a SavedModel protobuf "
                             f"({type(err).__name__}: {err})") from err
     for graph in proto.meta_graphs:

@@ -23,8 +23,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from paritygate.backend.base import RunnerError
 from paritygate.backend.onnx import trt_lint, validate
 from paritygate.backend.onnx.validate import ArtifactError
