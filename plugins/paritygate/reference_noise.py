@@ -121,8 +121,9 @@ def _difference(a, b):
 
 def _cosine(a, b):
     """The comparator's cosine, over the arrays with non-finite values zeroed."""
-    a, b = np.nan_to_num(np.ravel(a).astype(np.float64)), np.nan_to_num(np.ravel(b).astype(np.float64))
-    return float(cosine_similarity(a, b)[0])
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    finite = np.isfinite(a) & np.isfinite(b)  # zeroed, not clipped to +-1.8e308 (whose squares overflow)
+    return float(cosine_similarity(np.where(finite, a, 0.0), np.where(finite, b, 0.0))[0])
 
 
 class Ledger:
