@@ -19,7 +19,12 @@ def test_matches_reference(parity_session, parity_case, parity_details):
         parity_details["reproducer"] = parity_session.save_reproducer(spec, precision, "matches_reference",
                                                                        ref.inputs, result.failures)
         _localize(parity_session, spec, precision, ref, parity_details)
+    unjudged = _nonfinite_reference(parity_session, spec, precision, ref, parity_details)
     assert result.passed, "\n".join(result.failures)
+    if unjudged:
+        from paritygate.verdict import Inconclusive
+
+        raise Inconclusive(unjudged)
     parity_details["informativeness"] = result.informativeness
     if not result.informativeness["informative"]:
         from paritygate.vacuity import message
@@ -74,6 +79,17 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
     task = task_metrics(spec, precision, ref, cand, labels)
     parity_details.update(task=task, heldout=str(path))
     assert task["passed"], f"{spec.name} {precision}: task metric on {path.name} failed: {task}"
+
+
+def _nonfinite_reference(session, spec, precision, ref, details):
+    """A NaN / Inf in the reference set's outputs: the reference_nonfinite finding; the message when the check is
+    inconclusive for it (None: finite throughout, or the model allows it)."""
+    from paritygate.nonfinite import NonfiniteLog
+    from paritygate.strategies import Feed
+
+    log = NonfiniteLog()
+    log.note(Feed(ref.inputs, [ref.source.split()[0]] * len(next(iter(ref.inputs.values())))), ref.outputs)
+    return log.conclude(session, spec, precision, "matches_reference", details)
 
 
 def _describe_candidate(session, spec, precision):

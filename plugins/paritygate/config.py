@@ -65,6 +65,7 @@ class ModelSpec:
     precision: dict = field(default_factory=dict)  # [models.precision]: fp16_keep_fp32 / int8_exclude lists
     allow_uninformative: bool = False  # an uninformative check is recorded as inconclusive, not failing the run
     nondeterministic: str = None  # why repeated runs may differ (the runtime's docs): determinism is bounded
+    allow_nonfinite_reference: object = False  # true or why: a NaN/Inf reference is judged (same value), not inconclusive
 
     def where(self, key):
         return f"{self.source}: model '{self.name}': key '{key}'"
@@ -221,6 +222,7 @@ def _model_spec(path, table, check_files):
         precision={k: list(v) for k, v in table.get("precision", {}).items()},
         allow_uninformative=table.get("allow_uninformative", False),
         nondeterministic=table.get("nondeterministic"),
+        allow_nonfinite_reference=table.get("allow_nonfinite_reference", False),
     )
 
 

@@ -157,7 +157,8 @@ class Ledger:
         for name, spread in profile.spread(which).items():
             ref = profile.outputs[name]
             lim = np.broadcast_to(limit(name, ref), ref.shape)
-            excess = spread - lim
+            with np.errstate(invalid="ignore"):  # an infinite limit (an Inf reference) is never exceeded
+                excess = np.where(np.isinf(lim), -np.inf, spread - lim)
             if ref.size and np.max(excess) > 0:
                 i = int(np.argmax(excess))
                 index = np.unravel_index(i, ref.shape)

@@ -96,11 +96,14 @@ def pair_outputs(spec, ref_names, cand_names):
     return mapping
 
 
-def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cosine_floor=None):
+def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cosine_floor=None,
+                  nonfinite_reference="match"):
     """Compare one output; numpy.isclose semantics plus statistics, NaN/Inf rules of the policy.
 
     ``floor`` (an array of ref's shape, optional) raises each element's limit to max(atol + rtol*|ref|, floor):
-    the reference's own noise (paritygate.properties). ``cosine_floor`` lowers the cosine budget likewise."""
+    the reference's own noise (paritygate.properties). ``cosine_floor`` lowers the cosine budget likewise.
+    ``nonfinite_reference``: "match" (the candidate must hold the same NaN / Inf there) or "skip" (elements where
+    the reference is NaN / Inf are not judged: paritygate.nonfinite makes the check inconclusive instead)."""
     cand_name = cand_name or name
     ref, cand = np.asarray(ref), np.asarray(cand)
     if ref.shape != cand.shape:
@@ -124,6 +127,8 @@ def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cos
         # reference passes only where the candidate holds the same value (NaN for NaN, +Inf for +Inf).
         same_nonfinite = ~r_fin & ((np.isnan(r) & np.isnan(c)) | (r == c))
         nonfinite_bad = ~finite & ~same_nonfinite
+        if nonfinite_reference == "skip":
+            nonfinite_bad &= r_fin
         # Zero the non-finite positions: they then add nothing to differences, norms or dot products.
         r, c = np.where(finite, r, work.type(0)), np.where(finite, c, work.type(0))
     diff = np.subtract(c, r)
@@ -232,14 +237,18 @@ def cosine_similarity(a, b, block=1 << 18):
     return dot / (norm * np.sqrt(nb)), norm
 
 
-def compare_outputs(spec, precision, ref_outputs, cand_outputs, floors=None, cosine_floors=None):
+def compare_outputs(spec, precision, ref_outputs, cand_outputs, floors=None, cosine_floors=None,
+                    nonfinite_reference=None):
     """Compare every reference output with its paired candidate output; returns OutputComparisons.
 
-    ``floors`` / ``cosine_floors``: per reference output, the reference's own noise (see compare_array)."""
+    ``floors`` / ``cosine_floors``: per reference output, the reference's own noise (see compare_array).
+    ``nonfinite_reference`` (see compare_array) defaults to the model's: "match" where it sets
+    ``allow_nonfinite_reference``, else "skip" (a NaN reference judges nothing of the candidate)."""
     mapping = pair_outputs(spec, list(ref_outputs), list(cand_outputs))
     floors, cosine_floors = floors or {}, cosine_floors or {}
+    mode = nonfinite_reference or ("match" if spec.allow_nonfinite_reference else "skip")
     return [compare_array(ref_outputs[r], cand_outputs[c], tolerance_for(spec, precision, r), r, c,
-                          floors.get(r), cosine_floors.get(r))
+                          floors.get(r), cosine_floors.get(r), mode)
             for r, c in mapping.items()]
 
 
