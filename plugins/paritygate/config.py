@@ -54,6 +54,8 @@ class ModelSpec:
     inputs: dict  # name -> TensorSpec, in config order
     signature: str = "serving_default"
     onnx: Path = None
+    onnx_artifacts: dict = field(default_factory=dict)  # the team's own fp16/int8 ONNX: precision -> Path
+    min_precision_coverage: float = None  # minimum MAC share of an fp16/int8 pass (None: coverage.MIN_MAC_SHARE)
     engines: dict = field(default_factory=dict)
     task: str = "generic"
     task_output: str = None  # the one reference output the task metric judges (default: see comparator/task.py)
@@ -100,6 +102,11 @@ def _explain(error):
         return f"expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
     if error.validator == "enum":
         return f"expected one of {error.validator_value}, got {error.instance!r}"
+    if error.validator == "oneOf" and error.context:  # e.g. onnx: a path, or a table of paths per precision
+        kinds = " or ".join("a string" if s.get("type") == "string" else
+                            f"a table with keys {', '.join(s.get('properties', {}))} (strings)"
+                            for s in error.validator_value)
+        return f"expected {kinds}, got {type(error.instance).__name__} {error.instance!r}"
     return error.message
 
 
@@ -191,6 +198,13 @@ def _model_spec(path, table, check_files):
     unknown = set(engines) - set(table["precisions"])
     if unknown:
         raise ConfigError(f"{where('engines')}: engines for {sorted(unknown)} but precisions are {table['precisions']}")
+    onnx_files = table["onnx"] if isinstance(table.get("onnx"), dict) else {"fp32": table["onnx"]} \
+        if "onnx" in table else {}
+    unknown = set(onnx_files) - set(table["precisions"]) - {"fp32"}  # fp32: also the source of suite builds
+    if unknown:
+        raise ConfigError(f"{where('onnx')}: ONNX files for {sorted(unknown)} but precisions are {table['precisions']}")
+    onnx_files = {p: _resolve(base, v, where(f"onnx.{p}" if isinstance(table["onnx"], dict) else "onnx"), check_files)
+                  for p, v in onnx_files.items()}
     for precision in table.get("tolerances", {}):
         if precision not in table["precisions"]:
             raise ConfigError(f"{where('tolerances.' + precision)}: precision not listed in precisions")
@@ -199,15 +213,18 @@ def _model_spec(path, table, check_files):
                           f"task is '{table.get('task', 'generic')}' (detection reads its outputs by name: boxes, "
                           "scores, classes, num_detections)")
     calibration = table.get("calibration")
-    if "int8" in table["precisions"] and calibration is None:
+    if "int8" in table["precisions"] and calibration is None and "int8" not in onnx_files:
         raise ConfigError(f"{where('calibration')}: int8 is listed in precisions, so a calibration .npz "
-                          "(representative inputs keyed by input name) is required")
+                          "(representative inputs keyed by input name) is required, or your own int8 ONNX "
+                          "(onnx = { int8 = \"model.int8.onnx\" })")
     return ModelSpec(
         name=name,
         source=path,
         reference=_resolve(base, table["reference"], where("reference"), check_files),
         signature=table.get("signature", "serving_default"),
-        onnx=_resolve(base, table["onnx"], where("onnx"), check_files) if "onnx" in table else None,
+        onnx=onnx_files.get("fp32"),
+        onnx_artifacts={p: v for p, v in onnx_files.items() if p != "fp32"},
+        min_precision_coverage=table.get("min_precision_coverage"),
         engines=engines,
         precisions=tuple(p for p in PRECISIONS if p in table["precisions"]),
         max_batch=table["max_batch"],

@@ -58,6 +58,11 @@ def pytest_addoption(parser):
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
                     help="on a failing fp16/int8 check, localize the first divergent node and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
+    group.addoption("--parity-numerics", metavar="strict|ort", choices=("strict", "ort"), default="strict",
+                    help="how ONNX Runtime computes a candidate artifact that holds float16 tensors: strict (each "
+                         "float16 tensor rounded to FP16 where produced, ops computed in FP32 from FP16 values, as "
+                         "a strongly typed engine does; docs/numerics.md) or ort (its own numerics, mostly FP32) "
+                         "(default: strict)")
     group.addoption("--require-gpu", action="store_true", default=False,
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT")
     group.addoption("--update-goldens", action="store_true", default=False,
@@ -81,6 +86,7 @@ def pytest_configure(config):
         beam_options=config.getoption("parity_beam_option"),
         fp16_keep_fp32=config.getoption("parity_fp16_keep_fp32"),
         localize=config.getoption("parity_localize") != "off",
+        numerics=config.getoption("parity_numerics"),
         is_xdist_worker=hasattr(config, "workerinput"),
         baseline=config.getoption("parity_baseline"),
         baseline_fail=config.getoption("parity_baseline_fail"),
@@ -156,7 +162,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         model, precision = case_of(item)
         if model is not None and known:
-            mark_known_failures(item, model, precision, session.runtime, known)
+            mark_known_failures(item, model, precision, session.runtime, known, session.numerics)
         if candidate_on_trt and "parity_candidate_available" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.trt)  # the candidate runs on TensorRT: `-m gpu` selects these checks
         if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):
@@ -173,13 +179,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _check_beam_expectations(session):
-    """``[[expectations]]`` beside the config are read now: a malformed entry stops the run, not a Beam check."""
-    from paritygate.beam.expectations import ExpectationError, expectations_for
+    """``[[expectations]]`` beside the config are read now (their ``reaches`` and ``when`` too): a malformed entry
+    stops the run, not a Beam check. Raises ExpectationError, a ConfigError."""
+    from paritygate.beam.expectations import expectations_for
 
-    try:
-        expectations_for(session.config_path)
-    except ExpectationError as err:
-        raise ConfigError(str(err)) from err
+    expectations_for(session.config_path)
 
 
 def pytest_collection_finish(session):
@@ -239,6 +243,17 @@ def pytest_runtest_setup(item):
     reason = item.stash.get(GPU_REQUIRED_KEY, None)
     if reason is not None:
         pytest.fail(f"--require-gpu: {reason}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """An fp16/int8 candidate check records its artifact's precision coverage; a pass below the model's minimum
+    is ``inconclusive`` (an "fp16" artifact computing in FP32 proves nothing about FP16)."""
+    result = yield
+    from paritygate.coverage_gate import coverage_verdict
+
+    coverage_verdict(item, item.config.stash[SESSION_KEY])
+    return result
 
 
 @pytest.hookimpl(hookwrapper=True)

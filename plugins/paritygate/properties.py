@@ -29,7 +29,7 @@ from paritygate.comparator.tolerance import (
 )
 from paritygate.nonfinite import NonfiniteLog
 from paritygate.reference_noise import K_REFERENCE, Ledger, reference_noise
-from paritygate.runtimes import candidate_runner
+from paritygate.runtimes import candidate_runner, computed_dtype
 from paritygate.strategies import feeds, model_input_pool, with_corner_examples
 from paritygate.verdict import SuiteError
 
@@ -80,7 +80,7 @@ def property_parity(session, spec, precision, details=None):
                 lambda name, ref: _policy_limit(spec, precision, name, ref))
 
 
-def invariance_check(spec, precision, candidate, ledger):
+def invariance_check(spec, precision, candidate, ledger, computed=None):
     def check(feed, profile):
         together = _identity(spec, candidate.infer(feed))
         n = len(next(iter(feed.values())))
@@ -94,8 +94,8 @@ def invariance_check(spec, precision, candidate, ledger):
             for other, label in (({k: v[i:i + 1] for k, v in together.items()}, f"element {i} of a batch of {n}"),
                                  ({k: v[moved:moved + 1] for k, v in shuffled.items()},
                                   f"element {i} moved within the batch")):
-                outs = [_within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE)
-                        for name in alone]
+                outs = [_within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE,
+                                computed=computed) for name in alone]
                 ledger.keep_worst(outs)
                 bad = [o.describe() for o in outs if not o.passed]
                 assert not bad, (f"{spec.name} {precision}: batch invariance: {label} differs from the same "
@@ -109,8 +109,8 @@ def batch_invariance(session, spec, precision, details=None):
     pool, ledger = input_pool(session, spec), Ledger()
     sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
     return _run(session, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
-                invariance_check(spec, precision, candidate, ledger), reference, ledger, details,
-                lambda name, ref: _invariance_limit(spec, ref))
+                invariance_check(spec, precision, candidate, ledger, computed_dtype(session, spec, precision)),
+                reference, ledger, details, lambda name, ref: _invariance_limit(spec, ref))
 
 
 def _determinism_limit(spec):
@@ -233,16 +233,17 @@ def _message(err):
     return text + ("\n" + notes[0][:2000] if notes else "")
 
 
-def _within(spec, name, alone, other, spread, row, source, bounded=True):
+def _within(spec, name, alone, other, spread, row, source, bounded=True, computed=None):
     """A within-candidate comparison: |alone - other| <= max(own bound, k x the reference's spread)."""
-    limit = invariance_bound(spec, alone, other) if bounded else 0.0
+    limit = invariance_bound(spec, alone, other, computed) if bounded else 0.0
     ref_floor = 0.0
     if spread is not None:
         s = spread if row is None else spread[row:row + 1]
         ref_floor = K_REFERENCE * s
     floor = np.maximum(limit, ref_floor)
     out = compare_array(alone, other, Tolerance(0.0, 0.0, source), name, name, floor=floor)
-    out.tolerance.update(bound=float(limit), reference_floor_max=float(np.max(ref_floor)), k=K_REFERENCE)
+    out.tolerance.update(bound=float(limit), reference_floor_max=float(np.max(ref_floor)), k=K_REFERENCE,
+                         **({"computed_dtype": np.dtype(computed).name} if computed is not None and bounded else {}))
     out.widened_by_reference = int(np.count_nonzero(np.broadcast_to(ref_floor, np.shape(alone)) > limit))
     return out
 

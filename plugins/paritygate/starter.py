@@ -32,6 +32,7 @@ class Inspected:
     onnx: Path = None
     input_map: dict = field(default_factory=dict)  # ref -> (candidate, rule)
     output_map: dict = field(default_factory=dict)  # ref -> (candidate, rule)
+    artifacts: dict = field(default_factory=dict)  # the team's own reduced-precision ONNX: precision -> Path
 
 
 class InitError(ValueError):
@@ -145,11 +146,17 @@ def render(found, name, config_dir, max_batch=4):
              f"reference = {json.dumps(_path(found.reference, config_dir))}"]
     if found.reference.suffix != ".keras":
         lines.append(f"signature = {json.dumps(found.signature)}")
-    if found.onnx:
+    files = {**({"fp32": found.onnx} if found.onnx else {}), **found.artifacts}
+    if found.artifacts:  # the team's own fp16/int8 files: judged as they are (the fp32 one, or tf2onnx's, is fp32)
+        table = ", ".join(f"{p} = {json.dumps(_path(f, config_dir))}" for p, f in files.items())
+        lines.append(f"onnx = {{ {table} }}")
+    elif found.onnx:
         lines.append(f"onnx = {json.dumps(_path(found.onnx, config_dir))}")
     else:
         lines.append("# onnx = \"model.onnx\"                # absent: converted from the reference with tf2onnx")
-    lines += ['precisions = ["fp32"]                  # add "fp16"; "int8" needs calibration = "<inputs>.npz"',
+    lines.append(f"precisions = {json.dumps(['fp32', *found.artifacts])}" if found.artifacts else
+                 'precisions = ["fp32"]                  # add "fp16"; "int8" needs calibration = "<inputs>.npz"')
+    lines += [
               f"max_batch = {max_batch}                          {CONFIRM}: every batch size 1..max_batch is checked",
               f'task = "generic"                       {CONFIRM}: classification | regression | detection | generic',
               ""]
@@ -175,7 +182,8 @@ def _name_of(path):
     return re.sub(r"[^A-Za-z0-9_]+", "_", path.stem).strip("_") or "model"
 
 
-def write_starter(model, output, onnx=None, name=None, signature="serving_default", max_batch=4, force=False):
+def write_starter(model, output, onnx=None, name=None, signature="serving_default", max_batch=4, force=False,
+                  artifacts=None):
     """Inspect ``model`` (and ``onnx``), write the config to ``output`` and load it back; returns the path."""
     output = Path(output)
     if output.exists() and not force:
@@ -183,6 +191,10 @@ def write_starter(model, output, onnx=None, name=None, signature="serving_defaul
     found = inspect_reference(model, signature)
     if onnx is not None:
         propose_mapping(found, onnx)
+    for precision, path in (artifacts or {}).items():
+        if path is not None:
+            onnx_names(path)  # a file that does not load is named now, not at the first run
+            found.artifacts[precision] = Path(path)
     name = name or _name_of(Path(model).absolute())
     text = render(found, name, output.parent, max_batch)
     output.parent.mkdir(parents=True, exist_ok=True)

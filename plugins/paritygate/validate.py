@@ -90,6 +90,8 @@ def validate_model(session, spec):
             _task_outputs(spec, reference, v)
     with v.guard("onnx"):
         _candidate(session, spec, v, reference_ok=reference is not None)
+    with v.guard("onnx"):
+        _own_artifacts(spec, v)
     _data_files(session, spec, v)
     with v.guard("engines"):
         _engines(spec, v)
@@ -187,6 +189,26 @@ def _fp32_onnx_runner(session, spec, reference_ok):
         runtimes.check_input_spec(spec, mapped.input_metadata(), str(path))
         session.cache[key] = runner
     return session.cache[key]
+
+
+def _own_artifacts(spec, v):
+    """The team's own fp16/int8 ONNX (``onnx = { fp16 = ..., int8 = ... }``): each is what its key says and pairs
+    with the reference (paritygate.backend.onnx.own)."""
+    if not spec.onnx_artifacts:
+        return
+    if not (available("onnx") and available("onnxruntime")):
+        v.note("onnx", "own fp16/int8 artifacts not checked: " + missing_reason("onnxruntime"))
+        return
+    from paritygate.backend.onnx import own
+
+    outputs = [m["candidate"] for m in ((v.io_mapping or {}).get("outputs") or {}).values()]
+    for precision in sorted(spec.onnx_artifacts):
+        try:
+            own.check_artifact(spec, precision, outputs)
+        except RunnerError as err:
+            v.problem(f"onnx.{precision}", err)
+            continue
+        v.checked.append(f"own {precision} ONNX")
 
 
 def _data_files(session, spec, v):

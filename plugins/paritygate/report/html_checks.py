@@ -12,6 +12,7 @@ from paritygate.report.text import (
     divergence_text,
     finite_only,
     nonfinite_text,
+    precision_label,
     num,
     statistics_text,
     tolerance_groups,
@@ -29,7 +30,7 @@ def badge(status):
 
 
 def _title(c):
-    return f"{ESC(c['model'])} · {ESC(c['precision'] or 'model-level')} · {ESC(c['check'])}"
+    return f"{ESC(c['model'])} · {ESC(precision_label(c, 'model-level'))} · {ESC(c['check'])}"
 
 
 def render(checks, baseline=None, before_rest=()):
@@ -161,7 +162,7 @@ def _table(checks, plots_column):
         if plots_column and has_plots(c):
             extra = f"<details><summary>plots</summary><div class=plots>{''.join(plots(c))}</div></details>"
         rows.append(f"<tr id={check_id(c)}><td>{badge(c['status'])}</td><td>{ESC(c['model'])}</td>"
-                    f"<td>{ESC(c['precision'] or '—')}</td><td>{ESC(c['check'])}</td><td>{summary(c)}{extra}</td></tr>")
+                    f"<td>{ESC(precision_label(c))}</td><td>{ESC(c['check'])}</td><td>{summary(c)}{extra}</td></tr>")
     return ("<table class=checks style='table-layout:fixed;width:100%'><colgroup><col style='width:9em'>"
             "<col style='width:9em'><col style='width:6em'><col style='width:15em'><col></colgroup>"
             "<tr><th>status</th><th>model</th><th>precision</th><th>check</th><th>numbers and cause</th></tr>"

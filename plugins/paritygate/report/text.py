@@ -36,6 +36,26 @@ def _precision_rank(precision):
     return (1, 0, precision) if precision else (2, 0, "")
 
 
+def precision_label(check, empty="—"):
+    """The precision and, for an fp16/int8 row, the numerics it was computed with: ``fp16 [strict]``; with its
+    precision coverage when measured: ``fp16 [strict, 97% MACs]`` (``details.precision_coverage``)."""
+    d, precision = check.get("details") or {}, check.get("precision")
+    if not precision:
+        return empty
+    tags = [d["numerics"]] if d.get("numerics") else []
+    cov = d.get("precision_coverage") or {}
+    if isinstance(cov.get("mac_share"), (int, float)):
+        tags.append(f"{cov['mac_share']:.0%} MACs")
+    return f"{precision} [{', '.join(tags)}]" if tags else precision
+
+
+def describe_numerics(mode):
+    """One line on what ``--parity-numerics`` mode ``mode`` computes (paritygate.backend.onnx.strict)."""
+    from paritygate.backend.onnx.strict import DESCRIPTION
+
+    return DESCRIPTION.get(mode, f"{mode}: the candidate runtime's own numerics")
+
+
 def counts(checks):
     """Count of every verdict word, zeros included, in the vocabulary's order."""
     return {s: sum(c["status"] == s for c in checks) for s in STATUSES}

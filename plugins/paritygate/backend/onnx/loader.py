@@ -198,6 +198,9 @@ def check_precision_list(spec, key, entries, model):
 
 def onnx_artifact(spec, precision, fp16_keep_fp32=None):
     """Path of the ONNX artifact for ``precision`` (built on first use, then served from the cache)."""
+    if precision in getattr(spec, "onnx_artifacts", {}):  # the team's own file: judged as it is
+        load_checked(spec.onnx_artifacts[precision])
+        return Path(spec.onnx_artifacts[precision])
     if precision == "fp16":
         return fp16_onnx(spec, FP16_KEEP_FP32 if fp16_keep_fp32 is None else fp16_keep_fp32)
     return {"fp32": fp32_onnx, "int8": int8_onnx}[precision](spec)
