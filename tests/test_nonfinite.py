@@ -66,7 +66,7 @@ def test_the_finding_is_recorded_and_the_check_inconclusive_unless_allowed(allow
     log.note({"x": np.array([[0.5], [-0.5]], np.float32)}, {"y": np.array([[0.7], [np.nan]], np.float32)})
     log.note({"x": np.array([[0.25]], np.float32)}, {"y": np.array([[0.5]], np.float32)})
     message = log.conclude(session, spec, "fp32", "property_parity", details)
-    [(kind, check, found)] = session.findings
+    [(kind, _check, found)] = session.findings
     assert kind == "reference_nonfinite" and found["outputs"] == {"y": {"nan": 1, "inf": 0}}
     assert found["affected_inputs"] == 1 and found["inputs"] == 2 and found["first"]["rows"] == [1]
     assert found["first"]["input_ranges"] == {"x": [-0.5, -0.5]} and found["allowed"] == allowance(spec)
