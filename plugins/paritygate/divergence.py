@@ -119,6 +119,11 @@ def _plan(ctx, book, fp32_model, base, first_div, local_feed, tol):
     prior = [n for n in book.nodes if n not in base]
     if prior and ctx.verify(book.evidence, base + prior):
         return repair.Plan(prior, True, [{"step": "reused", "nodes": prior, "passed": True}])
+    if book.found is not None and book.found.get("verified") is False and book.found.get("trials"):
+        # an earlier check of this artifact spent the budget on a subset of this evidence: no second search
+        failed = repair.Plan(list(book.found.get(PLAN_FIELD[ctx.precision]) or []), False, book.found["trials"])
+        failed.failures = [book.found.get("plan_failure") or "-"]
+        return failed
     start = base + prior
 
     def ranked(nodes):
@@ -171,7 +176,7 @@ class _Renamed:
 
 # The search budget: rebuilds of the artifact (each judged on the whole evidence) and greedy steps.
 MAX_TRIALS = 24
-MAX_GREEDY = 6
+MAX_GREEDY = 10
 
 
 class _Context:
@@ -292,7 +297,7 @@ def _details(spec, precision, div, plan, base, samples, feed, tol):
     }
     if plan.trials and not plan.verified:
         tried = "; ".join(f"{t['step']} {t['nodes']}" for t in plan.trials[-6:])
-        why = (getattr(plan, "failures", None) or ["-"])[0]
+        why = out["plan_failure"] = (getattr(plan, "failures", None) or ["-"])[0]
         out["plan_note"] = (f"no plan within the search budget ({len(plan.trials)} of {MAX_TRIALS} rebuilds) passed "
                             f"every failing check plus the fresh sample; tried (last {min(6, len(plan.trials))}): "
                             f"{tried}; the last failed: {why[:300]}")

@@ -164,7 +164,7 @@ def base_evidence(spec, precision, profile, reference_set=None, pool=None):
 
 
 PLAN_KEYS = ("keep_fp32", "exclude_from_quantization", "verified", "config", "trials", "search_budget",
-             "verification", "verified_on", "plan_note")
+             "verification", "verified_on", "plan_note", "plan_failure")
 
 
 class PlanBook:
