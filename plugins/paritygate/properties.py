@@ -27,6 +27,7 @@ from paritygate.comparator.tolerance import (
     invariance_bound,
     tolerance_for,
 )
+from paritygate.nonfinite import NonfiniteLog
 from paritygate.reference_noise import K_REFERENCE, Ledger, reference_noise
 from paritygate.runtimes import candidate_runner, computed_dtype
 from paritygate.strategies import feeds, model_input_pool, with_corner_examples
@@ -174,11 +175,14 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
 
     details = {} if details is None else details
     result = PropertyResult(spec.name, precision, name, details=details)
+    nonfinite = NonfiniteLog()  # parity with a NaN / Inf reference is no evidence (paritygate.nonfinite)
 
     @given(feed=strategy)
     def prop(feed):
         with _failing(ledger, feed):
             profile = reference.profile(feed)
+            if name == "property_parity" and profile.digest not in ledger.seen:
+                nonfinite.note(feed, profile.outputs)
             ledger.add(feed, profile)
             check(feed, profile)
 
@@ -202,7 +206,8 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
                 details["divergence"] = found
     details.update(ledger.details(spec, input_pool(session, spec)))
     ledger.record_findings(session, spec, precision, name)
-    if result.passed:
+    result.inconclusive = nonfinite.conclude(session, spec, precision, name, details)
+    if result.passed and not result.inconclusive:
         info = vacuity.informativeness(spec, ledger.reference_outputs, limit)
         details["informativeness"] = info
         if not info["informative"]:

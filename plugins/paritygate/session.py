@@ -189,7 +189,8 @@ class ParitySession:
             workeroutput[_FINDINGS_KEY] = json.dumps(self.findings)
             workeroutput[_CACHE_KEY] = json.dumps(STATS)
             return
-        if self.baseline_path is not None:
+        stopped = bool(self.validation and self.validation["problems"])  # no check ran: nothing to compare
+        if self.baseline_path is not None and not stopped:
             self.compare_with_baseline()
         if self.report_dir is not None:
             from paritygate.report import write_report

@@ -55,7 +55,7 @@ class TfRunner(BaseRunner):
                               f"it has {sorted(loaded.signatures) or 'none'}")
         fn = loaded.signatures[self.signature]
         self._keep = loaded  # the signature holds weak references to the loaded object's variables
-        self._variables = [(v.name, v.numpy()) for v in fn.variables]
+        self._variables = _snapshot((v.name, v) for v in fn.variables)
         self._fn = lambda feed: fn(**{k: tf.constant(v) for k, v in feed.items()})
         specs = fn.structured_input_signature[1]
         self._inputs = {k: (np.dtype(s.dtype.as_numpy_dtype), tuple(-1 if d is None else d for d in s.shape))
@@ -88,7 +88,7 @@ class TfRunner(BaseRunner):
 
     def _load_keras(self):
         model = load_keras(self.path)
-        self._variables = [(getattr(w, "path", w.name), np.asarray(w.numpy())) for w in model.weights]
+        self._variables = _snapshot((getattr(w, "path", w.name), w) for w in model.weights)
         names = [t.name.split(":")[0] for t in model.inputs]
         self._inputs = {n: (np.dtype(getattr(t.dtype, "as_numpy_dtype", t.dtype)),
                             tuple(-1 if d is None else d for d in t.shape))
@@ -144,4 +144,15 @@ class TfRunner(BaseRunner):
         if getattr(self, "_session", None) is not None:
             self._session.close()
         self._fn = self._keep = self._session = None
+
+
+def _snapshot(named_variables):
+    """(name, value) of each variable. Keras 3's variables convert through ``np.array(x)``, which NumPy 2 answers
+    with a DeprecationWarning (keras/src/backend/tensorflow/core.py): the library's, not a verdict, so a caller's
+    ``-W error`` must not make the reference unloadable."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return [(name, np.asarray(v.numpy())) for name, v in named_variables]
 

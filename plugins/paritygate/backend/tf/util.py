@@ -45,8 +45,31 @@ def tf_keras_hint():
         " (--no-deps: tf-keras declares `tensorflow`, which would install beside tensorflow-cpu)"
 
 
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"  # HDF5 file format spec, "Format Signature": at byte 0 (or 512, 1024, ...)
+
+
+def check_keras_file(path):
+    """Refuse a file that cannot be a Keras model before Keras reads it (Keras 3 says "File not found" for a
+    ``.keras`` file that exists but is no zip archive)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RunnerError(f"{path}: Keras model file not found")
+    if path.suffix.lower() == ".keras":
+        import zipfile
+
+        if not zipfile.is_zipfile(path):
+            raise RunnerError(f"{path}: not a Keras archive: a .keras file is a zip archive (config.json, "
+                              "model.weights.h5), this one is not a zip archive")
+    elif is_legacy_keras(path):
+        with open(path, "rb") as f:
+            head = f.read(8 * 1024)
+        if not any(head[at:at + 8] == HDF5_SIGNATURE for at in (0, 512, 1024, 2048, 4096)):
+            raise RunnerError(f"{path}: not a Keras {path.suffix} file: no HDF5 signature")
+
+
 def load_keras(path):
     """The Keras model at ``path`` (compile=False); a legacy file Keras 3 cannot read names tf_keras's install."""
+    check_keras_file(path)
     keras = keras_for(path)
     try:
         return keras.saving.load_model(str(path), compile=False)
