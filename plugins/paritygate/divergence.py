@@ -127,8 +127,11 @@ def _plan(ctx, book, fp32_model, base, first_div, local_feed, tol):
     start = base + prior
 
     def ranked(nodes):
+        """Localize on the rows the last rejected trial failed (else the check's failing samples)."""
+        failing = book.evidence.failing_feed if nodes else None
         div = first_div if not nodes and not prior else localize.divergence(
-            fp32_model, onnx.load(str(ctx.artifact(start + nodes))), local_feed, tol.atol, tol.rtol)
+            fp32_model, onnx.load(str(ctx.artifact(start + nodes))),
+            ctx.onnx_feed(failing) if failing is not None else local_feed, tol.atol, tol.rtol)
         return [r.node for r in div.ranked()]
 
     if ctx.precision == "int8":

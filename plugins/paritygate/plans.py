@@ -36,6 +36,7 @@ class Evidence:
         self.reference = None  # (inputs, outputs, labels) of matches_reference
         self.feeds, self.pool, self._digests = [], None, set()
         self.parts = {}  # what each part holds, for the report: name -> rows
+        self.failing_feed = None  # the inputs of the last judge's first failure (where to localize next)
 
     def add_reference_set(self, inputs, outputs, labels=None, name="matches_reference"):
         self.reference = (inputs, outputs, labels)
@@ -68,11 +69,12 @@ class Evidence:
         from paritygate.reference_noise import K_REFERENCE
         from paritygate.task_rows import TASKS, TaskRows
 
-        failures = []
+        failures, self.failing_feed = [], None
         if self.reference is not None:
             inputs, outputs, labels = self.reference
             failures += _first(compare(self.spec, self.precision, outputs, _batched(run, inputs, self.spec.max_batch),
                                        labels).failures, "matches_reference")
+            self.failing_feed = {k: v[:self.spec.max_batch] for k, v in inputs.items()} if failures else None
         rows = TaskRows(self.spec, self.precision) if self.spec.task in TASKS else None
         for feed in self.feeds:
             profile, cand = self.profile(feed), run(dict(feed))
@@ -82,6 +84,8 @@ class Evidence:
                              floors={k: K_REFERENCE * v for k, v in profile.spread().items()},
                              cosine_floors=profile.cosine_floors(K_REFERENCE))
             failures += _first(result.failures, f"property row ({', '.join(sorted(set(_sources(feed))))})")
+            if failures and self.failing_feed is None:
+                self.failing_feed = dict(feed)
             if len(failures) > 3:
                 return failures  # enough to reject the plan
         if rows is not None and self.pool is not None:
