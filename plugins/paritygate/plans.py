@@ -40,7 +40,7 @@ class Evidence:
 
     def add_reference_set(self, inputs, outputs, labels=None, name="matches_reference"):
         self.reference = (inputs, outputs, labels)
-        self.parts[name] = int(len(next(iter(inputs.values()))))
+        self.parts[name] = len(next(iter(inputs.values())))
 
     def add_feeds(self, name, feeds):
         """Property-style feeds (``strategies.Feed`` with row sources, or plain dicts: noise), each once."""
