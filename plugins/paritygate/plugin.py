@@ -56,7 +56,7 @@ def pytest_addoption(parser):
                     help="comma-separated ONNX op types kept in FP32 in the fp16 artifact (default: "
                          "LayerNormalization,Softmax,Exp,Pow,Sqrt,ReduceMean,ReduceSum,Erf)")
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
-                    help="on a failing fp16/int8 check, localize the first divergent node and search a verified "
+                    help="on a failing fp16/int8 check, localize the node adding the most error and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
     group.addoption("--parity-numerics", metavar="strict|ort", choices=("strict", "ort"), default="strict",
                     help="how ONNX Runtime computes a candidate artifact that holds float16 tensors: strict (each "

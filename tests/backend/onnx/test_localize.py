@@ -133,19 +133,33 @@ def outlier(tmp_path, parity_cache):
 
 
 def test_int8_outlier_is_localized_and_the_exclusion_verifies(outlier):
+    import dataclasses
+
     spec, feed, ref = outlier
+    spec = dataclasses.replace(spec, min_precision_coverage=0.0)  # two MatMuls: any exclusion halves the share
     assert np.abs(run(loader.int8_onnx(spec), feed)["y"] - ref["y"]).max() > 0.3  # the break: beyond INT8 atol
     d = divergence.localize_and_repair(spec, "int8", feed, ref)
     assert "error" not in d, d
-    # relu(x @ W1) still matches at its own (outlier) scale; the head MatMul, fed the rounded-away columns, is
-    # the first output to leave tolerance
-    assert (d["first_node"], d["op_type"]) == ("head_matmul", "MatMul")
+    # relu(x @ W1) still matches at its own (outlier) scale and the head MatMul, fed the rounded-away columns, is
+    # the first output to leave tolerance; but the error is added by the outlier MatMul (per-tensor INT8 of W1
+    # rounds its unit entries to 0), and the ranking names it
+    assert d["first_out_of_tolerance"] == "head_matmul"
+    assert (d["first_node"], d["op_type"]) == ("outlier_matmul", "MatMul")
+    assert d["ranking"][0]["node"] == "outlier_matmul" and d["ranking"][0]["added_abs"] > 1
+    assert {"matches_reference", "corners", "fresh_sample"} <= set(d["verification"]["rows"])
     assert d["verified"] is True and "outlier_matmul" in d["exclude_from_quantization"]
     assert "keep_fp32" not in d and d["config"].splitlines()[1].startswith("int8_exclude = [")
-    import dataclasses
-
     fixed = dataclasses.replace(spec, precision={"int8_exclude": d["exclude_from_quantization"]})
     assert np.abs(run(loader.int8_onnx(fixed), feed)["y"] - ref["y"]).max() < 0.3
+
+
+def test_a_plan_that_leaves_too_little_in_int8_is_not_verified_and_the_note_says_what_was_tried(outlier):
+    spec, feed, ref = outlier  # default minimum: 50% of the MACs in INT8; excluding the outlier MatMul leaves 33%
+    d = divergence.localize_and_repair(spec, "int8", feed, ref)
+    assert d["verified"] is False and d["config"] is None
+    assert any("precision coverage" in t.get("why_not", "") for t in d["trials"]), d["trials"]
+    assert d["plan_note"].startswith(f"no plan within the search budget ({len(d['trials'])} of 24 rebuilds)")
+    assert "tried" in d["plan_note"] and "outlier_matmul" in d["plan_note"]
 
 
 def test_int8_exclusion_by_op_type_leaves_that_op_unquantized(outlier):
