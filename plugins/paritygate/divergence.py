@@ -120,7 +120,8 @@ class _Context:
             path = fp16_onnx(spec, FP16_KEEP_FP32 if self.fp16_ops is None else self.fp16_ops)
         else:
             path = int8_onnx(spec)
-        return computed_artifact(self, path)  # run as the check ran it: strict FP16 emulation or ORT's own
+        # run as the check ran it (strict FP16 emulation or ORT's own), every float16 tensor visible to localization
+        return computed_artifact(self, path, defer=False)
 
     def onnx_feed(self, feed):
         """Reference input names -> the ONNX graph's input names (tf2onnx may decorate them)."""
