@@ -69,7 +69,8 @@ def emulate(source, defer=True):
     half = {n for n, t in types.items() if t == onnx.TensorProto.FLOAT16}
     report = {"build": BUILD, "float16_tensors": len(half), "rounded": 0, "deferred": 0, "unread": 0,
               "initializers": 0, "retyped_nodes": 0, "exact_ops": sorted(EXACT_OPS), "defer_ops": sorted(DEFER_OPS)}
-    for graph in list(scopes.graphs(model.graph)):
+    # innermost graphs first: rebuilding a graph's node list copies its nodes, and the subgraphs they hold with them
+    for graph in reversed(list(scopes.graphs(model.graph))):
         top = graph is model.graph
         report["initializers"] += _widen_constants(graph)
         if top:
