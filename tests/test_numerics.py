@@ -57,6 +57,7 @@ def test_an_overflowing_fp16_build_fails_with_the_node_localized_and_a_verified_
     assert checks["fp32"]["status"] == "pass" and checks["fp16"]["status"] == "fail", result.stdout.str()
     d = checks["fp16"]["details"]
     assert d["numerics"] == "strict" and "numerics" not in checks["fp32"]["details"]
+    assert d["precision_coverage"]["mac_share"] == 1.0  # a failing row carries its coverage too
     div = d["divergence"]
     assert "error" not in div, div
     assert div["op_type"] == "Mul" and "square" in div["first_node"] and div["max_abs_error"] == "inf", div
