@@ -92,11 +92,20 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
                 f"({spec.onnx_artifacts[precision]}): no plan searched (the suite cannot rebuild it); keep the first "
                 "divergent node in FP32 / unquantized when rebuilding it, then re-run"}
     order = [n.name for n in fp32_model.graph.node if eligible(n) and n.name not in base]
+    from paritygate.backend.onnx.coverage import MAC_OPS
+
+    ops = {n.name: n.op_type for n in fp32_model.graph.node}
     plan = repair.search(first_divergent, lambda nodes: ctx.check(base + nodes)[0].passed, order,
-                         lambda name, nodes: localize.upstream(fp32_model, name, eligible, set(base) | set(nodes)))
+                         lambda name, nodes: localize.upstream(fp32_model, name, eligible, set(base) | set(nodes)),
+                         weight=lambda name: ops.get(name) in MAC_OPS, acceptable=lambda nodes: ctx.keeps(base + nodes))
+    for trial in plan.trials:
+        trial["coverage"] = ctx.coverage_share(base + trial["nodes"], measure=False)
+    plan_coverage = ctx.coverage(base + plan.nodes) if frozenset(base + plan.nodes) in ctx.measured else None
     return {**_details(spec, precision, first_div, plan, base, samples, feed, tol), "numerics": numerics,
+            "coverage": plan_coverage,
             "verified_on": f"onnxruntime CPUExecutionProvider, {numerics} numerics, the failing check re-run on "
-                           "the failing inputs"}
+                           "the failing inputs; a plan counts only if its artifact keeps the precision-coverage "
+                           "minimum"}
 
 
 class _Context:
@@ -106,22 +115,58 @@ class _Context:
         self.spec, self.precision, self.feed, self.numerics = spec, precision, feed, numerics
         self.reference_outputs, self.fp16_ops = reference_outputs, fp16_ops
         self.labels, self.compare_task = labels, compare_task
-        self._inputs = None
+        self._inputs, self._coverage = None, {}
 
-    def artifact(self, entries):
+    def source(self, entries):
+        """The fp16/int8 artifact built with the plan ``entries`` (the team's own file as it is)."""
         from paritygate.backend.onnx.loader import FP16_KEEP_FP32, fp16_onnx, int8_onnx
 
         spec = dataclasses.replace(self.spec, precision={**self.spec.precision, PLAN_KEY[self.precision]: list(entries)})
+        if self.precision in self.spec.onnx_artifacts:
+            return self.spec.onnx_artifacts[self.precision]
+        if self.precision == "fp16":
+            return fp16_onnx(spec, FP16_KEEP_FP32 if self.fp16_ops is None else self.fp16_ops)
+        return int8_onnx(spec)
+
+    def artifact(self, entries):
         from paritygate.runtimes import computed_artifact
 
-        if self.precision in self.spec.onnx_artifacts:
-            path = self.spec.onnx_artifacts[self.precision]
-        elif self.precision == "fp16":
-            path = fp16_onnx(spec, FP16_KEEP_FP32 if self.fp16_ops is None else self.fp16_ops)
-        else:
-            path = int8_onnx(spec)
         # run as the check ran it (strict FP16 emulation or ORT's own), every float16 tensor visible to localization
-        return computed_artifact(self, path, defer=False)
+        return computed_artifact(self, self.source(entries), defer=False)
+
+    def coverage(self, entries):
+        """``details.precision_coverage`` of the artifact built with ``entries`` (one failing sample's shapes)."""
+        import onnx
+
+        from paritygate.backend.onnx import coverage
+
+        key = frozenset(entries)
+        if key not in self._coverage:
+            path = self.source(entries)
+            graph_inputs = onnx.load(str(path)).graph.input
+            types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in graph_inputs}
+            feed = {k: v[:1].astype(types.get(k, v.dtype)) for k, v in self.onnx_feed(self.feed).items()}
+            minimum = self.spec.min_precision_coverage
+            self._coverage[key] = {**coverage.measure(path, self.precision, feed),
+                                   "minimum": coverage.MIN_MAC_SHARE if minimum is None else minimum}
+        return self._coverage[key]
+
+    def coverage_share(self, entries, measure=True):
+        """The MAC share (node share without MACs) of the plan's artifact; None when not measured yet and not
+        ``measure``."""
+        if not measure and frozenset(entries) not in self._coverage:
+            return None
+        found = self.coverage(entries)
+        return found["mac_share"] if found["mac_share"] is not None else found["node_share"]
+
+    @property
+    def measured(self):
+        return set(self._coverage)
+
+    def keeps(self, entries):
+        """Whether the plan's artifact keeps the coverage minimum (a pass below it would be ``inconclusive``)."""
+        share = self.coverage_share(entries)
+        return share is None or share >= self.coverage(entries)["minimum"]
 
     def onnx_feed(self, feed):
         """Reference input names -> the ONNX graph's input names (tf2onnx may decorate them)."""
