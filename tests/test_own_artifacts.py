@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime")
 float16 = pytest.importorskip("onnxconverter_common.float16")
 pytest.importorskip("tensorflow")
 
-from tests.conftest import write_config  # noqa: E402
+from tests.conftest import write_config
 
 pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.slow]
 CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance"

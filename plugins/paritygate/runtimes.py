@@ -108,6 +108,8 @@ def io_mapping(session, spec, runner):
             mapping = iomap.resolve(spec, ref_outputs, list(runner.input_metadata()), list(runner.output_names))
         except iomap.MappingError as err:
             raise RunnerError(str(err)) from None
+        except iomap.BindingsError as err:
+            raise RunnerError(f"{spec.where('reference')}: {err}") from err
         spec.outputs.update({r: m["candidate"] for r, m in mapping["outputs"].items() if m["rule"] != "name"})
         session.cache[key] = mapping
     return session.cache[key]
@@ -117,7 +119,10 @@ def reference_output_names(session, spec):
     """The reference's output names: from the SignatureDef when it has them (no TensorFlow run), else the runner."""
     from paritygate import iomap
 
-    outputs = iomap.bindings_of(spec)[1]
+    try:
+        outputs = iomap.bindings_of(spec)[1]
+    except iomap.BindingsError as err:
+        raise RunnerError(f"{spec.where('reference')}: {err}") from err
     return sorted(outputs) if outputs else list(load_reference(session, spec).output_names)
 
 
@@ -289,3 +294,5 @@ def input_names(spec, runner):
         return iomap.input_map(spec, list(runner.input_metadata()))
     except iomap.MappingError as err:
         raise RunnerError(f"{spec.where('inputs')}: {err}") from None
+    except iomap.BindingsError as err:
+        raise RunnerError(f"{spec.where('reference')}: {err}") from err

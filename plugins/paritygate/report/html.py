@@ -7,7 +7,16 @@ import json
 
 from paritygate.report import html_checks
 from paritygate.report.html_checks import badge
-from paritygate.report.text import PRECISION_ORDER, SEVERITY, by_severity, check_id, counts, precision_label, run_fails, worst_status
+from paritygate.report.text import (
+    PRECISION_ORDER,
+    SEVERITY,
+    by_severity,
+    check_id,
+    counts,
+    precision_label,
+    run_fails,
+    worst_status,
+)
 from paritygate.verdict import STATUSES
 
 ESC = html.escape
