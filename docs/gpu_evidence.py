@@ -77,8 +77,9 @@ def add_converters():
                 n = x.shape[axis]
                 if self.mode == "constant":
                     fill = 0 if value is None else value
-                    shape = lambda k: [*x.shape[:axis], k, *x.shape[axis + 1:]]
-                    x = torch.cat([x.new_full(shape(begin), fill), x, x.new_full(shape(end), fill)], dim=axis)
+                    before, after = list(x.shape[:axis]), list(x.shape[axis + 1:])
+                    x = torch.cat([x.new_full([*before, begin, *after], fill), x,
+                                   x.new_full([*before, end, *after], fill)], dim=axis)
                     continue
                 body = torch.arange(n, device=x.device)
                 if self.mode == "reflect":

@@ -32,7 +32,7 @@ def coverage_after_failure(item, session):
 
     try:
         record_coverage(item, session)
-    except Exception as err:  # the check's own exception is the one pytest reports
+    except Exception as err:  # noqa: BLE001 - the check's own exception is the one pytest reports
         item.stash.setdefault(DETAILS_KEY, {})["precision_coverage_error"] = f"{type(err).__name__}: {err}"
 
 
