@@ -27,6 +27,7 @@ class RunContext:
     input_pools: dict = field(default_factory=dict)  # model -> inputs.strategies.InputPool
     noise: dict = field(default_factory=dict)  # model -> judge.reference_noise.ReferenceNoise
     reference_latency: dict = field(default_factory=dict)  # (model, batch, profile) -> the TF reference's row
+    plan_books: dict = field(default_factory=dict)  # (model, precision) -> plans.PlanBook (judge.divergence)
     beam_subjects: dict = field(default_factory=dict)  # model -> beam.contract.HandlerUnderTest
     beam_expectations: list = None  # known upstream defects (beam.expectations), read once
     environment: dict = None  # versions and device (session.environment), read once

@@ -171,6 +171,9 @@ class ParitySession:
         if hasattr(report, "wasxfail"):
             details.setdefault("reason", report.wasxfail)
         details.setdefault("nodeid", item.nodeid)
+        from paritygate.cli import commands
+
+        details.setdefault("rerun", commands.rerun(self.config_path, item.nodeid))
         if precision in ("fp16", "int8"):  # every reduced-precision row names the numerics it was computed with
             details.setdefault("numerics", self.numerics if self.runtime == "onnxruntime" else self.runtime)
         check = item.originalname.removeprefix("test_")
@@ -198,7 +201,8 @@ class ParitySession:
             workeroutput[_FINDINGS_KEY] = json.dumps(self.findings)
             workeroutput[_CACHE_KEY] = json.dumps(STATS)
             return
-        if self.baseline_path is not None:
+        stopped = bool(self.validation and self.validation["problems"])  # no check ran: nothing to compare
+        if self.baseline_path is not None and not stopped:
             self.compare_with_baseline()
         if self.report_dir is not None:
             from paritygate.report import write_report

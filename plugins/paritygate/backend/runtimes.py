@@ -93,6 +93,8 @@ def io_mapping(ctx, spec, runner):
             mapping = iomap.resolve(spec, ref_outputs, list(runner.input_metadata()), list(runner.output_names))
         except iomap.MappingError as err:
             raise RunnerError(str(err)) from None
+        except iomap.BindingsError as err:
+            raise RunnerError(f"{spec.where('reference')}: {err}") from err
         ctx.mappings[spec.name] = mapping
     return ctx.mappings[spec.name]
 
@@ -111,7 +113,10 @@ def reference_output_names(ctx, spec):
     """The reference's output names: from the SignatureDef when it has them (no TensorFlow run), else the runner."""
     from paritygate.backend import iomap
 
-    outputs = iomap.bindings_of(spec)[1]
+    try:
+        outputs = iomap.bindings_of(spec)[1]
+    except iomap.BindingsError as err:
+        raise RunnerError(f"{spec.where('reference')}: {err}") from err
     return sorted(outputs) if outputs else list(load_reference(ctx, spec).output_names)
 
 
@@ -216,14 +221,15 @@ def _build(ctx, spec, precision):
     return runner
 
 
-def computed_artifact(ctx, path):
+def computed_artifact(ctx, path, defer=True):
     """The file ONNX Runtime runs for the artifact ``path``: under strict numerics (``--parity-numerics``, the
-    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict``)."""
-    if ctx.numerics != "strict":
+    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict``;
+    ``defer=False`` for localization: the same values, every float16 tensor rounded where it is produced)."""
+    if getattr(ctx, "numerics", "strict") != "strict":
         return path
     from paritygate.backend.onnx.strict import strict_onnx
 
-    return strict_onnx(path)
+    return strict_onnx(path, defer)
 
 
 def computed_dtype(ctx, spec, precision):
@@ -282,3 +288,5 @@ def input_names(spec, runner):
         return iomap.input_map(spec, list(runner.input_metadata()))
     except iomap.MappingError as err:
         raise RunnerError(f"{spec.where('inputs')}: {err}") from None
+    except iomap.BindingsError as err:
+        raise RunnerError(f"{spec.where('reference')}: {err}") from err

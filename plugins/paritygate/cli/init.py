@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras
 from paritygate.models.config import ConfigError, load_config
 
 DEFAULT_RANGES = {"f": (-1.0, 1.0), "u": (0, 255), "i": (0, 1), "b": (0, 1)}  # numpy dtype kind -> range
@@ -40,16 +41,16 @@ class InitError(ValueError):
 
 
 def inspect_reference(path, signature="serving_default"):
-    """Input metadata and output names of a SavedModel signature or a .keras file (loads it with TensorFlow)."""
+    """Input metadata and output names of a SavedModel signature or a Keras file (loads it with TensorFlow)."""
     from paritygate.backend.base import RunnerError
     from paritygate.backend.tf.runner import TfRunner
 
     path = Path(path)
     if path.suffix == ".onnx":
         raise InitError(f"{path}: an ONNX file is the candidate, not the reference; pass the TensorFlow model "
-                        "(a SavedModel folder or a .keras file) as MODEL and this file with --onnx")
+                        f"({REFERENCE_KINDS}) as MODEL and this file with --onnx")
     if not path.exists():
-        raise InitError(f"{path}: no such file or folder (expected a SavedModel folder or a .keras file)")
+        raise InitError(f"{path}: no such file or folder (expected {REFERENCE_KINDS})")
     try:
         runner = TfRunner(path, signature).activate()
     except RunnerError as err:
@@ -62,7 +63,7 @@ def inspect_reference(path, signature="serving_default"):
 
 
 def _reference_outputs(path, signature, runner):
-    if path.suffix != ".keras":
+    if not is_keras(path):
         from paritygate.backend.iomap import signature_bindings
 
         outputs = signature_bindings(path, signature)[1]
@@ -89,7 +90,7 @@ def propose_mapping(found, onnx_path):
     from paritygate.backend import iomap
 
     cand_in, cand_out = onnx_names(onnx_path)
-    bound_in, bound_out = ({}, {}) if found.reference.suffix == ".keras" else \
+    bound_in, bound_out = ({}, {}) if is_keras(found.reference) else \
         iomap.signature_bindings(found.reference, found.signature)
     found.onnx = Path(onnx_path)
     for kind, refs, cands, bound, target in (("input", list(found.inputs), cand_in, bound_in, found.input_map),
@@ -144,7 +145,7 @@ def render(found, name, config_dir, max_batch=4):
              "#     paritygate run parity.toml   (or: pytest --pyargs paritygate.conformance --parity-config=parity.toml)",
              "", "[[models]]", f"name = {json.dumps(name)}",
              f"reference = {json.dumps(_path(found.reference, config_dir))}"]
-    if found.reference.suffix != ".keras":
+    if not is_keras(found.reference):
         lines.append(f"signature = {json.dumps(found.signature)}")
     files = {**({"fp32": found.onnx} if found.onnx else {}), **found.artifacts}
     if found.artifacts:  # the team's own fp16/int8 files: judged as they are (the fp32 one, or tf2onnx's, is fp32)

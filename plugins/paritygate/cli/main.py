@@ -30,7 +30,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     init = sub.add_parser("init", help="inspect a model and write a starter config")
-    init.add_argument("model", metavar="MODEL", help="the TF reference: a SavedModel folder or a .keras file")
+    init.add_argument("model", metavar="MODEL", help="the TF reference: a SavedModel folder, a .keras file or a legacy Keras 2 .h5/.hdf5 file")
     init.add_argument("--onnx", metavar="FILE", help="the candidate ONNX file; its names are paired with the "
                       "reference's and written into the config")
     init.add_argument("--onnx-fp16", metavar="FILE", help="your own fp16 ONNX (the file the engine is built from), "

@@ -26,8 +26,9 @@ from paritygate.comparator.tolerance import (
     invariance_bound,
     tolerance_for,
 )
-from paritygate.inputs.strategies import feeds, model_input_pool, with_corner_examples
+from paritygate.inputs.strategies import feeds, input_pool, with_corner_examples
 from paritygate.judge import vacuity
+from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import ParityResult, compare
 from paritygate.judge.reference_noise import K_REFERENCE, Ledger, reference_noise
 from paritygate.verdict import SuiteError
@@ -47,21 +48,17 @@ class PropertyResult:
         return self.failure is None
 
 
-def input_pool(session, spec):
-    pools = session.context.input_pools
-    if spec.name not in pools:
-        pools[spec.name] = model_input_pool(spec)
-    return pools[spec.name]
-
-
 # -- the three properties -------------------------------------------------------------------------------------
 # Each ``*_check(spec, precision, candidate, ledger)`` returns the ``check(feed, reference_profile)`` its property
 # runs on every input (an AssertionError: the candidate is wrong); ``paritygate.cli.replay`` runs the same one on a
 # reproducer's inputs.
-def parity_check(spec, precision, candidate, ledger):
+def parity_check(spec, precision, candidate, ledger, task_rows=None):
     def check(feed, profile):
         floors = {k: K_REFERENCE * v for k, v in profile.spread().items()}
-        result = compare(spec, precision, profile.outputs, candidate.infer(feed), compare_task=False, floors=floors,
+        cand = candidate.infer(feed)
+        if task_rows is not None:  # in-distribution rows: judged with the task metric too (paritygate.judge.task_rows)
+            task_rows.add(feed, profile.outputs, cand)
+        result = compare(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
                          cosine_floors=profile.cosine_floors(K_REFERENCE))
         ledger.keep_worst(result.outputs)
         ledger.note_unstable(feed, profile, lambda name, ref: _policy_limit(spec, precision, name, ref))
@@ -71,12 +68,25 @@ def parity_check(spec, precision, candidate, ledger):
 
 
 def property_parity(session, spec, precision, details=None):
+    from paritygate.judge.task_rows import TASKS, TaskRows, judge_task_rows
+
     reference, candidate = reference_noise(session.context, spec), candidate_runner(session.context, spec, precision)
     spec = resolved_spec(session.context, spec)
-    pool, ledger = input_pool(session, spec), Ledger()
-    return _run(session, spec, precision, "property_parity", feeds(spec, pool=pool),
-                parity_check(spec, precision, candidate, ledger), reference, ledger, details,
-                lambda name, ref: _policy_limit(spec, precision, name, ref))
+    pool, ledger = input_pool(session.context, spec), Ledger()
+    rows = TaskRows(spec, precision) if spec.task in TASKS else None
+    result = _run(session, spec, precision, "property_parity", feeds(spec, pool=pool),
+                  parity_check(spec, precision, candidate, ledger, rows), reference, ledger, details,
+                  lambda name, ref: _policy_limit(spec, precision, name, ref))
+    if rows is not None and len(pool):
+        failing = judge_task_rows(session, spec, precision, rows, pool, candidate, result)
+        if failing is not None and "divergence" not in result.details:  # only the task metric failed
+            from paritygate.judge.divergence import localize_failure
+
+            found = localize_failure(session, spec, precision, failing, compare_task=True, check="property_parity",
+                                     feeds=ledger.feeds)
+            if found is not None:
+                result.details["divergence"] = found
+    return result
 
 
 def invariance_check(spec, precision, candidate, ledger, computed=None):
@@ -106,7 +116,7 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
 def batch_invariance(session, spec, precision, details=None):
     reference, candidate = reference_noise(session.context, spec), candidate_runner(session.context, spec, precision)
     spec = resolved_spec(session.context, spec)
-    pool, ledger = input_pool(session, spec), Ledger()
+    pool, ledger = input_pool(session.context, spec), Ledger()
     sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
     return _run(session, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
                 invariance_check(spec, precision, candidate, ledger, computed_dtype(session.context, spec, precision)),
@@ -141,7 +151,7 @@ def determinism_check(spec, precision, candidate, ledger):
 def determinism(session, spec, precision, details=None):
     reference, candidate = reference_noise(session.context, spec), candidate_runner(session.context, spec, precision)
     spec = resolved_spec(session.context, spec)
-    pool, ledger, bounded = input_pool(session, spec), Ledger(), spec.nondeterministic
+    pool, ledger, bounded = input_pool(session.context, spec), Ledger(), spec.nondeterministic
     result = _run(session, spec, precision, "determinism", feeds(spec, pool=pool),
                   determinism_check(spec, precision, candidate, ledger), reference, ledger, details,
                   _determinism_limit(spec))
@@ -160,15 +170,18 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
 
     details = {} if details is None else details
     result = PropertyResult(spec.name, precision, name, details=details)
+    nonfinite = NonfiniteLog()  # parity with a NaN / Inf reference is no evidence (paritygate.judge.nonfinite)
 
     @given(feed=strategy)
     def prop(feed):
         with _failing(ledger, feed):
             profile = reference.profile(feed)
+            if name == "property_parity" and profile.digest not in ledger.seen:
+                nonfinite.note(feed, profile.outputs)
             ledger.add(feed, profile)
             check(feed, profile)
 
-    prop = with_corner_examples(prop, spec, pool=input_pool(session, spec))
+    prop = with_corner_examples(prop, spec, pool=input_pool(session.context, spec))
     try:
         prop()
     except Exception as err:
@@ -182,12 +195,14 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
         if name == "property_parity" and ledger.failing_feed is not None:
             from paritygate.judge.divergence import localize_failure
 
-            found = localize_failure(session, spec, precision, dict(ledger.failing_feed))
+            found = localize_failure(session, spec, precision, dict(ledger.failing_feed), check=name,
+                                     feeds=ledger.feeds)
             if found is not None:
                 details["divergence"] = found
-    details.update(ledger.details(spec, input_pool(session, spec)))
+    details.update(ledger.details(spec, input_pool(session.context, spec)))
     ledger.record_findings(session, spec, precision, name)
-    if result.passed:
+    result.inconclusive = nonfinite.conclude(session, spec, precision, name, details)
+    if result.passed and not result.inconclusive:
         info = vacuity.informativeness(spec, ledger.reference_outputs, limit)
         details["informativeness"] = info
         result.inconclusive = vacuity.verdict(spec, name, info)

@@ -67,6 +67,7 @@ class ModelSpec:
     precision: dict = field(default_factory=dict)  # [models.precision]: fp16_keep_fp32 / int8_exclude lists
     allow_uninformative: bool = False  # an uninformative check is recorded as inconclusive, not failing the run
     nondeterministic: str = None  # why repeated runs may differ (the runtime's docs): determinism is bounded
+    allow_nonfinite_reference: object = False  # true or why: a NaN/Inf reference is judged (same value), not inconclusive
 
     def where(self, key):
         return f"{self.source}: model '{self.name}': key '{key}'"
@@ -134,28 +135,32 @@ def _resolve(base, value, spec_where, must_exist=True):
 
 
 def _tensor_spec(where, name, table):
+    """``where(key)`` names the config file, the model and the key; each error names ``inputs.<name>.<field>``."""
+    def key(field):
+        return where(f"inputs.{name}.{field}")
+
     shape = tuple(table["shape"])
     if shape[0] != -1 or -1 in shape[1:]:
-        raise ConfigError(f"{where}: input '{name}' shape {list(shape)}: expected -1 as the first (batch) "
-                          "dimension and fixed sizes elsewhere")
+        raise ConfigError(f"{key('shape')}: {list(shape)}: expected -1 as the first (batch) dimension and fixed "
+                          "sizes elsewhere")
     if 0 in shape:
-        raise ConfigError(f"{where}: input '{name}' shape {list(shape)}: dimensions must be positive")
+        raise ConfigError(f"{key('shape')}: {list(shape)}: dimensions must be positive")
     low, high = table["range"]
     if low > high:
-        raise ConfigError(f"{where}: input '{name}' range {[low, high]}: low must be <= high")
+        raise ConfigError(f"{key('range')}: {[low, high]}: low must be <= high")
     dtype = np.dtype(table["dtype"])
     if dtype.kind in "iub":
         if dtype.kind == "b" and (low < 0 or high > 1):
-            raise ConfigError(f"{where}: input '{name}' range {[low, high]}: bool inputs take [0, 1]")
+            raise ConfigError(f"{key('range')}: {[low, high]}: bool inputs take [0, 1]")
         if dtype.kind in "iu":
             info = np.iinfo(dtype)
             integral = all(isinstance(v, int) or float(v).is_integer() for v in (low, high))  # inf/nan: no
             if not integral or low < info.min or high > info.max:
-                raise ConfigError(f"{where}: input '{name}' range {[low, high]}: expected integers "
-                                  f"within {dtype} [{info.min}, {info.max}]")
+                raise ConfigError(f"{key('range')}: {[low, high]}: expected integers within {dtype} "
+                                  f"[{info.min}, {info.max}]")
     elif not (np.isfinite(low) and np.isfinite(high)) or max(abs(low), abs(high)) > float(np.finfo(dtype).max):
-        raise ConfigError(f"{where}: input '{name}' range {[low, high]}: expected finite bounds within {dtype}")
-    sides = {f"{side}_dtype": _exact_cast(where, name, dtype, (low, high), table.get(f"{side}_dtype"))
+        raise ConfigError(f"{key('range')}: {[low, high]}: expected finite bounds within {dtype}")
+    sides = {f"{side}_dtype": _exact_cast(key(f"{side}_dtype"), name, dtype, (low, high), table.get(f"{side}_dtype"))
              for side in ("reference", "candidate")}
     return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high), candidate=table.get("candidate"), **sides)
 
@@ -188,7 +193,7 @@ def _model_spec(path, table, check_files):
     def where(key):
         return f"{path}: model '{name}': key '{key}'"
 
-    inputs = {n: _tensor_spec(where("inputs"), n, t) for n, t in table["inputs"].items()}
+    inputs = {n: _tensor_spec(where, n, t) for n, t in table["inputs"].items()}
     engines = {p: _resolve(base, v, where(f"engines.{p}"), check_files) for p, v in table.get("engines", {}).items()}
     unknown = set(engines) - set(table["precisions"])
     if unknown:
@@ -234,6 +239,7 @@ def _model_spec(path, table, check_files):
         precision={k: list(v) for k, v in table.get("precision", {}).items()},
         allow_uninformative=table.get("allow_uninformative", False),
         nondeterministic=table.get("nondeterministic"),
+        allow_nonfinite_reference=table.get("allow_nonfinite_reference", False),
     )
 
 

@@ -49,6 +49,10 @@ def read_expectations(path):
     if unknown_tables:
         raise ExpectationError(f"{path}: unknown table(s) {unknown_tables}; expected [[known_failures]] or "
                                "[[expectations]]")
+    for table in SCHEMA:
+        entries = doc.get(table, [])
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise ExpectationError(f"{path}: key '{table}': expected an array of tables ([[{table}]])")
     return {table: [_checked(path, table, i, entry) for i, entry in enumerate(doc.get(table, []))]
             for table in SCHEMA}
 

@@ -22,7 +22,7 @@ from paritygate.report.text import (
 
 ESC = html.escape
 CARDS = ("fail", "error", "inconclusive")
-HIDDEN = {"outputs", "reproducer", "message", "reason", "note", "nodeid", "failures", "latency", "divergence"}
+HIDDEN = {"outputs", "reproducer", "message", "reason", "note", "nodeid", "rerun", "failures", "latency", "divergence"}
 
 
 def badge(status):
@@ -61,7 +61,7 @@ def _card(c, new=None):
     d = c["details"]
     tag = {True: " <span class=tag>new since baseline</span>", False: " <span class='tag old'>failing in the "
            "baseline too</span>", None: ""}[new]
-    rerun = f"<p class=muted>rerun: <code>pytest '{ESC(d['nodeid'])}'</code></p>" if d.get("nodeid") else ""
+    rerun = f"<p class=muted>rerun: <code>{ESC(d['rerun'])}</code></p>" if d.get("rerun") else ""
     parts = [(f"<article class='card st-{c['status']}' id={check_id(c)}><h3>{badge(c['status'])} {_title(c)}{tag}"
              f"</h3><pre class=cause>{ESC(cause(c)) or '(no message recorded)'}</pre>")]
     failing = [o for o in d.get("outputs") or [] if not o.get("passed", True)]
