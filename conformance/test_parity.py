@@ -19,12 +19,12 @@ def test_matches_reference(parity_session, parity_case, parity_details):
         parity_details["reproducer"] = parity_session.save_reproducer(spec, precision, "matches_reference",
                                                                        ref.inputs, result.failures)
         _localize(parity_session, spec, precision, ref, parity_details)
-    unjudged = _nonfinite_reference(parity_session, spec, precision, ref, parity_details)
+    from paritygate.verdict import inconclusive
+
+    unjudged = inconclusive(_nonfinite_reference(parity_session, spec, precision, ref, parity_details))
     assert result.passed, "\n".join(result.failures)
     if unjudged:
-        from paritygate.verdict import Inconclusive
-
-        raise Inconclusive(unjudged)
+        raise unjudged
     parity_details["informativeness"] = result.informativeness
     if result.inconclusive:
         raise result.inconclusive

@@ -40,3 +40,9 @@ class Inconclusive(Exception):
     def __init__(self, message, allowed=False):
         super().__init__(message)
         self.allowed = allowed  # the model sets allow_uninformative = true: recorded, does not fail the run
+
+
+def inconclusive(message, allowed=False):
+    """The one way a check's result says it is inconclusive: an ``Inconclusive`` carrying ``message`` (None when
+    there is none), which the conformance test raises (``if result.inconclusive: raise result.inconclusive``)."""
+    return Inconclusive(message, allowed=allowed) if message else None

@@ -2,7 +2,7 @@
 artifact computes less than the model's minimum share of its multiply-accumulates in the stated precision is
 ``inconclusive``. Runs after a check's call passed (paritygate.plugin ``pytest_runtest_call``)."""
 
-from paritygate.verdict import Inconclusive
+from paritygate.verdict import inconclusive
 
 
 def record_coverage(item, session):
@@ -45,7 +45,7 @@ def coverage_verdict(item, session):
         return
     share = found["mac_share"] if found["mac_share"] is not None else found["node_share"]
     if share is not None and share < found["minimum"]:
-        raise Inconclusive(
+        raise inconclusive(
             f"{case_of(item)[0]} {precision_of(item)}: the artifact computes {share:.1%} of its "
             f"{'multiply-accumulates' if found['mac_share'] is not None else 'nodes'} in {precision_of(item)} "
             f"(minimum {found['minimum']:.0%}, {found['minimum_source']}): a pass would be a verdict on FP32, not "

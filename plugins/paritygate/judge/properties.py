@@ -31,7 +31,7 @@ from paritygate.judge import vacuity
 from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import ParityResult, compare
 from paritygate.judge.reference_noise import K_REFERENCE, Ledger, reference_noise
-from paritygate.verdict import SuiteError
+from paritygate.verdict import SuiteError, inconclusive
 
 
 @dataclass
@@ -201,7 +201,7 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
                 details["divergence"] = found
     details.update(ledger.details(spec, input_pool(session.context, spec)))
     ledger.record_findings(session, spec, precision, name)
-    result.inconclusive = nonfinite.conclude(session, spec, precision, name, details)
+    result.inconclusive = inconclusive(nonfinite.conclude(session, spec, precision, name, details))
     if result.passed and not result.inconclusive:
         info = vacuity.informativeness(spec, ledger.reference_outputs, limit)
         details["informativeness"] = info

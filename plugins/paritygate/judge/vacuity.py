@@ -20,7 +20,7 @@ import numpy as np
 
 from paritygate.comparator.task import TaskSpecError, classification_outputs, detection_outputs
 from paritygate.comparator.tolerance import DEFAULTS, DETECTION_MIN_SCORE, TF_TRT_BASE
-from paritygate.verdict import Inconclusive
+from paritygate.verdict import inconclusive
 
 TIE_TOLERANCE = DEFAULTS["fp32"]  # a top-2 gap within the fp32 tolerance is a tie (source TF_TRT_BASE)
 # Detection: at least 10% of the inputs must hold a detection. Below that, 9 comparisons in 10 are of empty
@@ -123,7 +123,7 @@ def verdict(spec, check, info):
     (``allowed`` when the model sets ``allow_uninformative = true``: recorded, does not fail the run)."""
     if info["informative"]:
         return None
-    return Inconclusive(message(spec, check, info), allowed=spec.allow_uninformative)
+    return inconclusive(message(spec, check, info), allowed=spec.allow_uninformative)
 
 
 def message(spec, check, info):

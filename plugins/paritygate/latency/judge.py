@@ -18,7 +18,7 @@ from paritygate.latency.harness import (
 )
 from paritygate.latency.machine import load_average, load_note, machine_info
 from paritygate.lazy import available, missing_reason
-from paritygate.verdict import Inconclusive
+from paritygate.verdict import inconclusive
 
 # Timings a runner may report about its last infer (backend/trt/runner.py does): name -> attribute.
 RUNNER_TIMINGS = {"compute": "last_compute_ms", "e2e": "last_e2e_ms"}
@@ -80,7 +80,7 @@ class LatencyResult:
         miss cannot be told from the load (verdict.Inconclusive, None otherwise)."""
         if not (self.failures and self.loaded):
             return None
-        return Inconclusive(f"{self.loaded}, so these budget misses cannot be told apart from the load; rerun "
+        return inconclusive(f"{self.loaded}, so these budget misses cannot be told apart from the load; rerun "
                             "alone (pytest -m latency -p no:xdist on an idle machine):\n" + "\n".join(self.failures))
 
     def details(self):
