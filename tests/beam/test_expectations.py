@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.beam, pytest.mark.onnx]
 
 KNOWN = expectations_for()
 ALL_CHECKS = {*checks.PIPELINE_CHECKS, *direct.DIRECT_CHECKS, "beam_batch_latency", "beam_multi_process",
-              "beam_model_update"}
+              "beam_model_update", "beam_model_copies"}
 
 
 def _ids(check, subject):

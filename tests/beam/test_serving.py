@@ -27,13 +27,14 @@ def _subject(toy_reference, reference, onnx_path, factory=serving.onnxruntime, m
 
 @pytest.mark.tf
 def test_own_onnxruntime_handler_passes_every_check_where_beams_fails(toy_reference, toy_saved_model, toy_onnx_path):
+    from paritygate.beam.copies import model_copies
     from paritygate.beam.multiprocess import multi_process
     from paritygate.beam.updates import model_update
 
     subject = _subject(toy_reference, toy_saved_model, toy_onnx_path)
     known = expectations_for()
     every = {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS, "beam_model_update": model_update,
-             "beam_multi_process": multi_process}
+             "beam_multi_process": multi_process, "beam_model_copies": model_copies}
     for name, check in every.items():
         result, expected = check(subject), match(name, subject, known)
         assert all(not e.in_handler for e in expected), (name, [e.id for e in expected])  # reaches no handler defect

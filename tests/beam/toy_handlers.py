@@ -192,3 +192,23 @@ def factory_of(cls):
 
     factory.__name__ = factory.__qualname__ = cls.__name__
     return factory
+
+
+class LoadsPerBatch(ToyHandler):
+    """Loads a fresh session for every batch (self.load_model() in run_inference): the model Beam loaded is unused."""
+
+    def run_inference(self, batch, model, inference_args=None):
+        return super().run_inference(batch, self.load_model(), inference_args)
+
+
+def shares_copies(onnx_path, min_batch_size, max_batch_size, model_copies=None):
+    """Correct: passes Beam's model_copies on to ModelHandler.__init__ (shared across processes when given)."""
+    handler = ToyHandler(onnx_path, min_batch_size, max_batch_size)
+    ModelHandler.__init__(handler, min_batch_size=min_batch_size, max_batch_size=max_batch_size,
+                          model_copies=model_copies)
+    return handler
+
+
+def drops_copies(onnx_path, min_batch_size, max_batch_size, **kwargs):
+    """Takes Beam's ModelHandler arguments (model_copies, large_model) and drops them: one model per process."""
+    return ToyHandler(onnx_path, min_batch_size, max_batch_size)

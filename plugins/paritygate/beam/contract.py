@@ -67,14 +67,15 @@ def load_factory(spec):
     return factory
 
 
-def make_handler(spec, factory, min_batch_size, max_batch_size):
-    """``factory(min_batch_size=..., max_batch_size=...)``, checked to be a Beam ModelHandler."""
+def make_handler(spec, factory, min_batch_size, max_batch_size, **extra):
+    """``factory(min_batch_size=..., max_batch_size=..., **extra)``, checked to be a Beam ModelHandler (``extra``:
+    Beam's ModelHandler arguments a check asks for, e.g. ``model_copies``, only from factories that take them)."""
     from apache_beam.ml.inference.base import KeyedModelHandler, MaybeKeyedModelHandler, ModelHandler
 
     where = spec.where("beam.handler")
     model = {"model": spec} if getattr(factory, TAKES_MODEL_ATTR, False) else {}
     try:
-        handler = factory(min_batch_size=min_batch_size, max_batch_size=max_batch_size, **model)
+        handler = factory(min_batch_size=min_batch_size, max_batch_size=max_batch_size, **model, **extra)
     except ImportError as err:
         hint = (" (Beam 2.77's tensorflow_inference imports tensorflow_hub, which needs tf_keras under Keras 3; "
                 "paritygate.beam.tf_handler.TFNumpyHandler needs neither)"
@@ -82,8 +83,9 @@ def make_handler(spec, factory, min_batch_size, max_batch_size):
         raise HandlerContractError(f"{where}: {handler_path(spec)} needs a module that is not installed: "
                                    f"{err}{hint}") from err
     except Exception as err:  # the factory's own failure, named as such
+        args = "".join(f", {k}={v!r}" for k, v in extra.items())
         raise HandlerContractError(f"{where}: {handler_path(spec)}(min_batch_size={min_batch_size}, max_batch_size="
-                                   f"{max_batch_size}) raised {type(err).__name__}: {_first_line(err)}") from err
+                                   f"{max_batch_size}{args}) raised {type(err).__name__}: {_first_line(err)}") from err
     if not isinstance(handler, ModelHandler):
         raise HandlerContractError(f"{where}: {handler_path(spec)}(min_batch_size=..., max_batch_size=...) returned "
                                    f"{type(handler).__name__}, not an apache_beam ModelHandler")
@@ -254,8 +256,8 @@ class HandlerUnderTest:
     def name(self):
         return handler_path(self.spec) or getattr(self.factory, "__qualname__", repr(self.factory))
 
-    def make(self, min_batch_size, max_batch_size):
-        return make_handler(self.spec, self.factory, min_batch_size, max_batch_size)
+    def make(self, min_batch_size, max_batch_size, **extra):
+        return make_handler(self.spec, self.factory, min_batch_size, max_batch_size, **extra)
 
     def references(self, examples):
         """The native reference's outputs for each element (batched by max_batch, memoised by digest)."""

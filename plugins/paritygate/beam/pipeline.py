@@ -34,7 +34,14 @@ from paritygate.beam.contract import (
     handler_fns,
     normalise_inference,
 )
-from paritygate.beam.handlers import BatchTrace, TracedHandler, WithoutFns, unkeyed, weight_batching
+from paritygate.beam.handlers import (
+    BatchTrace,
+    TracedHandler,
+    WithoutFns,
+    count_loads,
+    unkeyed,
+    weight_batching,
+)
 from paritygate.strategies import sample_inputs
 
 _RUNNER_PATHS = {"FnApiRunner": "apache_beam.runners.portability.fn_api_runner.FnApiRunner"}
@@ -58,6 +65,7 @@ class Case:
     exceptions: bool = False  # RunInference(...).with_exception_handling()
     weight: int = None  # max_batch_weight, in payload bytes (batch-weight check)
     workers: int = 1  # > 1: Beam's multi-process mode, each worker a process that unpickles the handler
+    copies: int = None  # model_copies given to the factory (beam_model_copies); None: the factory's own default
 
 
 @dataclass
@@ -82,6 +90,7 @@ class PipelineRun:
     results: list = field(default_factory=list)  # Emitted
     traces: list = field(default_factory=list)  # handlers.BatchTrace
     dead: list = field(default_factory=list)  # DeadBatch
+    loads: list = field(default_factory=list)  # handlers.LoadRecord: one per load_model call, in any process
     metrics: dict = field(default_factory=dict)  # name -> int (counter) or dict (distribution)
     namespace: str = None
     batching: dict = field(default_factory=dict)  # the handler stack's batch_elements_kwargs() for this case
@@ -163,9 +172,12 @@ def case_inputs(spec, case):
 
 
 # -- the pipeline ------------------------------------------------------------------------------------
-def handler_stack(subject, case):
-    """TracedHandler over the (keyed) handler; its pre/post-processing functions move to the outermost level."""
-    handler = subject.make(case.min_batch, case.max_batch)
+def handler_stack(subject, case, folder=None):
+    """TracedHandler over the (keyed) handler; its pre/post-processing functions move to the outermost level.
+    With ``folder``, every load_model call of the handler writes a LoadRecord there (``handlers.count_loads``)."""
+    handler = subject.make(case.min_batch, case.max_batch, **({"model_copies": case.copies} if case.copies else {}))
+    if folder is not None:
+        count_loads(handler, folder)
     pre, post = handler_fns(handler)
     core = WithoutFns(handler) if pre or post else handler
     inner = core
@@ -234,7 +246,7 @@ def _run(subject, case):
     try:
         with warnings.catch_warnings():  # a leaked file is reported by the handler_load_model check, not here
             warnings.simplefilter("ignore", ResourceWarning)
-            handler = handler_stack(subject, case)
+            handler = handler_stack(subject, case, folder)
             run.batching = dict(handler.batch_elements_kwargs())
             run.namespace = handler.get_metrics_namespace()
             with worker_import_path(case.workers):
@@ -244,7 +256,7 @@ def _run(subject, case):
         run.error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:500] if str(err).strip() else ''}"
     run.seconds = time.perf_counter() - start
     for kind, item in _read_records(folder):
-        getattr(run, {"result": "results", "trace": "traces", "dead": "dead"}[kind]).append(item)
+        getattr(run, {"result": "results", "trace": "traces", "dead": "dead", "load": "loads"}[kind]).append(item)
     _as_sent(run, subject)
     return run
 
