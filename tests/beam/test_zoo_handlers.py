@@ -58,8 +58,8 @@ def test_the_other_beam_handler_fails_only_where_expected(parity_session, zoo, m
 def test_the_suites_own_onnxruntime_handler_passes_every_check(parity_session, zoo, model):
     """paritygate.beam.handlers:onnxruntime on the model's own candidate ONNX: only Beam's own defects (reached by
     every handler: max_batch_weight, mixed MaybeKeyed batches) remain, as strict xfails."""
-    from paritygate.beam.handlers import onnxruntime
     from paritygate.beam.copies import model_copies
+    from paritygate.beam.handlers import onnxruntime
     from paritygate.beam.multiprocess import multi_process
     from paritygate.beam.updates import model_update
 

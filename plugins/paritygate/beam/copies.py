@@ -44,10 +44,10 @@ def promise(handler):
 def promise_failures(asked, share, copies):
     if asked is None or (share and copies == asked):
         return []
-    return [f"the factory was given model_copies={asked}, but the handler promises share_model_across_processes()="
-            f"{share}, model_copies()={copies}: it drops Beam's model_copies, so every worker process loads its own "
-            "model -- pass model_copies / large_model on to ModelHandler.__init__ (apache_beam/ml/inference/"
-            "base.py:231)"]
+    return [(f"the factory was given model_copies={asked}, but the handler promises share_model_across_processes()="
+             f"{share}, model_copies()={copies}: it drops Beam's model_copies, so every worker process loads its own "
+             "model -- pass model_copies / large_model on to ModelHandler.__init__ (apache_beam/ml/inference/"
+             "base.py:231)")]
 
 
 def load_failures(run, share, copies):
@@ -60,9 +60,9 @@ def load_failures(run, share, copies):
     if share:
         total = sum(loads.values())
         if total > copies:
-            return [f"{total} load_model calls across {len(loads)} process(es) ({shown}); {copies} model cop"
-                    f"{'y' if copies == 1 else 'ies'} shared across processes promised (model_copies()={copies}, "
-                    f"share_model_across_processes() True, base.py:2040): at most {copies}"]
+            return [(f"{total} load_model calls across {len(loads)} process(es) ({shown}); {copies} model cop"
+                     f"{'y' if copies == 1 else 'ies'} shared across processes promised (model_copies()={copies}, "
+                     f"share_model_across_processes() True, base.py:2040): at most {copies}")]
         return []
     failures = [f"worker process {pid} called load_model {n} times for {batches[pid]} batch(es) ({shown}); the "
                 "handler promises one model per process (share_model_across_processes() is False, Beam loads once "
