@@ -212,3 +212,14 @@ def shares_copies(onnx_path, min_batch_size, max_batch_size, model_copies=None):
 def drops_copies(onnx_path, min_batch_size, max_batch_size, **kwargs):
     """Takes Beam's ModelHandler arguments (model_copies, large_model) and drops them: one model per process."""
     return ToyHandler(onnx_path, min_batch_size, max_batch_size)
+
+
+class PadsShortBatchesAtTheFront(ToyHandler):
+    """Pads a short batch to max_batch_size with zero rows in front, then reads the first rows back: full batches
+    are right, every result of a short batch is the zero row's."""
+
+    def run_inference(self, batch, model, inference_args=None):
+        want = self.batch_elements_kwargs()["max_batch_size"]
+        padded = [np.zeros_like(batch[0])] * (want - len(batch)) + list(batch)
+        y, z = self.outputs(padded, model)
+        return [PredictionResult(x, {"y": y[i], "z": z[i]}, self.onnx_path) for i, x in enumerate(batch)]

@@ -22,7 +22,7 @@ import inspect
 from collections import Counter
 from dataclasses import replace
 
-from paritygate.beam.checks import BeamCheckResult, case_info, exactly_once_failures
+from paritygate.beam.checks import BeamCheckResult, case_info, exactly_once_failures, short_batch_failures
 
 COPIES_ASKED = 1  # one copy for 2 worker processes: a per-process loader loads 2 and cannot pass
 
@@ -81,7 +81,7 @@ def _one(subject, case, asked):
     share, copies = promise(subject.make(case.min_batch, case.max_batch, **extra))
     run = run_case(subject, case)
     # counted against what the factory was asked for: a handler that drops model_copies still loads too often
-    failures = (promise_failures(asked, share, copies) + exactly_once_failures(run)
+    failures = (promise_failures(asked, share, copies) + exactly_once_failures(run) + short_batch_failures(subject, run)
                 + load_failures(run, *((True, asked) if asked is not None else (share, copies))))
     info = {"model_copies_asked": asked, "share_model_across_processes": share, "model_copies": copies,
             "loads_by_pid": dict(Counter(r.pid for r in run.loads)),

@@ -87,8 +87,8 @@ def update_case(spec):
 
 
 def run_update(subject, case, target):
-    """(results as (element digest, inference, model_id), pipeline error or None) of one pipeline whose side
-    input holds the update to ``target`` (None: an empty side input)."""
+    """(results as (element digest, inference, model_id), pipeline error or None, batch sizes) of one pipeline
+    whose side input holds the update to ``target`` (None: an empty side input)."""
     import apache_beam as beam
     from apache_beam.ml.inference.base import ModelMetadata, RunInference
 
@@ -116,7 +116,8 @@ def run_update(subject, case, target):
             gc.collect()  # the handler's leaked files close here, inside the filter
         except Exception as err:  # noqa: BLE001 - the pipeline failing is the finding
             error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:500] if str(err).strip() else ''}"
-    return [r for kind, r in _read_records(folder) if kind == "result"], error
+    records = _read_records(folder)
+    return [r for kind, r in records if kind == "result"], error, [r for kind, r in records if kind == "trace"]
 
 
 class _Record:
@@ -128,7 +129,7 @@ class _Record:
         from paritygate.beam.handlers import BatchTrace
 
         if isinstance(output, BatchTrace):
-            return "trace", None
+            return "trace", output.size
         try:
             inference = normalise_inference(self.spec, self.output_names, output.inference)
         except (HandlerContractError, AttributeError) as err:
@@ -172,12 +173,14 @@ def model_update(subject):
     from paritygate.beam.pipeline import case_inputs
 
     case, target = update_case(subject.spec), update_target(subject.spec)
-    (before, error_before), (after, error_after) = run_update(subject, case, None), run_update(subject, case, target)
+    (before, error_before, sizes_before), (after, error_after, sizes_after) = (run_update(subject, case, None),
+                                                                               run_update(subject, case, target))
     errors = [f"pipeline {phase} the update failed: {e}" for phase, e in (("before", error_before),
                                                                             ("after", error_after)) if e]
     inputs = case_inputs(subject.spec, case)
     failures = errors or update_failures(subject, inputs, {"before": before, "after": after}, target)
     return BeamCheckResult("beam_model_update", subject.spec.name, subject.name, failures,
                            {"precision": subject.precision, "update_target": target, "update_offset": UPDATE_OFFSET,
-                            "elements": case.count, "model_ids": {"before": sorted({str(m) for *_, m in before}),
+                            "elements": case.count, "batch_sizes": {"before": sizes_before, "after": sizes_after},
+                            "model_ids": {"before": sorted({str(m) for *_, m in before}),
                                                                   "after": sorted({str(m) for *_, m in after})}})
