@@ -152,3 +152,24 @@ def test_tensorrt_handler_passes_every_check(toy_reference, toy_saved_model, toy
         assert check(subject).passed != bool(match(name, subject, known)), name
 
 
+
+
+@pytest.mark.tf
+def test_results_carry_the_references_output_names(tmp_path, toy_reference, toy_saved_model):
+    """ONNX outputs out_y / out_z paired with the reference's y / z through [models.outputs] (iomap): results come
+    back as y / z, and the pipeline checks pair them with the reference."""
+    from tests.conftest import scale
+
+    path = make_onnx(tmp_path / "renamed.onnx", scale("out_y", 5.0), scale("out_z", 2.0), outputs=("out_y", "out_z"))
+    spec = toy_spec(reference=toy_saved_model, onnx=path, outputs={"y": "out_y", "z": "out_z"},
+                    beam={"handler": "paritygate.beam.handlers:onnxruntime"})
+    subject = HandlerUnderTest.from_spec(spec, toy_reference, factory=serving.onnxruntime)
+    handler = subject.make(1, 4)
+    (result,) = handler.run_inference([np.float32([1.0])], handler.load_model())
+    assert sorted(result.inference) == ["y", "z"] and result.inference["y"].tolist() == [5.0]
+    assert serving.onnxruntime(1, 4, spec).run_inference([np.float32([1.0])], handler.load_model())[0].inference.keys() \
+        == {"out_y", "out_z"}  # without the reference's names (the validation pass): the model's own
+    assert checks.pairing(subject).passed and direct.batch_extremes(subject).passed
+    wrong = toy_spec(reference=toy_saved_model, onnx=path, outputs={"y": "nope"})
+    with pytest.raises(ValueError, match=r"key 'outputs'.*'y' is mapped to candidate output 'nope'"):
+        serving.onnxruntime(1, 4, wrong, reference_outputs=["y", "z"])
