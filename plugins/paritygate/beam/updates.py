@@ -139,13 +139,15 @@ class _Record:
 
 def update_failures(subject, inputs, runs, target):
     """``runs``: {"before": results, "after": results} of the two pipelines."""
-    index = {d: i for i, (_, _, d, _) in enumerate(inputs)}
     refs = subject.references([ex for _, _, _, ex in inputs])
     failures, seen, default_ids = [], set(), set()
     for phase, d, inference, model_id in ((ph, *r) for ph, rs in runs.items() for r in rs):
-        i = index.get(d)
+        # elements with equal contents (an input-set row drawn twice) share a digest: each result takes the
+        # first one of them not yet seen in its phase
+        i = next((i for i, (_, _, dd, _) in enumerate(inputs) if dd == d and (phase, i) not in seen), None)
         if i is None:
-            failures.append(f"a result ({phase} the update): its example is none of the elements sent")
+            failures.append(f"a result ({phase} the update): its example is none of the elements sent, or one "
+                            "sent once came back twice")
             continue
         seen.add((phase, i))
         want = refs[i] if phase == "before" else shifted(refs[i])
