@@ -149,7 +149,7 @@ class Delegating(ModelHandler):
 class WithoutFns(Delegating):
     """The handler with its ``with_preprocess_fn`` / ``with_postprocess_fn`` functions held back: Beam's Keyed
     wrappers refuse a handler that has any ("All pre/postprocessing functions must be defined on the outer model
-    handler", apache_beam/ml/inference/base.py:762 and :1084), so the suite puts them on its outermost handler."""
+    handler", apache_beam/ml/inference/base.py:764 and :1085), so the suite puts them on its outermost handler."""
 
     def get_preprocess_fns(self):
         return []

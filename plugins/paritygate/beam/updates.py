@@ -4,7 +4,7 @@ Two pipelines over the same elements (2*max_batch+1: a short final batch), each 
 model_metadata_pcoll=...)``: "before" with an empty side input, which keeps the default model (Beam:
 EmptySideInput -> ``update_model(None)``, apache_beam/ml/inference/base.py:2151), and "after" with
 ``ModelMetadata(model_id=<update target>)``, for which Beam calls ``update_model_path(model_id)`` and reloads
-(base.py:2157, :2004). Not one pipeline with a window before and a window after the update: a batch pipeline
+(base.py:2163, :2004). Not one pipeline with a window before and a window after the update: a batch pipeline
 processes windows in no set order, and a window with an empty side input processed after the update's window
 is served by the update (observed here with a correct handler: base.py:2004 sets the handler's path only when a
 side input names one, so reloading the "default" loads whatever path the handler last got). The check holds:
