@@ -253,9 +253,9 @@ def _run(subject, case):
                 result = _build_and_run(subject, case, handler, folder)
             run.metrics = _metrics(result, run.namespace)
     except Exception as err:  # noqa: BLE001 - the pipeline failing is an outcome the checks report
-        run.error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:500] if str(err).strip() else ''}"
+        run.error = failure_text(err)
     run.seconds = time.perf_counter() - start
-    for kind, item in _read_records(folder):
+    for kind, item in read_records(folder):
         getattr(run, {"result": "results", "trace": "traces", "dead": "dead", "load": "loads"}[kind]).append(item)
     _as_sent(run, subject)
     return run
@@ -283,9 +283,7 @@ def _as_sent(run, subject):
 def _build_and_run(subject, case, handler, folder):
     p = make_pipeline(case.runner, subject.options, case.workers)
     transform = RunInference(handler)
-    # Several workers: Create's reshuffle lets the runner split the elements between the worker processes.
-    pcoll = (p | "Indices" >> beam.Create(range(case.count), reshuffle=case.workers > 1)
-             | "Elements" >> beam.Map(_Element(subject.spec, case)))
+    pcoll = case_elements(p, subject.spec, case)
     if case.exceptions:
         out, dlq = pcoll | "RunInference" >> transform.with_exception_handling()
         _ = dlq.failed_inferences | "DeadRecords" >> beam.Map(_dead_record) | "WriteDead" >> beam.ParDo(
@@ -304,7 +302,20 @@ def _build_and_run(subject, case, handler, folder):
 
 
 # -- on the workers ----------------------------------------------------------------------------------
-class _Element:
+def case_elements(p, spec, case):
+    """The case's elements as a PCollection of pipeline ``p`` (made on the workers: ``Element``). Several workers:
+    Create's reshuffle lets the runner split the elements between the worker processes."""
+    return (p | "Indices" >> beam.Create(range(case.count), reshuffle=case.workers > 1)
+            | "Elements" >> beam.Map(Element(spec, case)))
+
+
+def failure_text(err):
+    """A pipeline's failure in one line: the exception's type and the last line of its message."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[-1][:500] if text else ''}"
+
+
+class Element:
     """Element ``i`` of the case, made on the worker from the seed (shipping arrays in the pipeline graph
     costs Beam's pickler seconds of bz2 for a few MB), then passed through Beam's coder: RunInference gets
     what it gets behind any fusion break or from ``beam.Create`` (arrays that are views on decoded bytes)."""
@@ -367,7 +378,9 @@ class WriteRecords(beam.DoFn):
                 f.write(pickle.dumps(self.records))
 
 
-def _read_records(folder):
+def read_records(folder):
+    """The (kind, record) pairs written under ``folder`` (``WriteRecords``, ``handlers.CountedLoad``); the folder
+    is deleted."""
     try:
         files = FileSystems.match([f"{folder}/*.pkl"])[0].metadata_list
     except Exception:  # noqa: BLE001 - nothing was written (the pipeline failed before a bundle finished)

@@ -94,11 +94,12 @@ def run_update(subject, case, target):
 
     from paritygate.beam.pipeline import (
         WriteRecords,
-        _Element,
-        _read_records,
+        case_elements,
+        failure_text,
         handler_stack,
         make_pipeline,
         output_folder,
+        read_records,
     )
 
     folder, error = output_folder(case.runner, subject.options), None
@@ -107,16 +108,14 @@ def run_update(subject, case, target):
         try:
             p = make_pipeline(case.runner, subject.options)
             update = p | "Update" >> beam.Create([ModelMetadata(target, UPDATE_NAME)] if target else [])
-            elements = (p | "Indices" >> beam.Create(range(case.count))
-                        | "Elements" >> beam.Map(_Element(subject.spec, case)))
-            out = elements | "RunInference" >> RunInference(handler_stack(subject, case), model_metadata_pcoll=update)
+            out = case_elements(p, subject.spec, case) | "RunInference" >> RunInference(handler_stack(subject, case), model_metadata_pcoll=update)
             _ = (out | "Records" >> beam.Map(_Record(subject.spec, subject.output_names))
                  | "Write" >> beam.ParDo(WriteRecords(folder)))
             p.run().wait_until_finish()
             gc.collect()  # the handler's leaked files close here, inside the filter
         except Exception as err:  # noqa: BLE001 - the pipeline failing is the finding
-            error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:500] if str(err).strip() else ''}"
-    records = _read_records(folder)
+            error = failure_text(err)
+    records = read_records(folder)
     return [r for kind, r in records if kind == "result"], error, [r for kind, r in records if kind == "trace"]
 
 
