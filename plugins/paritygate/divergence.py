@@ -35,28 +35,31 @@ def localize_failure(session, spec, precision, feed, reference_outputs=None, lab
 
         reference_outputs = run_batched(reference_runner(session, spec), feed, spec.max_batch)
     return localize_and_repair(spec, precision, feed, reference_outputs, session.fp16_keep_fp32, labels,
-                               compare_task)
+                               compare_task, getattr(session, "numerics", "strict"))
 
 
-def localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops=None, labels=None, compare_task=False):
+def localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops=None, labels=None, compare_task=False,
+                        numerics="strict"):
     """Localize the break on the failing samples of ``feed``, search a plan, verify it; a dict for the report.
-    A tool failing inside (ONNX Runtime refusing the marked graph, a converter error) is recorded under
-    ``error``: the check has already failed on its own evidence."""
+    Every artifact (the candidate and each plan's rebuild) is run with the check's ``numerics``. A tool failing
+    inside (ONNX Runtime refusing the marked graph, a converter error) is recorded under ``error``: the check has
+    already failed on its own evidence."""
     started = time.perf_counter()
     try:
-        out = _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task)
+        out = _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task,
+                                   numerics)
     except Exception as err:  # noqa: BLE001 - any tool error is reported in the details, never hidden
         out = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:400] if str(err) else ''}"}
     out["seconds"] = round(time.perf_counter() - started, 3)
     return out
 
 
-def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task):
+def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task, numerics):
     from paritygate.backend.onnx import localize, repair
     from paritygate.backend.onnx.loader import INT8_OPS, fp32_onnx, load_checked, precision_list
     from paritygate.comparator.tolerance import tolerance_for
 
-    ctx = _Context(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task)
+    ctx = _Context(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task, numerics)
     fp32_model = localize.named_nodes(load_checked(fp32_onnx(spec)))
     base = list(precision_list(spec, PLAN_KEY[precision]))
     result, _ = ctx.check(base)
@@ -83,17 +86,24 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
 
         def eligible(node):
             return node.name in floats
+    if precision in spec.onnx_artifacts:  # the team's own file: the suite cannot rebuild it with a plan
+        found = _details(spec, precision, first_div, repair.Plan([], False, []), base, samples, feed, tol)
+        return {**found, "numerics": numerics, "note": "the artifact is the team's own file "
+                f"({spec.onnx_artifacts[precision]}): no plan searched (the suite cannot rebuild it); keep the first "
+                "divergent node in FP32 / unquantized when rebuilding it, then re-run"}
     order = [n.name for n in fp32_model.graph.node if eligible(n) and n.name not in base]
     plan = repair.search(first_divergent, lambda nodes: ctx.check(base + nodes)[0].passed, order,
                          lambda name, nodes: localize.upstream(fp32_model, name, eligible, set(base) | set(nodes)))
-    return _details(spec, precision, first_div, plan, base, samples, feed, tol)
+    return {**_details(spec, precision, first_div, plan, base, samples, feed, tol), "numerics": numerics,
+            "verified_on": f"onnxruntime CPUExecutionProvider, {numerics} numerics, the failing check re-run on "
+                           "the failing inputs"}
 
 
 class _Context:
     """Builds an artifact with a plan and re-runs the failing check on it (ONNX Runtime, CPU)."""
 
-    def __init__(self, spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task):
-        self.spec, self.precision, self.feed = spec, precision, feed
+    def __init__(self, spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task, numerics="strict"):
+        self.spec, self.precision, self.feed, self.numerics = spec, precision, feed, numerics
         self.reference_outputs, self.fp16_ops = reference_outputs, fp16_ops
         self.labels, self.compare_task = labels, compare_task
         self._inputs = None
@@ -102,9 +112,15 @@ class _Context:
         from paritygate.backend.onnx.loader import FP16_KEEP_FP32, fp16_onnx, int8_onnx
 
         spec = dataclasses.replace(self.spec, precision={**self.spec.precision, PLAN_KEY[self.precision]: list(entries)})
-        if self.precision == "fp16":
-            return fp16_onnx(spec, FP16_KEEP_FP32 if self.fp16_ops is None else self.fp16_ops)
-        return int8_onnx(spec)
+        from paritygate.runtimes import computed_artifact
+
+        if self.precision in self.spec.onnx_artifacts:
+            path = self.spec.onnx_artifacts[self.precision]
+        elif self.precision == "fp16":
+            path = fp16_onnx(spec, FP16_KEEP_FP32 if self.fp16_ops is None else self.fp16_ops)
+        else:
+            path = int8_onnx(spec)
+        return computed_artifact(self, path)  # run as the check ran it: strict FP16 emulation or ORT's own
 
     def onnx_feed(self, feed):
         """Reference input names -> the ONNX graph's input names (tf2onnx may decorate them)."""
@@ -155,7 +171,6 @@ def _details(spec, precision, div, plan, base, samples, feed, tol):
                    f"{PLAN_KEY[precision]} = {json.dumps(entries)}") if plan.verified else None,
         "trials": plan.trials,
         "tolerance": {"atol": tol.atol, "rtol": tol.rtol, "source": tol.source, "rule": RULE},
-        "verified_on": "onnxruntime CPUExecutionProvider, the failing check re-run on the failing inputs",
         "unmatched_tensors": len(div.unmatched),
         "error_by_depth": [{k: r.as_dict()[k] for k in ("node", "op_type", "depth", "max_abs", "max_rel")}
                            for r in div.rows],

@@ -23,6 +23,10 @@ class MappingError(ValueError):
     """The reference and candidate names cannot be paired unambiguously; the message says what to write."""
 
 
+class BindingsError(ValueError):
+    """saved_model.pb cannot be read for its SignatureDef; the message names the file."""
+
+
 def undecorated(name, signature="serving_default"):
     name = _SUFFIX.sub("", name)
     for prefix in (f"{signature}_", "serving_default_"):
@@ -84,8 +88,13 @@ def signature_bindings(saved_model_dir, signature):
     Empty dicts when the file has no such signature (the runner reports that with its own message)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
+    path = saved_model_dir / "saved_model.pb"
     proto = saved_model_pb2.SavedModel()
-    proto.ParseFromString((saved_model_dir / "saved_model.pb").read_bytes())
+    try:
+        proto.ParseFromString(path.read_bytes())
+    except Exception as err:
+        raise BindingsError(f"{path}: cannot read the SavedModel's SignatureDef: not a SavedModel protobuf "
+                            f"({type(err).__name__}: {err})") from err
     for graph in proto.meta_graphs:
         if signature in graph.signature_def:
             sig = graph.signature_def[signature]
@@ -94,8 +103,10 @@ def signature_bindings(saved_model_dir, signature):
 
 
 def bindings_of(spec):
-    """The SignatureDef bindings of a SavedModel reference (empty for a .keras file)."""
-    if spec.reference.suffix == ".keras" or not (spec.reference / "saved_model.pb").exists():
+    """The SignatureDef bindings of a SavedModel reference (empty for a Keras file)."""
+    from paritygate.backend.tf.util import is_keras
+
+    if is_keras(spec.reference) or not (spec.reference / "saved_model.pb").exists():
         return {}, {}
     return signature_bindings(spec.reference, spec.signature)
 

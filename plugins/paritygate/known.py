@@ -5,6 +5,7 @@
     check = "property_parity"       # required: the report's check name (the test function without `test_`)
     precision = "int8"              # optional: every precision when absent
     runtime = "tensorrt"            # optional: every runtime when absent
+    numerics = "strict"             # optional (onnxruntime): every --parity-numerics mode when absent
     upstream_defect = "onnx-numpy-first-output"   # optional: the [[expectations]] id of the upstream defect
     reason = "…"                    # required: why, with the upstream issue or measurement
 
@@ -26,7 +27,7 @@ from paritygate.config import BUNDLED_CONFIG, ConfigError, tomllib
 BUNDLED_EXPECTATIONS = BUNDLED_CONFIG.parent / "expectations.toml"
 # table -> (required keys, optional keys, keys whose value is a list of strings; every other value is a string)
 SCHEMA = {
-    "known_failures": ({"model", "check", "reason"}, {"precision", "runtime", "upstream_defect"}, set()),
+    "known_failures": ({"model", "check", "reason"}, {"precision", "runtime", "numerics", "upstream_defect"}, set()),
     "expectations": ({"id", "checks", "beam", "reaches", "upstream", "reason"},
                      {"defect", "when", "issue", "evidence"}, {"checks", "when"}),
 }
@@ -48,6 +49,10 @@ def read_expectations(path):
     if unknown_tables:
         raise ExpectationError(f"{path}: unknown table(s) {unknown_tables}; expected [[known_failures]] or "
                                "[[expectations]]")
+    for table in SCHEMA:
+        entries = doc.get(table, [])
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise ExpectationError(f"{path}: key '{table}': expected an array of tables ([[{table}]])")
     return {table: [_checked(path, table, i, entry) for i, entry in enumerate(doc.get(table, []))]
             for table in SCHEMA}
 
@@ -88,11 +93,12 @@ def load_known_failures(config_path):
     return entries
 
 
-def mark_known_failures(item, model, precision, runtime, entries):
+def mark_known_failures(item, model, precision, runtime, entries, numerics=None):
     check = item.originalname.removeprefix("test_")
     for entry in entries:
         if (entry["model"] == model and entry["check"] == check
-                and entry.get("precision", precision) == precision and entry.get("runtime", runtime) == runtime):
+                and entry.get("precision", precision) == precision and entry.get("runtime", runtime) == runtime
+                and entry.get("numerics", numerics) == numerics):
             # raises=AssertionError: the known failure is the candidate being wrong; a crash of the check (a
             # SuiteError, a converter or runtime exception) is not it, and shows as an error.
             defect = f" [upstream defect '{entry['upstream_defect']}']" if "upstream_defect" in entry else ""

@@ -121,8 +121,9 @@ def _difference(a, b):
 
 def _cosine(a, b):
     """The comparator's cosine, over the arrays with non-finite values zeroed."""
-    a, b = np.nan_to_num(np.ravel(a).astype(np.float64)), np.nan_to_num(np.ravel(b).astype(np.float64))
-    return float(cosine_similarity(a, b)[0])
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    finite = np.isfinite(a) & np.isfinite(b)  # zeroed, not clipped to +-1.8e308 (whose squares overflow)
+    return float(cosine_similarity(np.where(finite, a, 0.0), np.where(finite, b, 0.0))[0])
 
 
 class Ledger:
@@ -156,7 +157,8 @@ class Ledger:
         for name, spread in profile.spread(which).items():
             ref = profile.outputs[name]
             lim = np.broadcast_to(limit(name, ref), ref.shape)
-            excess = spread - lim
+            with np.errstate(invalid="ignore"):  # an infinite limit (an Inf reference) is never exceeded
+                excess = np.where(np.isinf(lim), -np.inf, spread - lim)
             if ref.size and np.max(excess) > 0:
                 i = int(np.argmax(excess))
                 index = np.unravel_index(i, ref.shape)

@@ -41,7 +41,8 @@ def environment():
 class ParitySession:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False,
                  update_goldens=False, device_class=None, beam_runner=None, beam_options=(),
-                 fp16_keep_fp32=None, is_xdist_worker=False, localize=True, baseline=None, baseline_fail=()):
+                 fp16_keep_fp32=None, is_xdist_worker=False, localize=True, baseline=None, baseline_fail=(),
+                 numerics="strict"):
         self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
         self.is_bundled = config_path is None
         self.requested_runtime = runtime
@@ -55,6 +56,7 @@ class ParitySession:
             if fp16_keep_fp32 is not None else None
         self.is_xdist_worker = is_xdist_worker
         self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
+        self.numerics = numerics  # --parity-numerics: strict FP16 emulation (default) or ONNX Runtime's own
         self.baseline_path = Path(baseline).resolve() if baseline else None
         self.baseline_fail = list(baseline_fail)
         self.baseline_section = None  # the report's "baseline" section, once the run is compared with it
@@ -157,6 +159,11 @@ class ParitySession:
         if hasattr(report, "wasxfail"):
             details.setdefault("reason", report.wasxfail)
         details.setdefault("nodeid", item.nodeid)
+        from paritygate import commands
+
+        details.setdefault("rerun", commands.rerun(self.config_path, item.nodeid))
+        if precision in ("fp16", "int8"):  # every reduced-precision row names the numerics it was computed with
+            details.setdefault("numerics", self.numerics if self.runtime == "onnxruntime" else self.runtime)
         check = item.originalname.removeprefix("test_")
         from paritygate.report.evidence import attach_worst_inputs
 
@@ -182,7 +189,8 @@ class ParitySession:
             workeroutput[_FINDINGS_KEY] = json.dumps(self.findings)
             workeroutput[_CACHE_KEY] = json.dumps(STATS)
             return
-        if self.baseline_path is not None:
+        stopped = bool(self.validation and self.validation["problems"])  # no check ran: nothing to compare
+        if self.baseline_path is not None and not stopped:
             self.compare_with_baseline()
         if self.report_dir is not None:
             from paritygate.report import write_report
@@ -234,6 +242,7 @@ class ParitySession:
                           f"{err.strerror or err}") from err
 
     def summary_lines(self):
+        from paritygate.report.text import describe_numerics, precision_label
         from paritygate.validate import summary_lines as validation_lines
 
         lines = validation_lines(self.validation)
@@ -245,10 +254,14 @@ class ParitySession:
         stats = self.cache_stats()
         lines += [f"paritygate: runtime {self.runtime}, {len(self.checks)} checks: {text}",
                   f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]
+        reduced = sorted({c["details"]["numerics"] for c in self.checks if c["details"].get("numerics")})
+        if reduced:
+            lines.append(f"paritygate: fp16/int8 rows computed with {' and '.join(reduced)} numerics "
+                         f"({'; '.join(describe_numerics(n) for n in reduced)})")
         for c in self.checks:
             repro = c["details"].get("reproducer")
             if repro:
-                lines.append(f"paritygate: {c['model']} {c['precision']} {c['check']} failed; replay: {repro['command']}")
+                lines.append(f"paritygate: {c['model']} {precision_label(c)} {c['check']} failed; replay: {repro['command']}")
         for f in self.findings:
             lines.append(f"paritygate: finding {f['kind']}: {f['model']} {f['precision'] or ''} {f['check']}: "
                          f"{f['details'].get('summary', '')}".replace("  ", " "))

@@ -67,14 +67,15 @@ def test_conformance_file_over_a_temporary_config(pytester, toy_saved_model, mon
     # 17 checks a model. good: 14 pass, 2 Beam-level xfails, model_update fails naming the upstream defect its
     # handler reaches (no update_model_path: Beam's no-op). bad: exactly_once, dead_letter, batch_extremes,
     # multi_process, model_copies and model_update fail, latency is skipped (no budget), 2 xfails, 8 pass. plain:
-    # all 17 skipped for want of a [models.beam] table
-    result.assert_outcomes(passed=14 + 8, failed=1 + 6, xfailed=2 + 2, skipped=1 + 17)
+    # one row, beam_handler, skipped for want of a [models.beam] table (its 17 checks deselected, not 17 skips)
+    result.assert_outcomes(passed=14 + 8, failed=1 + 6, xfailed=2 + 2, skipped=1 + 1, deselected=2 + 17)
     result.stdout.fnmatch_lines(["*lost: element #*", "*FAILED*test_beam_exactly_once[[]bad[]]*",
                                  "*SKIPPED*model 'plain' has no [[]models.beam[]] table*key 'beam.handler'*"])
     report = json.loads((pytester.path / "report" / "parity-report.json").read_text())
     by = {(c["model"], c["check"]): c for c in report["checks"]}
     assert by[("good", "beam_batch_weight")]["status"] == "xfail"
     assert by[("bad", "beam_exactly_once")]["status"] == "fail"
+    assert [c for m, c in by if m == "plain"] == ["beam_handler"] and by[("plain", "beam_handler")]["status"] == "skip"
     assert by[("good", "beam_model_update")]["details"]["upstream_defects"][0]["id"] == "no-model-update"
     (row,) = by[("good", "beam_batch_latency")]["details"]["latency"]
     assert row["batch"] == "all" and row["budget"] == 1000.0 and len(row["samples_ms"]) == 40

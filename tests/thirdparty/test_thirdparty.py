@@ -51,17 +51,23 @@ def test_a_third_party_model_runs_with_its_config_alone(name, thirdparty_config,
     known = {e["check"] for e in known_failures(name) if e.get("precision", "fp32") == "fp32"}
     fp32 = {check: by[("fp32", check)]["status"] for check in FP32_CHECKS}
     assert fp32 == {c: "xfail" if c in known else "pass" for c in FP32_CHECKS}, (summary, "\n".join(result.outlines[-30:]))
-    assert by[("fp32", "task_on_heldout")]["status"] == "skip"  # task "generic": elementwise policy only
+    assert by[("fp32", "task_on_heldout")]["status"] == "skip"  # no held-out set (and "generic": elementwise only)
     for precision in ("fp16", "int8"):
         statuses = {check: by[(precision, check)]["status"] for check in FP32_CHECKS}
         assert set(statuses.values()) <= {"pass", "fail"}, (precision, statuses, [
             by[(precision, c)]["details"].get("message", "")[:500] for c, s in statuses.items() if s not in ("pass", "fail")])
         for check in ("matches_reference", "property_parity"):
             assert _numbers(by[(precision, check)]), (precision, check, by[(precision, check)]["details"])
+    if name == "fer":  # a legacy Keras 2 .hdf5, converted here; its int8 flips top-1 on faces of every source
+        for check in ("matches_reference", "property_parity"):
+            assert by[("int8", check)]["status"] == "fail", (check, by[("int8", check)]["details"].get("task"))
+        task = by[("int8", "property_parity")]["details"]["task_by_source"]
+        assert not task["calibration"]["passed"] and task["calibration"]["samples"] == 53, task
+        assert all(m["passed"] for m in by[("fp32", "property_parity")]["details"]["task_by_source"].values())
 
 
 @pytest.mark.beam
-@pytest.mark.parametrize("name", sorted(NEEDS))
+@pytest.mark.parametrize("name", ["basic_pitch", "nakdimon"])  # the two with their authors' ONNX
 def test_the_suites_own_beam_handler_passes_every_runinference_check(name, thirdparty_config, pytester, monkeypatch):
     """[models.beam] handler = "paritygate.beam.handlers:onnxruntime" over the authors' ONNX: every beam_*/handler_*
     check passes but Beam's own two defects (strict xfails for every handler) and batch_latency (no budget set)."""

@@ -11,6 +11,7 @@ SCHEMA = 1
 
 def report_dict(session):
     data = {"schema": SCHEMA, "environment": session.environment, "runtime": session.runtime,
+            "numerics": getattr(session, "numerics", "strict"),
             "config": str(session.config_path), "device_class": session.device_class,
             "artifact_cache": session.cache_stats(), "validation": session.validation,
             "checks": sorted(session.checks, key=lambda c: (c["model"], c["precision"] or "", c["check"])),
