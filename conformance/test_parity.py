@@ -113,6 +113,6 @@ def _localize(session, spec, precision, ref, details):
     from paritygate.divergence import localize_failure
 
     found = localize_failure(session, spec, precision, ref.inputs, reference_outputs=ref.outputs, labels=ref.labels,
-                             compare_task=True)
+                             compare_task=True, check="matches_reference")
     if found is not None:
         details["divergence"] = found

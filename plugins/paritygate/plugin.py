@@ -56,7 +56,7 @@ def pytest_addoption(parser):
                     help="comma-separated ONNX op types kept in FP32 in the fp16 artifact (default: "
                          "LayerNormalization,Softmax,Exp,Pow,Sqrt,ReduceMean,ReduceSum,Erf)")
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
-                    help="on a failing fp16/int8 check, localize the first divergent node and search a verified "
+                    help="on a failing fp16/int8 check, localize the node adding the most error and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
     group.addoption("--parity-numerics", metavar="strict|ort", choices=("strict", "ort"), default="strict",
                     help="how ONNX Runtime computes a candidate artifact that holds float16 tensors: strict (each "
@@ -248,10 +248,15 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """An fp16/int8 candidate check records its artifact's precision coverage; a pass below the model's minimum
-    is ``inconclusive`` (an "fp16" artifact computing in FP32 proves nothing about FP16)."""
-    result = yield
-    from paritygate.coverage_gate import coverage_verdict
+    is ``inconclusive`` (an "fp16" artifact computing in FP32 proves nothing about FP16). A check that did not
+    pass records the coverage too: every fp16/int8 row carries it."""
+    from paritygate.coverage_gate import coverage_after_failure, coverage_verdict
 
+    try:
+        result = yield
+    except BaseException:
+        coverage_after_failure(item, item.config.stash[SESSION_KEY])
+        raise
     coverage_verdict(item, item.config.stash[SESSION_KEY])
     return result
 

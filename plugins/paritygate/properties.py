@@ -85,7 +85,14 @@ def property_parity(session, spec, precision, details=None):
                   parity_check(spec, precision, candidate, ledger, rows), reference, ledger, details,
                   lambda name, ref: _policy_limit(spec, precision, name, ref))
     if rows is not None and len(pool):
-        judge_task_rows(session, spec, precision, rows, pool, candidate, result)
+        failing = judge_task_rows(session, spec, precision, rows, pool, candidate, result)
+        if failing is not None and "divergence" not in result.details:  # only the task metric failed
+            from paritygate.divergence import localize_failure
+
+            found = localize_failure(session, spec, precision, failing, compare_task=True, check="property_parity",
+                                     feeds=ledger.feeds)
+            if found is not None:
+                result.details["divergence"] = found
     return result
 
 
@@ -193,7 +200,8 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
         if name == "property_parity" and ledger.failing_feed is not None:
             from paritygate.divergence import localize_failure
 
-            found = localize_failure(session, spec, precision, dict(ledger.failing_feed))
+            found = localize_failure(session, spec, precision, dict(ledger.failing_feed), check=name,
+                                     feeds=ledger.feeds)
             if found is not None:
                 details["divergence"] = found
     details.update(ledger.details(spec, input_pool(session, spec)))

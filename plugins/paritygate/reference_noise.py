@@ -137,12 +137,14 @@ class Ledger:
         self.worst = {}  # output -> the comparison with the largest max abs error
         self.last_worst = {}
         self.failing_feed = self.failing_worst = None
+        self.feeds = []  # every distinct input, in order: what a repair plan must pass too (paritygate.plans)
         self.unstable = []  # one entry per input where the reference's spread exceeded the check's limit
 
     def add(self, feed, profile):
         self.examples += 1
         if profile.digest not in self.seen:  # Hypothesis may replay an input: count its information once
             self.seen.add(profile.digest)
+            self.feeds.append(feed)
             self.sources.update(getattr(feed, "sources", ["unlabelled"] * len(next(iter(feed.values())))))
             self.reference_outputs.append(profile.outputs)
 

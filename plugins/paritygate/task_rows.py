@@ -92,16 +92,18 @@ def _summary(metric):
 
 def judge_task_rows(session, spec, precision, rows, pool, candidate, result):
     """Sweep the pool, judge every source, record ``task_by_source``; a failing source fails ``result`` and its
-    failing rows are saved as a ``matches_reference`` reproducer (replay judges them with the same metric)."""
+    failing rows are saved as a ``matches_reference`` reproducer (replay judges them with the same metric).
+    Returns the inputs of the failing rows (None when every source passes)."""
     from paritygate.runtimes import reference_runner
 
     rows.sweep(pool, reference_runner(session, spec), candidate)
     by_source, failures, inputs = rows.judge()
     result.details["task_by_source"] = by_source
     if not failures:
-        return
+        return None
     text = "\n".join(failures)
     result.failure = text if result.failure is None else f"{result.failure}\n{text}"
     result.inconclusive = None  # a failure is a verdict about the candidate
     result.details["task_reproducer"] = session.save_reproducer(spec, precision, "matches_reference", inputs,
                                                                 failures[:1])
+    return inputs

@@ -33,7 +33,7 @@ def _code(name):
 
 
 def _divergence_note(check):
-    """" · first divergent node `n` (Op), ...; keep in FP32 `n` (verified)" or "" (paritygate/divergence.py)."""
+    """" · node adding the most error `n` (Op), ...; keep in FP32 `n` (verified)" or "" (paritygate/divergence.py)."""
     text = divergence_text(check, _code)
     return f" · {text}" if text else ""
 

@@ -190,7 +190,7 @@ def divergence_text(check, code=str):
         return ""
     if d.get("error"):
         return f"localization failed: {d['error']}"
-    where = (f"first divergent node {code(d['first_node'])} ({d.get('op_type')}), max abs error "
+    where = (f"node adding the most error {code(d['first_node'])} ({d.get('op_type')}), max abs error "
              f"{num(d.get('max_abs_error'))}" if d.get("first_node") else (d.get("note") or "no divergent node"))
     plan = d.get("keep_fp32", d.get("exclude_from_quantization"))
     if plan is None:
@@ -198,4 +198,8 @@ def divergence_text(check, code=str):
     verb = "keep in FP32" if "keep_fp32" in d else "leave unquantized"
     status = "verified" if d.get("verified") else "NOT verified"
     config = f"; config: {code(d['config'].splitlines()[1])}" if d.get("config") and "\n" in d["config"] else ""
+    if d.get("plan_note"):
+        config += f"; {d['plan_note']}"
+    if len(d.get("covers") or []) > 1:
+        config += f"; one plan for {', '.join(d['covers'])}"
     return f"{where}; {verb} {', '.join(code(n) for n in plan) or 'nothing'} ({status}){config}"

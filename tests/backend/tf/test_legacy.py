@@ -67,8 +67,10 @@ def test_a_keras2_saved_model_with_optimizer_slots_loads_without_tf_keras(keras2
 
 
 def test_a_legacy_file_keras3_cannot_read_names_the_exact_install(tmp_path):
-    bad = tmp_path / "broken.h5"
-    bad.write_bytes(b"not an HDF5 file")
+    h5py = pytest.importorskip("h5py")
+    bad = tmp_path / "broken.h5"  # a real HDF5 file (it passes the signature check) that holds no Keras model
+    with h5py.File(bad, "w") as f:
+        f["x"] = [0.0, 1.0, 2.0]
     code = textwrap.dedent("""
         import sys; sys.modules["tf_keras"] = None
         from paritygate.backend.tf.runner import TfRunner
