@@ -143,8 +143,8 @@ def rows_by_source(spec, cases):
 def poison_element(spec):
     """An element of the right shape holding strings: no numeric model can run it."""
     name, tensor = next(iter(spec.inputs.items()))
-    feed = {n: np.zeros(t.shape[1:], t.dtype) for n, t in spec.inputs.items()}
-    feed[name] = np.full(tensor.shape[1:], POISON)
+    feed = {n: np.zeros(t.dims, t.dtype) for n, t in spec.inputs.items()}
+    feed[name] = np.full(tensor.dims, POISON)
     return element_of(spec, feed)
 
 
