@@ -123,9 +123,9 @@ def case_arrays(spec, case):
     arrays = sample_inputs(spec, case.count, rng)
     sources = ["spec"] * case.count
     pool = _pool(spec)
-    if len(pool):
+    if len(pool.sources) and pool.dims() == {n: t.dims for n, t in spec.inputs.items()}:  # rows of the case's shape
         for i in np.flatnonzero(rng.random(case.count) < POOL_SHARE):
-            row, perturbed = int(rng.integers(len(pool))), bool(rng.random() < 0.5)
+            row, perturbed = int(rng.integers(len(pool.sources))), bool(rng.random() < 0.5)
             for name, tensor in spec.inputs.items():
                 x = pool.arrays[name][row]
                 arrays[name][i] = perturb(tensor, x, rng) if perturbed else x
