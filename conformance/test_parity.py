@@ -1,6 +1,5 @@
 """The candidate (ONNX Runtime or TensorRT) against the goldens, per precision, with the full policy."""
 
-import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
