@@ -57,10 +57,12 @@ def test_an_overflowing_fp16_build_fails_with_the_node_localized_and_a_verified_
     assert checks["fp32"]["status"] == "pass" and checks["fp16"]["status"] == "fail", result.stdout.str()
     d = checks["fp16"]["details"]
     assert d["numerics"] == "strict" and "numerics" not in checks["fp32"]["details"]
+    assert d["precision_coverage"]["mac_share"] == 1.0  # a failing row carries its coverage too
     div = d["divergence"]
     assert "error" not in div, div
     assert div["op_type"] == "Mul" and "square" in div["first_node"] and div["max_abs_error"] == "inf", div
     assert div["verified"] is True and div["numerics"] == "strict"
+    assert div["coverage"]["mac_share"] == 1.0  # the plan keeps the square Mul, not the MatMul, in FP32
     assert any("square" in n for n in div["keep_fp32"]) and "fp16_keep_fp32 = [" in div["config"]
     result.stdout.fnmatch_lines(["paritygate: fp16/int8 rows computed with strict numerics (strict: *",
                                  "paritygate: square fp16 [[]strict*] matches_reference failed; replay: *"])

@@ -104,6 +104,7 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
                 "adding the most error in FP32 / unquantized when rebuilding it, then re-run"}
     plan = _plan(ctx, book, fp32_model, base, first_div, local_feed, tol)
     found = {**_details(spec, precision, first_div, plan, base, samples, feed, tol), "numerics": numerics,
+             "coverage": ctx.plan_coverage(base + [n for n in plan.nodes if n not in base]),
              "verification": book.evidence.describe(),
              "verified_on": f"onnxruntime CPUExecutionProvider, {numerics} numerics: every failing check of this "
                             "artifact re-run on all its inputs plus a fresh seeded sample (paritygate/plans.py)"}
@@ -113,7 +114,7 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
 def _plan(ctx, book, fp32_model, base, first_div, local_feed, tol):
     """The artifact's plan: the one found earlier when it holds on the evidence grown by this check, else a
     search from it (``backend.onnx.repair``); every trial is judged on the whole evidence."""
-    from paritygate.backend.onnx import localize, repair
+    from paritygate.backend.onnx import coverage, localize, repair
     from paritygate.backend.onnx.loader import INT8_OPS
 
     prior = [n for n in book.nodes if n not in base]
@@ -143,12 +144,14 @@ def _plan(ctx, book, fp32_model, base, first_div, local_feed, tol):
         def eligible(node):
             return node.name in floats
     order = [n.name for n in fp32_model.graph.node if eligible(n) and n.name not in start]
+    mac_nodes = {n.name for n in fp32_model.graph.node if n.op_type in coverage.MAC_OPS}
     def passes(nodes):
         return ctx.verify(book.evidence, start + nodes) or (ctx.last_failures or ["failed"])[0][:300]
 
     plan = repair.search(ranked, passes, order,
                          lambda name, nodes: localize.upstream(fp32_model, name, eligible, set(start) | set(nodes)),
-                         max_greedy=MAX_GREEDY, max_trials=MAX_TRIALS)
+                         max_greedy=MAX_GREEDY, max_trials=MAX_TRIALS,
+                         weight=lambda name: 1 if name in mac_nodes else 0)
     plan.nodes = prior + [n for n in plan.nodes if n not in prior]
     plan.failures = ctx.last_failures if not plan.verified else []
     return plan
@@ -208,13 +211,19 @@ class _Context:
 
         return computed_artifact(self, self.built(entries))  # run as the check ran it: strict emulation or ORT's
 
+    def plan_coverage(self, entries):
+        """The precision coverage (backend/onnx/coverage.py) of the artifact built with ``entries`` kept."""
+        from paritygate.backend.onnx import coverage
+
+        row = self.onnx_feed({k: v[:1] for k, v in self.feed.items()})
+        return coverage.measure(self.built(entries), self.precision, row)
+
     def coverage_shortfall(self, entries):
         """Why a plan leaves too little in the precision (a pass would be inconclusive), or None."""
         from paritygate.backend.onnx import coverage
 
         minimum = coverage.MIN_MAC_SHARE if self.spec.min_precision_coverage is None else self.spec.min_precision_coverage
-        row = self.onnx_feed({k: v[:1] for k, v in self.feed.items()})
-        share = coverage.measure(self.built(entries), self.precision, row)["mac_share"]
+        share = self.plan_coverage(entries)["mac_share"]
         if share is not None and share < minimum:
             return (f"precision coverage: {share:.1%} of the multiply-accumulates in {self.precision} < minimum "
                     f"{minimum:.0%} (a pass would be inconclusive)")

@@ -248,10 +248,15 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """An fp16/int8 candidate check records its artifact's precision coverage; a pass below the model's minimum
-    is ``inconclusive`` (an "fp16" artifact computing in FP32 proves nothing about FP16)."""
-    result = yield
-    from paritygate.coverage_gate import coverage_verdict
+    is ``inconclusive`` (an "fp16" artifact computing in FP32 proves nothing about FP16). A check that did not
+    pass records the coverage too: every fp16/int8 row carries it."""
+    from paritygate.coverage_gate import coverage_after_failure, coverage_verdict
 
+    try:
+        result = yield
+    except BaseException:
+        coverage_after_failure(item, item.config.stash[SESSION_KEY])
+        raise
     coverage_verdict(item, item.config.stash[SESSION_KEY])
     return result
 

@@ -232,14 +232,15 @@ def _build(session, spec, precision):
     return runner
 
 
-def computed_artifact(session, path):
+def computed_artifact(session, path, defer=True):
     """The file ONNX Runtime runs for the artifact ``path``: under strict numerics (``--parity-numerics``, the
-    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict``)."""
+    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict``;
+    ``defer=False`` for localization: the same values, every float16 tensor rounded where it is produced)."""
     if getattr(session, "numerics", "strict") != "strict":
         return path
     from paritygate.backend.onnx.strict import strict_onnx
 
-    return strict_onnx(path)
+    return strict_onnx(path, defer)
 
 
 def computed_dtype(session, spec, precision):

@@ -46,7 +46,8 @@ def overflow_onnx(path):
 @pytest.fixture
 def overflow(tmp_path, parity_cache):
     spec = toy_spec(onnx=overflow_onnx(tmp_path / "overflow.onnx"), precisions=("fp32", "fp16"),
-                    inputs={"x": ((-1, 4), "float32", (-10.0, 10.0))})
+                    inputs={"x": ((-1, 4), "float32", (-10.0, 10.0))},
+                    min_precision_coverage=0.0)  # three nodes: any plan keeps most of them in FP32
     x = np.random.default_rng(0).uniform(-10, 10, (8, 4)).astype(np.float32)
     x[:4] /= 2  # samples 0..3 stay within float16 (|x| * 1e4 <= 5e4), samples 4..7 do not
     x[4:, 0] = 9.0
@@ -69,6 +70,7 @@ def test_fp16_overflow_is_localized_at_the_mul_and_the_plan_verifies(overflow):
     assert d["max_abs_error"] == float("inf")
     assert d["input"]["samples"] == [4, 5, 6, 7]  # the samples that failed the check
     assert d["verified"] is True and d["keep_fp32"] == ["scale_up", "layer_norm"]
+    assert d["coverage"]["mac_share"] is None and d["coverage"]["node_share"] == 0.0  # no MACs; both kept
     assert d["config"].splitlines()[1] == 'fp16_keep_fp32 = ["scale_up", "layer_norm"]'
     by_node = {r["node"]: r for r in d["error_by_depth"]}
     assert by_node["k_up"]["max_abs"] == 0 and by_node["scale_up"]["depth"] == 2
@@ -179,3 +181,36 @@ def test_tensor_error_scales_the_absolute_term_with_the_magnitude():
     assert not localize.tensor_error(ref, np.array([np.inf, 1, 0]), 1e-2, 1e-2)[2]
     assert localize.tensor_error(np.array([np.inf]), np.array([np.inf]), 1e-2, 1e-2)[2]  # same non-finite
     assert not localize.tensor_error(np.zeros(3), np.array([0, 0, 1e-9]), 1e-2, 1e-2)[2]  # zero tensor: exact
+
+
+# -- a plan must keep the precision coverage --------------------------------------------------------------
+def matmul_overflow_onnx(path):
+    """y = LayerNormalization(x W), W = 1e4 I: the MatMul's own output overflows float16 for |x| > 6.55, so the
+    only plan that passes keeps the model's one MatMul (all its multiply-accumulates) in FP32."""
+    w = onnx.numpy_helper.from_array((1e4 * np.eye(4)).astype(np.float32), "w")
+    scale = onnx.numpy_helper.from_array(np.ones(4, np.float32), "gamma")
+    bias = onnx.numpy_helper.from_array(np.zeros(4, np.float32), "beta")
+    nodes = [h.make_node("MatMul", ["x", "w"], ["big"], name="project"),
+             h.make_node("LayerNormalization", ["big", "gamma", "beta"], ["y"], name="layer_norm", axis=-1)]
+    return make_onnx(path, nodes, outputs=("y",), width=4, initializers=[w, scale, bias])
+
+
+@pytest.mark.parametrize("minimum", [None, 0.0])
+def test_a_plan_that_keeps_every_mac_in_fp32_is_not_verified_below_the_coverage_minimum(tmp_path, parity_cache,
+                                                                                        minimum):
+    """With the default minimum (half the MACs) the passing plan would compute 0% of its MACs in FP16, an
+    inconclusive verdict, so it is not offered as verified; with min_precision_coverage = 0 it is, and the
+    details report the coverage of the plan verified."""
+    spec = toy_spec(onnx=matmul_overflow_onnx(tmp_path / "mm.onnx"), precisions=("fp32", "fp16"),
+                    inputs={"x": ((-1, 4), "float32", (-10.0, 10.0))}, min_precision_coverage=minimum)
+    x = np.full((4, 4), 9.0, np.float32)
+    d = divergence.localize_and_repair(spec, "fp16", {"x": x}, run(spec.onnx, {"x": x}), fp16_ops=())
+    assert "error" not in d, d
+    assert d["first_node"] == "project"
+    passing = [t for t in d["trials"] if t["coverage"] is not None]
+    assert passing and all(t["coverage"] == 0.0 for t in passing)  # the check passed only with the MatMul kept
+    if minimum is None:  # reported with the coverage that keeps it from being verified
+        assert d["verified"] is False and d["coverage"]["mac_share"] == 0.0 and d["config"] is None
+    else:
+        assert d["verified"] is True and "project" in d["keep_fp32"]
+        assert d["coverage"]["mac_share"] == 0.0 and d["coverage"]["minimum"] == 0.0

@@ -134,3 +134,66 @@ def test_converter_made_fp16_overflows_under_strict_only(tmp_path):
     emulated = session(strict.emulate(half)[0]).run(None, feed)[0]
     assert np.isfinite(own[0, 0]) or pytest.skip("this onnxruntime computes FP16 itself")
     assert np.isinf(emulated[0, 0]) and emulated[1, 0] == pytest.approx(4e-3, rel=2 ** -10)
+
+
+def conv_act_fp16():
+    """An onnxconverter-common fp16 artifact (keep_io_types=True) of Conv -> Relu, Conv -> Clip(0, 6) and a Conv
+    output read by Relu and Add at once (not deferrable); weights of 3e3, so large inputs overflow FP16."""
+    float16 = pytest.importorskip("onnxconverter_common.float16")
+    rng = np.random.default_rng(0)
+    inits = [onnx.numpy_helper.from_array((rng.normal(0, 1, (4, 3, 3, 3)) * k).astype(np.float32), f"w{i}")
+             for i, k in enumerate((3e3, 1.0, 1.0))]
+    nodes = [h.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+             h.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             h.make_node("Clip", ["c1", "lo", "hi"], ["r1"], name="relu6"),
+             h.make_node("Conv", ["x", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c2"], ["r2"], name="relu2"), h.make_node("Add", ["c2", "r2"], ["s2"], name="add2"),
+             h.make_node("Concat", ["r0", "r1", "s2"], ["y"], name="cat", axis=1)]
+    inits += [onnx.numpy_helper.from_array(np.float32(0), "lo"), onnx.numpy_helper.from_array(np.float32(6), "hi")]
+    g = h.make_graph(nodes, "act", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 8, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 12, 8, 8])], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return float16.convert_float_to_float16(model, keep_io_types=True)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_deferred_rounding_gives_the_values_of_rounding_where_produced(level):
+    """Relu/Clip commute with the FP16 rounding: rounding after them (defer=True, what checks run) gives the
+    values rounding every float16 tensor where produced gives (defer=False, what localization runs), on inputs
+    whose Conv outputs overflow FP16, land on subnormals, and on NaN."""
+    half = conv_act_fp16()
+    deferred, report = strict.emulate(half, defer=True)
+    plain, plain_report = strict.emulate(half, defer=False)
+    assert report["deferred"] == 2 and report["rounded"] == plain_report["rounded"]  # moved after relu0, relu6
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.normal(0, 1, (4, 3, 8, 8)) * s for s in (1e-9, 1e-6, 1.0, 30.0)]).astype(np.float32)
+    x[0, 0, 0, 0] = np.nan
+    a, b = (session(m, level).run(None, {"x": x})[0] for m in (deferred, plain))
+    assert np.isinf(b).any() and (np.abs(b[np.isfinite(b)]) < 2 ** -14).any() and np.isnan(b).any()
+    np.testing.assert_array_equal(a, b)  # equal as numbers, NaN where NaN (+0 and -0 compare equal)
+
+
+def test_deferred_rounding_lets_onnxruntime_fuse_the_activation(tmp_path):
+    """Why defer: at ORT_ENABLE_ALL the deferred Relu and Clip are fused into their Convs; rounding each Conv
+    output first leaves them as separate kernels."""
+    half = conv_act_fp16()
+
+    def activations(model):
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return sum(n.op_type in ("Relu", "Clip") for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node)
+
+    assert activations(strict.emulate(half, defer=False)[0]) == 3
+    assert activations(strict.emulate(half, defer=True)[0]) == 1  # relu2 reads c2, which add2 reads too
+
+
+def test_a_float16_clip_and_relu_need_no_rounding_of_their_own():
+    """Fed FP16 values, Clip with FP16 bounds and Relu return FP16 values: no rounding after them."""
+    half = conv_act_fp16()
+    emulated, _ = strict.emulate(half, defer=False)
+    rounded = {n.input[0] for n in emulated.graph.node if n.name.endswith(strict.ROUND)}
+    assert not {"r0__fp32", "r1__fp32", "r2__fp32"} & rounded and {"c0__fp32", "c1__fp32"} <= rounded

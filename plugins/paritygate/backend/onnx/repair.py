@@ -50,7 +50,7 @@ class _Search:
         return self._seen[key]
 
 
-def search(ranked, passes, order, upstream_of, max_greedy=6, max_trials=24):
+def search(ranked, passes, order, upstream_of, max_greedy=6, max_trials=24, weight=None):
     """A verified plan, or the best unverified attempt (``Plan.trials`` says what was tried).
 
     ranked(nodes) -> [node names]: localization on the artifact built with ``nodes`` kept, the nodes that add
@@ -58,7 +58,9 @@ def search(ranked, passes, order, upstream_of, max_greedy=6, max_trials=24):
     passes(nodes) -> True, or False / a string saying why not: rebuild with ``nodes`` kept and re-run the
     failing check (the plan's verification);
     order: the eligible node names (those the converter can keep / the quantizer can exclude), topological;
-    upstream_of(name, nodes) -> [names]: the nearest eligible nodes upstream of ``name`` not in ``nodes``."""
+    upstream_of(name, nodes) -> [names]: the nearest eligible nodes upstream of ``name`` not in ``nodes``;
+    weight(name) -> number: prune tries the heaviest members first (the MAC nodes: the plan then keeps as few
+    multiply-accumulates out of the precision as it can, which keeps its precision coverage); None: all alike."""
     s = _Search(passes, max_trials)
     eligible = set(order)
     keep = []
@@ -78,12 +80,12 @@ def search(ranked, passes, order, upstream_of, max_greedy=6, max_trials=24):
             break
         keep += add
         if s.passes(keep, "greedy"):
-            return Plan(_prune(s, keep, start), True, s.trials)
+            return Plan(_prune(s, keep, start, weight), True, s.trials)
         add = step(ranked(keep))
     found = _bisect(s, order, start, keep)
     if found is None:
         return Plan(keep, False, s.trials)
-    return Plan(_prune(s, found, start), True, s.trials)
+    return Plan(_prune(s, found, start, weight), True, s.trials)
 
 
 def _bisect(s, order, start, base):
@@ -104,10 +106,14 @@ def _bisect(s, order, start, base):
     return base + cands[:good]
 
 
-def _prune(s, nodes, protected):
-    """Drop, last added first, each node (but ``protected``) whose removal still passes."""
+def _prune(s, nodes, protected, weight=None):
+    """Drop each node (but ``protected``) whose removal still passes: the heaviest first (``weight``), and among
+    equals the last added first."""
     kept = list(nodes)
-    for name in reversed(list(nodes)):
+    order = list(reversed(list(nodes)))
+    if weight is not None:
+        order.sort(key=lambda n: -weight(n))  # stable: ties stay last-added first
+    for name in order:
         if len(kept) == 1 or s.exhausted:
             break
         if name == protected:

@@ -16,6 +16,13 @@ FP16 arithmetic overflows to inf). So the artifact is rewritten into an FP32 gra
 
 ONNX Runtime keeps such a Cast pair at every graph optimization level (measured, and asserted by
 tests/backend/onnx/test_strict.py at every session setting the suite uses: the graph above gives inf).
+
+Cost (docs/numerics.md, "Cost"): a rounding is left out where it changes no value, and moved where that lets ONNX
+Runtime fuse. Rounding to FP16 is monotone and keeps every FP16 value, so it commutes with Relu and with a Clip
+whose bounds are FP16 values: Relu(round(x)) == round(Relu(x)). A float16 tensor read only by such ops (``DEFER_OPS``)
+is rounded after them (``defer=True``), so Conv+Relu / Conv+Clip / Gemm+Relu stay fusable; the values are the
+same as without deferral (tests/backend/onnx/test_strict.py compares them bit for bit). Localization builds the
+artifact with ``defer=False``: every float16 tensor there is rounded where the artifact produces it.
 """
 
 from paritygate.backend.onnx import scopes
@@ -28,10 +35,14 @@ onnx = lazy_import("onnx")
 # rounding after them would change nothing and is left out (it only costs time).
 EXACT_OPS = {"Relu", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Slice", "Gather",
              "GatherElements", "GatherND", "MaxPool", "Identity", "Max", "Min", "Neg", "Abs", "Split", "Expand",
-             "Tile", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin", "Where", "TopK"}
+             "Tile", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin", "Where", "TopK", "Clip", "GlobalMaxPool",
+             "Floor", "Ceil", "Round", "Sign"}  # Clip: exact when its bounds are float16 (the rule below)
+# Monotone ops that commute with the FP16 rounding (an FP16-rounded Clip bound is an FP16 value, so rounding
+# x below lo gives at most lo): a float16 tensor read only as their input 0 is rounded after them instead.
+DEFER_OPS = {"Relu", "Clip"}
 MODES = ("strict", "ort")
 DEFAULT = "strict"
-BUILD = "strict-fp16-roundtrip-v2"  # part of the cache key: bump when the rewrite changes
+BUILD = "strict-fp16-roundtrip-v3"  # part of the cache key: bump when the rewrite changes
 ROUND = "__round_fp16"  # suffix of the Cast(to=FLOAT16) nodes the rewrite adds
 TYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
               "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Bernoulli": "dtype"}
@@ -48,16 +59,18 @@ def float16_tensors(model):
     return sorted(n for n, t in scopes.inferred_types(model).items() if t == onnx.TensorProto.FLOAT16)
 
 
-def emulate(source):
+def emulate(source, defer=True):
     """(float32 ModelProto with the FP16 rounding explicit, report) for the ModelProto ``source`` (unchanged).
-    A model without float16 tensors comes back as a copy with ``report["rounded"] == 0``."""
+    A model without float16 tensors comes back as a copy with ``report["rounded"] == 0``. ``defer``: round a
+    tensor read only by ``DEFER_OPS`` after them (same values; lets ONNX Runtime fuse Conv+Relu and the like)."""
     model = onnx.ModelProto()
     model.CopyFrom(source)
     types, taken = scopes.inferred_types(model), tensor_names(model)
     half = {n for n, t in types.items() if t == onnx.TensorProto.FLOAT16}
-    report = {"build": BUILD, "float16_tensors": len(half), "rounded": 0, "initializers": 0, "retyped_nodes": 0,
-              "exact_ops": sorted(EXACT_OPS)}
-    for depth, graph in enumerate(list(scopes.graphs(model.graph))):
+    report = {"build": BUILD, "float16_tensors": len(half), "rounded": 0, "deferred": 0, "unread": 0,
+              "initializers": 0, "retyped_nodes": 0, "exact_ops": sorted(EXACT_OPS), "defer_ops": sorted(DEFER_OPS)}
+    # innermost graphs first: rebuilding a graph's node list copies its nodes, and the subgraphs they hold with them
+    for graph in reversed(list(scopes.graphs(model.graph))):
         top = graph is model.graph
         report["initializers"] += _widen_constants(graph)
         if top:
@@ -65,16 +78,23 @@ def emulate(source):
         else:
             _retype(graph.input)
         outputs = {o.name for o in graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
-        rebuilt = []
+        readers, unrounded, rebuilt = _readers(graph), set(), []
         for node in list(graph.node):
             report["retyped_nodes"] += _retarget(node)
             rebuilt.append(node)
             if node.op_type == "Constant":
                 continue
             exact = node.op_type in EXACT_OPS and all(
-                types.get(i) != onnx.TensorProto.FLOAT or i in half for i in node.input if i)
+                (types.get(i) != onnx.TensorProto.FLOAT or i in half) and i not in unrounded for i in node.input if i)
             for k, out in enumerate(node.output):
-                if out and out in half and not (exact and not (top and out in outputs)):
+                if not out or out not in half or (exact and out not in outputs):
+                    continue
+                if defer and out not in outputs and not readers.get(out):
+                    report["unread"] += 1  # read by no node and no graph output: no reader sees its rounding
+                elif defer and out not in outputs and _deferrable(readers.get(out), out, half):
+                    unrounded.add(out)
+                    report["deferred"] += 1
+                else:
                     rebuilt += _round(graph, node, k, out, top and out in outputs, taken)
                     report["rounded"] += 1
         del graph.node[:]
@@ -83,6 +103,27 @@ def emulate(source):
         if not top:
             _retype(graph.output)
     return model, report
+
+
+def _readers(graph):
+    """{tensor: [(node, input index), ...]} over ``graph``'s nodes; a tensor a subgraph reads gets a None entry."""
+    out = {}
+    for node in graph.node:
+        for k, i in enumerate(node.input):
+            if i:
+                out.setdefault(i, []).append((node, k))
+        for sub in scopes.subgraphs(node):
+            for i in scopes.free_names(sub):
+                out.setdefault(i, []).append((None, None))
+    return out
+
+
+def _deferrable(readers, out, half):
+    """Whether every reader of ``out`` reads it only as input 0 of a ``DEFER_OPS`` node whose other inputs (Clip's
+    bounds) are float16 values: then rounding those readers' outputs gives the values rounding ``out`` gives."""
+    return bool(readers) and all(
+        node is not None and node.op_type in DEFER_OPS and k == 0 and list(node.input).count(out) == 1
+        and all(i in half for i in node.input[1:] if i) for node, k in readers)
 
 
 def _widen_constants(graph):
@@ -164,9 +205,10 @@ def rounded_of(model):
     return out
 
 
-def strict_onnx(path):
+def strict_onnx(path, defer=True):
     """The strict artifact for the ONNX file ``path`` (built once, cached by content hash), or ``path`` itself
-    when it holds no float16 tensor (an FP32 or a float32 Q/DQ artifact: ONNX Runtime computes it as typed)."""
+    when it holds no float16 tensor (an FP32 or a float32 Q/DQ artifact: ONNX Runtime computes it as typed).
+    ``defer=False``: every float16 tensor rounded where it is produced (localization compares each of them)."""
     from pathlib import Path
 
     from paritygate.backend.onnx import validate
@@ -177,15 +219,15 @@ def strict_onnx(path):
     source = onnx.load(str(path))
     if not float16_tensors(source):
         return path
-    key = key_of(src=hash_path(path), onnx=dist_version("onnx"), build=BUILD)
+    key = key_of(src=hash_path(path), onnx=dist_version("onnx"), build=BUILD, defer=defer)
 
     def build(out):
-        model, report = emulate(source)
+        model, report = emulate(source, defer)
         validate.check_graph(model, "paritygate strict FP16 emulation", path=path)
         onnx.save(model, str(out))
         return {**report, "source": str(path)}
 
-    return cached_file("onnx", f"{path.stem}-strict-{key}", ".onnx", build)
+    return cached_file("onnx", f"{path.stem}-strict{'' if defer else '-nodefer'}-{key}", ".onnx", build)
 
 
 def describe(mode):
