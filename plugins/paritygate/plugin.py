@@ -57,6 +57,10 @@ def pytest_addoption(parser):
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
                     help="on a failing fp16/int8 check, localize the first divergent node and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
+    group.addoption("--parity-cache", metavar="on|off", choices=("on", "off"), default="on",
+                    help="serve the TF reference's outputs for a batch it ran before from $PARITYGATE_CACHE/reference "
+                         "(keyed by its files, signature, TF version, device and the exact batch); goldens and "
+                         "latency always run TF live; converted artifacts stay cached either way (default: on)")
     group.addoption("--require-gpu", action="store_true", default=False,
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT")
     group.addoption("--update-goldens", action="store_true", default=False,
@@ -83,6 +87,7 @@ def pytest_configure(config):
         is_xdist_worker=hasattr(config, "workerinput"),
         baseline=config.getoption("parity_baseline"),
         baseline_fail=config.getoption("parity_baseline_fail"),
+        reference_cache=config.getoption("parity_cache") != "off",
     )
     config.stash[SESSION_KEY] = session
     if not session.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected

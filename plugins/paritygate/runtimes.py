@@ -19,6 +19,7 @@ class RuntimeSettings:
     runtime: str = "onnxruntime"
     fp16_keep_fp32: tuple = None
     cache: dict = field(default_factory=dict)
+    reference_cache: bool = False  # replay runs the reference live
 
 
 def check_input_spec(spec, metadata, what, side="candidate"):
@@ -44,16 +45,24 @@ def check_input_spec(spec, metadata, what, side="candidate"):
 
 
 def load_reference(session, spec):
-    """The TF reference, loaded and checked against the input spec (once per process). Raises RunnerError:
-    a SavedModel without the signature or a spec that does not fit it is a config problem, which the session's
-    validation pass (paritygate.validate) reports before any check runs."""
+    """The TF reference, checked against the input spec (once per process). Raises RunnerError: a SavedModel
+    without the signature or a spec that does not fit it is a config problem, which the session's validation
+    pass (paritygate.validate) reports before any check runs. Behind the reference-output cache
+    (paritygate.reference_cache) unless the session turns it off: nothing loads until a batch misses it."""
     key = ("reference", spec.name)
     if key not in session.cache:
         from paritygate.backend.tf.runner import TfRunner
 
-        runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}").activate()
+        runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}")
+        if getattr(session, "reference_cache", False):
+            from paritygate.reference_cache import CachedReference
+
+            runner, counted = CachedReference(runner), None
+        else:
+            counted = "computed"
+        runner.activate()
         check_input_spec(spec, runner.input_metadata(), runner.describe(), side="reference")
-        session.cache[key] = ReferenceRunner(runner, _casts(spec, "reference"))
+        session.cache[key] = ReferenceRunner(runner, _casts(spec, "reference"), counted=counted)
     return session.cache[key]
 
 
@@ -64,6 +73,21 @@ def reference_runner(session, spec):
         return load_reference(session, spec)
     except RunnerError as err:
         raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
+
+
+def live_reference(session, spec):
+    """The reference running TensorFlow on every call, never the cache: for the checks whose point is running it
+    (``goldens_reproduce``, latency). Its runs are counted as live in the summary."""
+    key = ("live_reference", spec.name)
+    if key not in session.cache:
+        cached = reference_runner(session, spec)
+        inner = cached.runner.live() if hasattr(cached.runner, "live") else cached.runner
+        try:
+            inner.activate()
+        except RunnerError as err:
+            raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
+        session.cache[key] = ReferenceRunner(inner, cached.casts, counted="live")
+    return session.cache[key]
 
 
 def recorded_mapping(session, spec):
@@ -148,14 +172,31 @@ class MappedRunner(BaseRunner):
 
 class ReferenceRunner(MappedRunner):
     """The TF reference as every check sees it (inputs cast where the config declares ``reference_dtype``): a
-    failure to run a valid input is a ``SuiteError``."""
+    failure to run a valid input is a ``SuiteError``. ``counted``: the reference cache's counter its runs add to
+    (``computed`` with the cache off, ``live`` for goldens and latency; a CachedReference counts its own)."""
 
-    def __init__(self, runner, casts=None):
+    def __init__(self, runner, casts=None, counted=None):
         super().__init__(runner, {}, casts)
+        self.counted = counted
 
     def infer_impl(self, feed):
         try:
-            return super().infer_impl(feed)
+            outputs = super().infer_impl(feed)
+        except RunnerError as err:
+            raise SuiteError(f"the TensorFlow reference failed: {err}") from err
+        if self.counted:
+            from paritygate.reference_cache import STATS
+
+            STATS[self.counted] += 1
+        return outputs
+
+    def again(self, feed):
+        """A second run of ``feed`` (the noise floor's ``repeat``): live, or the cache's second sample of it."""
+        if not hasattr(self.runner, "infer_sample"):
+            return self.infer(feed)
+        try:
+            return self.runner.infer_sample({k: v.astype(self.casts[k]) if k in self.casts else v
+                                             for k, v in feed.items()}, 1)
         except RunnerError as err:
             raise SuiteError(f"the TensorFlow reference failed: {err}") from err
 

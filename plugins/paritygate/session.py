@@ -18,6 +18,7 @@ from paritygate.verdict import REPORT_ATTR, STATUSES
 _WORKER_KEY = "paritygate_checks"
 _CACHE_KEY = "paritygate_cache_stats"
 _FINDINGS_KEY = "paritygate_findings"
+_REFERENCE_KEY = "paritygate_reference_cache_stats"
 DETAILS_KEY = pytest.StashKey[dict]()  # a test's details for its check, filled through `parity_details`
 
 
@@ -41,7 +42,8 @@ def environment():
 class ParitySession:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False,
                  update_goldens=False, device_class=None, beam_runner=None, beam_options=(),
-                 fp16_keep_fp32=None, is_xdist_worker=False, localize=True, baseline=None, baseline_fail=()):
+                 fp16_keep_fp32=None, is_xdist_worker=False, localize=True, baseline=None, baseline_fail=(),
+                 reference_cache=True):
         self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
         self.is_bundled = config_path is None
         self.requested_runtime = runtime
@@ -55,12 +57,14 @@ class ParitySession:
             if fp16_keep_fp32 is not None else None
         self.is_xdist_worker = is_xdist_worker
         self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
+        self.reference_cache = reference_cache  # --parity-cache: TF outputs served from paritygate.reference_cache
         self.baseline_path = Path(baseline).resolve() if baseline else None
         self.baseline_fail = list(baseline_fail)
         self.baseline_section = None  # the report's "baseline" section, once the run is compared with it
         self.checks = []
         self.findings = []  # facts for the model owner that are no candidate verdict (e.g. reference_unstable)
         self.worker_cache_stats = {}
+        self.worker_reference_stats = {}
         self._models = None
         self.cache = {}  # per-process memo for loaded references, artifacts and runners
         self.validation = None  # paritygate.validate's findings, once the pass ran (controller only)
@@ -167,12 +171,21 @@ class ParitySession:
         self.findings.extend(json.loads(workeroutput.get(_FINDINGS_KEY, "[]")))
         for key, n in json.loads(workeroutput.get(_CACHE_KEY, "{}")).items():
             self.worker_cache_stats[key] = self.worker_cache_stats.get(key, 0) + n
+        for key, n in json.loads(workeroutput.get(_REFERENCE_KEY, "{}")).items():
+            self.worker_reference_stats[key] = self.worker_reference_stats.get(key, 0) + n
 
     def cache_stats(self):
         """Artifacts (ONNX conversions, fp16/int8 variants, engines) built vs served from the cache."""
         from paritygate.cache import STATS
 
         return {k: STATS.get(k, 0) + self.worker_cache_stats.get(k, 0) for k in ("builds", "hits")}
+
+    def reference_cache_stats(self):
+        """TF reference runs: computed (and stored), reused from the cache, and live (goldens, latency)."""
+        from paritygate.reference_cache import STATS
+
+        counts = {k: STATS.get(k, 0) + self.worker_reference_stats.get(k, 0) for k in ("computed", "reused", "live")}
+        return {"enabled": self.reference_cache, **counts}
 
     def finish(self, workeroutput=None):
         if workeroutput is not None:  # an xdist worker hands its checks to the controller
@@ -181,6 +194,9 @@ class ParitySession:
             workeroutput[_WORKER_KEY] = json.dumps(self.checks)
             workeroutput[_FINDINGS_KEY] = json.dumps(self.findings)
             workeroutput[_CACHE_KEY] = json.dumps(STATS)
+            from paritygate.reference_cache import STATS as REFERENCE_STATS
+
+            workeroutput[_REFERENCE_KEY] = json.dumps(REFERENCE_STATS)
             return
         if self.baseline_path is not None:
             self.compare_with_baseline()
@@ -245,6 +261,10 @@ class ParitySession:
         stats = self.cache_stats()
         lines += [f"paritygate: runtime {self.runtime}, {len(self.checks)} checks: {text}",
                   f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]
+        from paritygate.reference_cache import summary_line
+
+        ref = self.reference_cache_stats()
+        lines.append(summary_line(ref, ref["enabled"]))
         for c in self.checks:
             repro = c["details"].get("reproducer")
             if repro:
