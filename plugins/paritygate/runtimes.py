@@ -54,6 +54,7 @@ def load_reference(session, spec):
         from paritygate.backend.tf.runner import TfRunner
 
         runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}")
+        runner.time_as = "reference"
         if getattr(session, "reference_cache", False):
             from paritygate.reference_cache import CachedReference
 
@@ -233,12 +234,16 @@ def _build(session, spec, precision):
         else:
             loader = EngineFromOnnx(onnx_artifact(spec, precision, session.fp16_keep_fp32), spec, precision, cache_root() / "trt")
             what = f"TensorRT engine for {spec.name} {precision}"
-        runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}").activate()
+        runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}")
+        runner.time_as = "candidate"
+        runner.activate()
     else:
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
         path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
-        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
+        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}")
+        runner.time_as = "candidate"
+        runner.activate()
         what = str(path)
     check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate")
     return runner

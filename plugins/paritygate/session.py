@@ -5,6 +5,7 @@ import math
 import os
 import platform
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ _WORKER_KEY = "paritygate_checks"
 _CACHE_KEY = "paritygate_cache_stats"
 _FINDINGS_KEY = "paritygate_findings"
 _REFERENCE_KEY = "paritygate_reference_cache_stats"
+_TIME_KEY = "paritygate_time"
 DETAILS_KEY = pytest.StashKey[dict]()  # a test's details for its check, filled through `parity_details`
 
 
@@ -65,6 +67,9 @@ class ParitySession:
         self.findings = []  # facts for the model owner that are no candidate verdict (e.g. reference_unstable)
         self.worker_cache_stats = {}
         self.worker_reference_stats = {}
+        self.worker_time = {}  # seconds per part of the time line, summed over xdist workers
+        self.workers = 0
+        self.started = time.perf_counter()
         self._models = None
         self.cache = {}  # per-process memo for loaded references, artifacts and runners
         self.validation = None  # paritygate.validate's findings, once the pass ran (controller only)
@@ -173,6 +178,9 @@ class ParitySession:
             self.worker_cache_stats[key] = self.worker_cache_stats.get(key, 0) + n
         for key, n in json.loads(workeroutput.get(_REFERENCE_KEY, "{}")).items():
             self.worker_reference_stats[key] = self.worker_reference_stats.get(key, 0) + n
+        for key, s in json.loads(workeroutput.get(_TIME_KEY, "{}")).items():
+            self.worker_time[key] = self.worker_time.get(key, 0.0) + s
+        self.workers += _TIME_KEY in workeroutput
 
     def cache_stats(self):
         """Artifacts (ONNX conversions, fp16/int8 variants, engines) built vs served from the cache."""
@@ -187,6 +195,13 @@ class ParitySession:
         counts = {k: STATS.get(k, 0) + self.worker_reference_stats.get(k, 0) for k in ("computed", "reused", "live")}
         return {"enabled": self.reference_cache, **counts}
 
+    def time_spent(self):
+        """Seconds per part (conversion, reference, candidate, checks) over this process and its workers."""
+        from paritygate.timeline import SPENT
+
+        seconds = {k: round(s + self.worker_time.get(k, 0.0), 3) for k, s in SPENT.items()}
+        return {**seconds, "wall": round(time.perf_counter() - self.started, 3), "processes": 1 + self.workers}
+
     def finish(self, workeroutput=None):
         if workeroutput is not None:  # an xdist worker hands its checks to the controller
             from paritygate.cache import STATS
@@ -197,6 +212,9 @@ class ParitySession:
             from paritygate.reference_cache import STATS as REFERENCE_STATS
 
             workeroutput[_REFERENCE_KEY] = json.dumps(REFERENCE_STATS)
+            from paritygate.timeline import SPENT
+
+            workeroutput[_TIME_KEY] = json.dumps(SPENT)
             return
         if self.baseline_path is not None:
             self.compare_with_baseline()
@@ -265,6 +283,10 @@ class ParitySession:
 
         ref = self.reference_cache_stats()
         lines.append(summary_line(ref, ref["enabled"]))
+        from paritygate import timeline
+
+        spent = self.time_spent()
+        lines.append(timeline.summary_line(spent, spent["wall"], spent["processes"]))
         for c in self.checks:
             repro = c["details"].get("reproducer")
             if repro:
