@@ -24,9 +24,13 @@ def report_dict(session):
 
 def write_report(session, folder, data=None):
     """Write all three files; called at session end also when checks failed."""
+    return write_data(report_dict(session) if data is None else data, folder)
+
+
+def write_data(data, folder):
+    """Write a report dict as parity-report.json, .md and .html into ``folder``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    data = report_dict(session) if data is None else data
     (folder / "parity-report.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     (folder / "parity-report.md").write_text(render_markdown(data))
     (folder / "parity-report.html").write_text(render_html(data))
