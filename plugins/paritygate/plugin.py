@@ -10,7 +10,7 @@ import pytest
 from paritygate.config import BUNDLED_CONFIG, ConfigError
 from paritygate.gpu import pin_xdist_worker
 from paritygate.known import load_known_failures, mark_known_failures
-from paritygate.session import ParitySession, case_of
+from paritygate.session import ParitySession, case_of, parse_shard
 from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
 
 SESSION_KEY = pytest.StashKey[ParitySession]()
@@ -61,6 +61,10 @@ def pytest_addoption(parser):
                     help="serve the TF reference's outputs for a batch it ran before from $PARITYGATE_CACHE/reference "
                          "(keyed by its files, signature, TF version, device and the exact batch); goldens and "
                          "latency always run TF live; converted artifacts stay cached either way (default: on)")
+    group.addoption("--parity-shard", metavar="K/N", default=None,
+                    help="judge only the config's models K, K+N, K+2N, ... (1-based, in config order): shard K of N "
+                         "of one run across CI machines; merge the shards' reports with `paritygate report` "
+                         "(default: every model)")
     group.addoption("--require-gpu", action="store_true", default=False,
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT")
     group.addoption("--update-goldens", action="store_true", default=False,
@@ -73,6 +77,10 @@ def pytest_configure(config):
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     _register_hypothesis_profiles()
+    try:
+        parse_shard(config.getoption("parity_shard"))
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from err
     session = ParitySession(
         config_path=config.getoption("parity_config"),
         runtime=config.getoption("parity_runtime"),
@@ -88,6 +96,7 @@ def pytest_configure(config):
         baseline=config.getoption("parity_baseline"),
         baseline_fail=config.getoption("parity_baseline_fail"),
         reference_cache=config.getoption("parity_cache") != "off",
+        shard=config.getoption("parity_shard"),
     )
     config.stash[SESSION_KEY] = session
     if not session.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected

@@ -45,7 +45,7 @@ class ParitySession:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False,
                  update_goldens=False, device_class=None, beam_runner=None, beam_options=(),
                  fp16_keep_fp32=None, is_xdist_worker=False, localize=True, baseline=None, baseline_fail=(),
-                 reference_cache=True):
+                 reference_cache=True, shard=None):
         self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
         self.is_bundled = config_path is None
         self.requested_runtime = runtime
@@ -60,6 +60,7 @@ class ParitySession:
         self.is_xdist_worker = is_xdist_worker
         self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
         self.reference_cache = reference_cache  # --parity-cache: TF outputs served from paritygate.reference_cache
+        self.shard = parse_shard(shard)  # --parity-shard=K/N: (K, N), this run judges every N-th model from the K-th
         self.baseline_path = Path(baseline).resolve() if baseline else None
         self.baseline_fail = list(baseline_fail)
         self.baseline_section = None  # the report's "baseline" section, once the run is compared with it
@@ -86,7 +87,10 @@ class ParitySession:
                 check_files = available("tensorflow")
                 if check_files:
                     _ensure_zoo_built()
-            self._models = load_config(self.config_path, check_files=check_files)
+            models = load_config(self.config_path, check_files=check_files)
+            if self.shard:
+                models = [m for i, m in enumerate(models) if i % self.shard[1] == self.shard[0] - 1]
+            self._models = models
         return self._models
 
     @property
@@ -310,6 +314,16 @@ class ParitySession:
             lines.append("paritygate: WARNING: the baseline came from another machine or runtime: "
                          + "; ".join(b["environment_differs"]))
         return lines + [f"paritygate: {r}" for r in self.baseline_fails()]
+
+
+def parse_shard(text):
+    """``K/N`` -> (K, N) with 1 <= K <= N; None for None. A ValueError names what was expected."""
+    if text is None:
+        return None
+    k, _, n = str(text).partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise ValueError(f"--parity-shard={text}: expected K/N with 1 <= K <= N, e.g. 2/4 (the 2nd of 4 shards)")
+    return int(k), int(n)
 
 
 def case_of(item):

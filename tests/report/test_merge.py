@@ -68,3 +68,30 @@ def test_environments_that_differ_are_listed(tmp_path):
     b.write_text(json.dumps(data))
     merged = merge_reports([a, b])
     assert len(merged["environment_differs"]) == 1 and "onnxruntime" in merged["environment_differs"][0]
+
+
+def test_a_run_split_with_parity_shard_merges_back_into_the_whole(pytester, toy_saved_model, tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    from pathlib import Path
+
+    from tests.conftest import make_onnx, write_config
+
+    monkeypatch.setenv("PARITYGATE_CACHE", str(tmp_path / "cache"))
+    make_onnx(pytester.path / "toy.onnx")
+    table = {"reference": str(toy_saved_model), "onnx": "toy.onnx", "precisions": ["fp32"], "max_batch": 2,
+             "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}
+    cfg = write_config(pytester.path, {"models": [{"name": n, **table} for n in ("m1", "m2", "m3")]})
+    parity = Path(__file__).resolve().parents[2] / "conformance" / "test_parity.py"
+    reports = []
+    for k in (1, 2):
+        result = pytester.runpytest_subprocess(str(parity), f"--parity-config={cfg}", f"--parity-shard={k}/2",
+                                               f"--parity-report={tmp_path / f's{k}'}", "-k", "batch_size",
+                                               "-p", "no:cacheprovider", "-p", "no:xdist")
+        assert result.ret == 0, result.stdout.str()[-2000:]
+        reports.append(tmp_path / f"s{k}" / "parity-report.json")
+    models = [sorted(c["model"] for c in json.loads(r.read_text())["checks"]) for r in reports]
+    assert models == [["m1", "m3"], ["m2"]]
+    assert main(["report", *map(str, reports), "--out", str(tmp_path / "all")]) == OK
+    assert len(json.loads((tmp_path / "all" / "parity-report.json").read_text())["checks"]) == 3
+    bad = pytester.runpytest_subprocess(str(parity), f"--parity-config={cfg}", "--parity-shard=3/2")
+    assert bad.ret == 4 and "expected K/N with 1 <= K <= N" in bad.stderr.str()
