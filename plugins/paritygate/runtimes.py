@@ -97,9 +97,19 @@ def recorded_mapping(session, spec):
 
 
 def candidate_runner(session, spec, precision):
+    """The candidate at ``precision``, built once per process. A build that failed is not retried by every
+    check of the model (a tf2onnx conversion that fails costs its full time on each try): they all report the
+    same error."""
     key = ("candidate", session.runtime, spec.name, precision)
+    failed = session.cache.get(("candidate_failed", *key[1:]))
+    if failed is not None:
+        raise failed.with_traceback(None)
     if key not in session.cache:
-        runner = _build_candidate(session, spec, precision)
+        try:
+            runner = _build_candidate(session, spec, precision)
+        except (SuiteError, RunnerError) as err:
+            session.cache[("candidate_failed", *key[1:])] = err
+            raise
         names = {r: m["candidate"] for r, m in io_mapping(session, spec, runner)["inputs"].items()}
         session.cache[key] = _fed(runner, names, _casts(spec, "candidate"))
     return session.cache[key]
