@@ -69,7 +69,7 @@ def device():
 
 def versions(path):
     found = {"tensorflow": dist_version("tensorflow-cpu", "tensorflow")}
-    if Path(path).suffix in (".keras", ".h5"):
+    if Path(path).suffix in (".keras", ".h5", ".hdf5"):  # the Keras (or tf_keras) that reads the file computes too
         found.update(keras=dist_version("keras"), tf_keras=dist_version("tf-keras", "tf_keras"))
     return found
 
