@@ -6,7 +6,7 @@ pytestmark = [pytest.mark.tf]
 
 
 def test_goldens_reproduce(request, parity_session, parity_model, parity_details):
-    from paritygate import goldens
+    from paritygate import commands, goldens
     from paritygate.checks import compare, run_batched
     from paritygate.lazy import available, missing_reason
     from paritygate.runtimes import live_reference
@@ -17,7 +17,8 @@ def test_goldens_reproduce(request, parity_session, parity_model, parity_details
         pytest.skip(missing_reason("tensorflow"))
     if not parity_session.update_goldens and not goldens.golden_path(spec).exists():
         pytest.skip(f"model '{spec.name}' has no goldens ({goldens.golden_path(spec)}); the candidate is "
-                    "compared with the live TF reference instead (create goldens with --update-goldens)")
+                    "compared with the live TF reference instead (create goldens with "
+                    f"`{commands.regenerate_goldens(spec.source, spec.name)}`)")
     runner = live_reference(parity_session, spec)  # TensorFlow runs here, never the reference-output cache
     if parity_session.update_goldens:
         before = _readable_golden(goldens, spec)
@@ -33,9 +34,10 @@ def test_goldens_reproduce(request, parity_session, parity_model, parity_details
     drift = goldens.reference_drift(spec, runner.weights_sha256())
     parity_details["golden"] = str(goldens.golden_path(spec))
     assert drift is None, (f"{spec.reference}: the reference changed since its goldens were made "
-                           f"(weights sha256 {drift[0]} -> {drift[1]}); regenerate deliberately with --update-goldens")
+                           f"(weights sha256 {drift[0]} -> {drift[1]}); regenerate deliberately with "
+                           f"`{commands.regenerate_goldens(spec.source, spec.name)}`")
     today = run_batched(runner, golden.inputs, spec.max_batch)
-    result = compare(spec, "fp32", golden.outputs, today, compare_task=False)
+    result = compare(spec, "fp32", golden.outputs, today, compare_task=False, nonfinite_reference="match")
     parity_details.update(result.details(tensorflow=parity_session.environment["tensorflow"]))
     assert result.passed, "today's TensorFlow no longer reproduces the goldens:\n" + "\n".join(result.failures)
 

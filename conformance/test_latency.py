@@ -26,3 +26,5 @@ def test_latency(parity_session, parity_case, parity_details):
     assert result.passed, "\n".join(result.failures + result.errors)  # the candidate missed a budget: fail
     if result.errors:
         raise SuiteError("\n".join(result.errors))
+    if result.unbudgeted:  # nothing was gated: a pass here could not have failed
+        pytest.skip(f"measured, no budget: {result.unbudgeted}; {result.numbers()}")

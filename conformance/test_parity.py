@@ -19,7 +19,12 @@ def test_matches_reference(parity_session, parity_case, parity_details):
         parity_details["reproducer"] = parity_session.save_reproducer(spec, precision, "matches_reference",
                                                                        ref.inputs, result.failures)
         _localize(parity_session, spec, precision, ref, parity_details)
+    unjudged = _nonfinite_reference(parity_session, spec, precision, ref, parity_details)
     assert result.passed, "\n".join(result.failures)
+    if unjudged:
+        from paritygate.verdict import Inconclusive
+
+        raise Inconclusive(unjudged)
     parity_details["informativeness"] = result.informativeness
     if not result.informativeness["informative"]:
         from paritygate.vacuity import message
@@ -57,6 +62,7 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
     from paritygate import goldens
     from paritygate.checks import run_batched
     from paritygate.comparator.task import task_metrics
+    from paritygate.inputsets import read_input_set
     from paritygate.lazy import available, missing_reason
     from paritygate.runtimes import candidate_runner, reference_runner
 
@@ -68,12 +74,24 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
         pytest.skip(f"model '{spec.name}' has task '{spec.task}': no task metric beyond the elementwise policy")
     if not path.exists():
         pytest.skip(f"model '{spec.name}' has no held-out set ({path})")
-    inputs, labels = goldens.read_input_file(spec, path)
+    heldout = read_input_set(spec, path, "held-out set")
+    inputs, labels = heldout.inputs, heldout.labels
     ref = run_batched(reference_runner(parity_session, spec), inputs, spec.max_batch)
     cand = run_batched(candidate_runner(parity_session, spec, precision), inputs, spec.max_batch)
     task = task_metrics(spec, precision, ref, cand, labels)
     parity_details.update(task=task, heldout=str(path))
     assert task["passed"], f"{spec.name} {precision}: task metric on {path.name} failed: {task}"
+
+
+def _nonfinite_reference(session, spec, precision, ref, details):
+    """A NaN / Inf in the reference set's outputs: the reference_nonfinite finding; the message when the check is
+    inconclusive for it (None: finite throughout, or the model allows it)."""
+    from paritygate.nonfinite import NonfiniteLog
+    from paritygate.strategies import Feed
+
+    log = NonfiniteLog()
+    log.note(Feed(ref.inputs, [ref.source.split()[0]] * len(next(iter(ref.inputs.values())))), ref.outputs)
+    return log.conclude(session, spec, precision, "matches_reference", details)
 
 
 def _describe_candidate(session, spec, precision):
@@ -97,6 +115,6 @@ def _localize(session, spec, precision, ref, details):
     from paritygate.divergence import localize_failure
 
     found = localize_failure(session, spec, precision, ref.inputs, reference_outputs=ref.outputs, labels=ref.labels,
-                             compare_task=True)
+                             compare_task=True, check="matches_reference")
     if found is not None:
         details["divergence"] = found

@@ -2,8 +2,11 @@
 a pinned runner (FnApiRunner / BundleBasedDirectRunner, or ``--parity-beam-runner``) and direct handler calls.
 
 Each test is one report check (``beam_*``: pipeline level, ``handler_*``: direct calls). A check that a known
-upstream defect makes fail (fixtures/expectations.toml, with the Beam file and line) is a strict xfail: if it
-passes, it is reported as a failure. Models without a ``[models.beam]`` table are skipped.
+upstream defect makes fail (fixtures/expectations.toml, with the Beam file and line) is a strict xfail on the
+bundled zoo: if it passes, it is reported as a failure. For a team's own config, a defect in its handler's code
+is a failure naming the defect, unless the team's own expectations.toml accepts it (``beam.expectations.split``).
+A model without a ``[models.beam]`` table has one row, ``beam_handler``, a skip that says so
+(conformance/conftest.py deselects its other RunInference checks).
 
 Cost under HYPOTHESIS_PROFILE=ci (see paritygate/beam/cases.py): exactly_once, pairing, batch_bounds and
 metric_bytes share 2 explicit + 5 drawn pipelines per model, dead_letter runs 2 + 2, maybe_keyed_mixed and
@@ -34,22 +37,34 @@ def beam_check(request, parity_session, beam_subject, parity_details):
     """Run a named check: apply its known upstream expectations as strict xfail, record details, assert."""
     from paritygate.beam.checks import PIPELINE_CHECKS, batch_latency
     from paritygate.beam.direct import DIRECT_CHECKS
-    from paritygate.beam.expectations import expectations_for, match
+    from paritygate.beam.expectations import expectations_for, match, split
     from paritygate.beam.multiprocess import multi_process
+    from paritygate.beam.updates import model_update
 
     def run(name, **kwargs):
         expected = match(name, beam_subject, _expectations(parity_session, expectations_for))
-        if expected:
-            reason = " | ".join(e.describe() for e in expected)
+        xfail, named = split(expected, parity_session.is_bundled)
+        if xfail:
+            reason = " | ".join(e.describe() for e in xfail)
             request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
-            parity_details["expectations"] = [e.as_dict() for e in expected]
+            parity_details["expectations"] = [e.as_dict() for e in xfail]
+        if named:
+            parity_details["upstream_defects"] = [e.as_dict() for e in named]
         check = {**PIPELINE_CHECKS, **DIRECT_CHECKS, "beam_batch_latency": batch_latency,
-                 "beam_multi_process": multi_process}[name]
+                 "beam_multi_process": multi_process, "beam_model_update": model_update}[name]
         result = check(beam_subject, **kwargs)
         parity_details.update(result.details())
-        assert result.passed, f"{beam_subject.spec.name} {name} ({result.handler}):\n" + "\n".join(result.failures)
+        assert result.passed, (f"{beam_subject.spec.name} {name} ({result.handler}):\n" + "\n".join(result.failures)
+                               + "".join(_named(e, beam_subject.spec.name, name) for e in named))
 
     return run
+
+
+def _named(expectation, model, check):
+    return (f"\nknown upstream defect '{expectation.id}': {expectation.describe()} -- your handler reaches it; "
+            "use a handler that does not (e.g. paritygate.beam.handlers:onnxruntime), or accept it in the "
+            f"expectations.toml beside your config: [[known_failures]] model = \"{model}\" check = \"{check}\" "
+            f"upstream_defect = \"{expectation.id}\" reason = \"...\"")
 
 
 def _expectations(session, load):
@@ -57,6 +72,12 @@ def _expectations(session, load):
     if key not in session.cache:
         session.cache[key] = load(None if session.is_bundled else session.config_path)
     return session.cache[key]
+
+
+def test_beam_handler(parity_model):
+    """The one row of a model without a [models.beam] table (deselected for a model with one)."""
+    pytest.skip(f"model '{parity_model.name}' has no [models.beam] table ({parity_model.where('beam.handler')}): "
+                "no RunInference handler to check, so none of the beam_* / handler_* checks ran")
 
 
 # -- pipeline level ----------------------------------------------------------------------------------
@@ -91,6 +112,12 @@ def test_beam_maybe_keyed_mixed(beam_check):
 def test_beam_multi_process(beam_check):
     """The handler pickled into 2 worker processes (Beam's multi-process mode), each loading its own model."""
     beam_check("beam_multi_process")
+
+
+def test_beam_model_update(beam_check):
+    """A model update through RunInference's model_metadata_pcoll side input: before it the original model and its
+    model_id, after it the update target's outputs and model_id; an empty side input keeps the default."""
+    beam_check("beam_model_update")
 
 
 @pytest.mark.latency

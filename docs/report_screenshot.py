@@ -16,8 +16,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from paritygate.report.browser import screenshot  # noqa: E402
-from tests.conftest import make_onnx, save_toy_model, scale, write_config  # noqa: E402
+from paritygate.report.browser import screenshot
+from tests.conftest import make_onnx, save_toy_model, scale, write_config
 
 
 def nan_for_nonpositive(out, k):

@@ -43,7 +43,7 @@ def test_plugin_option_turns_localization_off(pytester):
 
 def test_markdown_row_shows_the_first_node_and_the_verified_plan():
     text = _divergence_note({"details": {"divergence": DIVERGENCE}})
-    assert "first divergent node `scale_up` (Mul), max abs error inf" in text
+    assert "node adding the most error `scale_up` (Mul), max abs error inf" in text
     assert "keep in FP32 `scale_up`, `ln` (verified)" in text and 'fp16_keep_fp32 = ["scale_up", "ln"]' in text
     unverified = {**DIVERGENCE, "verified": False, "config": None, "keep_fp32": [],
                   "first_node": None, "note": "no divergent node"}
@@ -59,4 +59,4 @@ def test_html_draws_the_error_by_depth_plot():
             "checks": [{"model": "toy", "precision": "fp16", "check": "matches_reference", "status": "fail",
                         "details": {"divergence": DIVERGENCE}}]}
     page = render_html(data)
-    assert 'alt="error by depth"' in page and "first divergent node <code>scale_up</code>" in page
+    assert 'alt="error by depth"' in page and "node adding the most error <code>scale_up</code>" in page

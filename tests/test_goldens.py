@@ -10,6 +10,7 @@ import pytest
 
 from paritygate import goldens
 from paritygate.goldens import GoldenError, golden_path, input_set, load_golden, reference_drift, write_golden
+from paritygate.inputsets import InputSetError
 from tests.conftest import toy_spec
 
 
@@ -59,7 +60,7 @@ def test_manifest_entry(spec):
     assert entry["sha256"] == goldens._sha256(golden_path(spec))
     assert set(entry["inputs"]) == {"x"} and set(entry["outputs"]) == {"y", "z", "count"}
     assert entry["weights_sha256"] == WEIGHTS
-    assert entry["command"].endswith(f"--update-goldens --parity-config={spec.source}")
+    assert entry["command"] == f"paritygate run {spec.source.name} -k 'test_goldens_reproduce[toy]' --update-goldens"
     assert entry["created"] and "tensorflow" in entry
     assert load_golden(spec).labels is None
 
@@ -104,7 +105,7 @@ def test_missing_golden_file(spec):
 
 
 def test_no_goldens_at_all(spec):
-    with pytest.raises(GoldenError, match="create it with --update-goldens"):
+    with pytest.raises(GoldenError, match=r"create it with `paritygate run parity.toml -k 'test_goldens_reproduce\[toy\]' --update-goldens`"):
         load_golden(spec)
 
 
@@ -193,7 +194,7 @@ def test_input_set_file_lacking_an_input(tmp_path):
     spec = two_input_spec(tmp_path)
     (tmp_path / "inputs").mkdir()
     np.savez(tmp_path / "inputs" / "toy.npz", x=np.zeros((3, 2), np.float32))
-    with pytest.raises(GoldenError, match=r"inputs/toy.npz: input set lacks \['ids'\]"):
+    with pytest.raises(InputSetError, match=r"inputs/toy.npz: input set lacks input\(s\) \['ids'\]"):
         input_set(spec)
 
 
@@ -252,9 +253,12 @@ def test_update_goldens_is_regenerated_and_a_tampered_golden_is_an_error(pyteste
 
     path = pytester.path / "goldens" / "toy.npz"
     path.write_bytes(path.read_bytes() + b"tampered")
-    result, check, _ = _goldens_run(pytester)
-    assert result.ret == 1, "a tampered golden still fails the run"
-    assert check["status"] == "error", check  # the suite's data is broken: not a candidate failure
-    assert "does not match the manifest's" in check["details"]["message"]
-    result.stdout.fnmatch_lines(["E *GoldenError: *toy.npz: sha256 * does not match the manifest's*",
-                                 "ERROR *test_goldens_reproduce*"])
+    report = pytester.path / "report-tampered"
+    result = pytester.runpytest_subprocess(str(Path(__file__).resolve().parents[1] / "conformance" / "test_goldens.py"),
+                                           f"--parity-config={pytester.path / 'parity.toml'}",
+                                           f"--parity-report={report}", "-p", "no:cacheprovider", "-p", "no:xdist")
+    # the suite's data is broken: the validation pass stops the run before any check (never a candidate failure)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    data = json.loads((report / "parity-report.json").read_text())
+    assert data["checks"] == [] and len(data["validation"]["problems"]) == 1
+    result.stderr.fnmatch_lines([f"ERROR: *parity.toml: model 'toy': {path}: sha256 * does not match the manifest's*"])

@@ -78,3 +78,22 @@ def test_malformed_entries_name_the_file_and_key(tmp_path):
     with pytest.raises(ConfigError, match=r"expectations.toml: known_failures\[0\]: unknown key\(s\) \['chek'\], "
                                           r"missing key\(s\) \['check'\]"):
         load_known_failures(tmp_path / "parity.toml")
+
+
+def test_a_known_failure_can_name_the_numerics_it_happens_under():
+    """`numerics = "strict"`: the entry marks the check under strict numerics only, not under ONNX Runtime's own."""
+    from paritygate.known import mark_known_failures
+
+    class Item:
+        originalname, markers = "test_property_parity", []
+
+        def add_marker(self, marker):
+            self.markers.append(marker)
+
+    entry = {"model": "bert", "check": "property_parity", "precision": "fp16", "numerics": "strict", "reason": "r",
+             "source": "expectations.toml known_failures[0]"}
+    for numerics, marked in (("ort", 0), ("strict", 1)):
+        item = Item()
+        item.markers = []
+        mark_known_failures(item, "bert", "fp16", "onnxruntime", [entry], numerics)
+        assert len(item.markers) == marked

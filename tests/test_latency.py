@@ -315,12 +315,14 @@ def latency_run(pytester, latency_models, monkeypatch):
 @pytest.mark.latency
 def test_check_gates_on_the_device_class_budgets(latency_run):
     result, cfg, checks, markdown = latency_run("--parity-device-class=cpu")
-    result.assert_outcomes(passed=2, failed=2)
+    result.assert_outcomes(passed=1, failed=2, skipped=1)
     assert {m: c["status"] for m, c in checks.items()} == {
-        "unbudgeted": "pass", "over_budget": "fail", "slow_candidate": "fail", "fast_enough": "pass"}
+        "unbudgeted": "skip", "over_budget": "fail", "slow_candidate": "fail", "fast_enough": "pass"}
 
-    unbudgeted = checks["unbudgeted"]["details"]
+    unbudgeted = checks["unbudgeted"]["details"]  # nothing gated it: a skip with its numbers, never a pass
     assert unbudgeted["note"].startswith("no budget for class cpu (")
+    assert unbudgeted["reason"].startswith("Skipped: measured, no budget: no budget for class cpu (")
+    assert "candidate b1 p50 " in unbudgeted["reason"] and "reference b4 p50 " in unbudgeted["reason"]
     assert [(r["role"], r["batch"]) for r in unbudgeted["latency"]] == [
         ("candidate", 1), ("candidate", 4), ("reference", 1), ("reference", 4)]
     for row in unbudgeted["latency"]:
@@ -356,12 +358,12 @@ def test_check_gates_on_the_device_class_budgets(latency_run):
 @pytest.mark.latency
 def test_device_class_option_picks_its_table(latency_run):
     result, cfg, checks, _ = latency_run("--parity-device-class=t4", "-k", "unbudgeted or over_budget")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(failed=1, skipped=1)
     assert checks["unbudgeted"]["status"] == "fail"
     [failure] = checks["unbudgeted"]["details"]["failures"]
     assert failure.endswith(
         f"(from {cfg}: model 'unbudgeted': key 'latency.t4.fp32_batch1_p99_ms')")
-    assert checks["over_budget"]["status"] == "pass"
+    assert checks["over_budget"]["status"] == "skip"
     assert checks["over_budget"]["details"]["note"].startswith("no budget for class t4 (")
 
 
@@ -399,7 +401,7 @@ def test_without_tensorflow_the_candidate_is_still_measured(latency_run, monkeyp
 
     monkeypatch.setattr(check, "available", lambda name: name != "tensorflow")  # as if it were not installed
     result, _, checks, _ = latency_run("--parity-device-class=cpu", "-k", "fast_enough or unbudgeted")
-    result.assert_outcomes(passed=1, errors=1)
+    result.assert_outcomes(skipped=1, errors=1)
     unbudgeted = checks["unbudgeted"]["details"]
     assert "TF reference not measured: tensorflow is not installed" in unbudgeted["note"]
     assert {r["role"] for r in unbudgeted["latency"]} == {"candidate"}

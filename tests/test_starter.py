@@ -93,3 +93,22 @@ def test_init_pairs_basic_pitch_decorated_names_and_the_config_runs(tmp_path):
     # SavedModel (max abs 0.034 on 'onset') and a batch's element 0 differs from the same element alone.
     rc, out = _suite(config, tmp_path, "matches_reference", "accepts_every_batch_size", "determinism")
     assert rc == 0 and "3 passed" in out, out[-5000:]
+
+
+def test_render_writes_the_teams_own_fp16_and_int8_files(tmp_path):
+    """`paritygate init --onnx-fp16 F --onnx-int8 G`: onnx becomes a table per precision, precisions list them,
+    and int8 needs no calibration (the file is already quantized)."""
+    (tmp_path / "sm").mkdir()
+    (tmp_path / "sm" / "saved_model.pb").write_bytes(b"")
+    for f in ("m.onnx", "m.fp16.onnx", "m.int8.onnx"):
+        (tmp_path / f).write_bytes(b"")
+    found = Inspected(tmp_path / "sm", "serving_default", {"x": (np.dtype("float32"), (-1, 4))}, ["y"],
+                      onnx=tmp_path / "m.onnx", artifacts={"fp16": tmp_path / "m.fp16.onnx",
+                                                           "int8": tmp_path / "m.int8.onnx"})
+    text = render(found, "m", tmp_path)
+    assert 'onnx = { fp32 = "m.onnx", fp16 = "m.fp16.onnx", int8 = "m.int8.onnx" }' in text
+    (tmp_path / "parity.toml").write_text(text)
+    (spec,) = load_config(tmp_path / "parity.toml", check_files=False)
+    assert spec.precisions == ("fp32", "fp16", "int8") and spec.calibration is None
+    assert spec.onnx == tmp_path / "m.onnx"
+    assert spec.onnx_artifacts == {"fp16": tmp_path / "m.fp16.onnx", "int8": tmp_path / "m.int8.onnx"}

@@ -135,7 +135,7 @@ def test_calibration_lacking_an_input(folder, toy_saved_model):
     line = one_problem(folder, model("m", toy_saved_model, onnx="toy.onnx", precisions=["fp32", "int8"],
                                      calibration="calib.npz"))
     assert line.startswith(f"{folder / 'parity.toml'}: model 'm': key 'calibration': {folder / 'calib.npz'}: "
-                           "calibration data lacks input(s) ['x']")
+                           "calibration set lacks input(s) ['x']")
 
 
 def test_classification_task_output_that_is_not_an_output(folder, toy_saved_model):

@@ -61,12 +61,13 @@ class ParityResult:
 
 
 def compare(spec, precision, ref_outputs, cand_outputs, labels=None, compare_task=True, floors=None,
-            cosine_floors=None):
+            cosine_floors=None, nonfinite_reference=None):
     """Elementwise policy (with the cosine budget) for every output plus the task metric for the model's task.
 
-    ``floors`` / ``cosine_floors``: the reference's own noise per output (paritygate.reference_noise)."""
-    result = ParityResult(spec.name, precision,
-                          compare_outputs(spec, precision, ref_outputs, cand_outputs, floors, cosine_floors))
+    ``floors`` / ``cosine_floors``: the reference's own noise per output (paritygate.reference_noise);
+    ``nonfinite_reference``: see comparator.compare.compare_array (default: the model's)."""
+    result = ParityResult(spec.name, precision, compare_outputs(spec, precision, ref_outputs, cand_outputs, floors,
+                                                                cosine_floors, nonfinite_reference))
     for o in result.outputs:
         o._plot = (ref_outputs[o.output], cand_outputs[o.candidate_output])
         if not o.passed:
@@ -85,7 +86,8 @@ def _with_plot_data(comparison, max_points=1500):
     ref, cand = getattr(comparison, "_plot", (None, None))
     if ref is not None and ref.size:
         r = ref.astype(np.float64).ravel()
-        err = np.abs(cand.astype(np.float64).ravel() - r)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, dropped below as non-finite
+            err = np.abs(cand.astype(np.float64).ravel() - r)
         ok = np.isfinite(err)
         d["error_histogram"] = {"edges": HIST_BINS.tolist(),
                                 "counts": np.histogram(np.clip(err[ok], 0, 100), HIST_BINS)[0].tolist()}

@@ -30,9 +30,12 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     init = sub.add_parser("init", help="inspect a model and write a starter config")
-    init.add_argument("model", metavar="MODEL", help="the TF reference: a SavedModel folder or a .keras file")
+    init.add_argument("model", metavar="MODEL", help="the TF reference: a SavedModel folder, a .keras file or a legacy Keras 2 .h5/.hdf5 file")
     init.add_argument("--onnx", metavar="FILE", help="the candidate ONNX file; its names are paired with the "
                       "reference's and written into the config")
+    init.add_argument("--onnx-fp16", metavar="FILE", help="your own fp16 ONNX (the file the engine is built from), "
+                      "judged as it is")
+    init.add_argument("--onnx-int8", metavar="FILE", help="your own int8 (Q/DQ) ONNX, judged as it is")
     init.add_argument("-o", "--output", metavar="PATH", default="parity.toml", help="default: parity.toml")
     init.add_argument("--name", help="model name in the config (default: from MODEL)")
     init.add_argument("--signature", default="serving_default", help="SavedModel signature (default: %(default)s)")
@@ -71,7 +74,8 @@ def _init(args, _extra):
 
     try:
         path = write_starter(args.model, args.output, onnx=args.onnx, name=args.name, signature=args.signature,
-                             max_batch=args.max_batch, force=args.force)
+                             max_batch=args.max_batch, force=args.force,
+                             artifacts={"fp16": args.onnx_fp16, "int8": args.onnx_int8})
     except InitError as err:
         print(f"paritygate init: error: {err}", file=sys.stderr)
         return USAGE

@@ -54,6 +54,8 @@ class ModelSpec:
     inputs: dict  # name -> TensorSpec, in config order
     signature: str = "serving_default"
     onnx: Path = None
+    onnx_artifacts: dict = field(default_factory=dict)  # the team's own fp16/int8 ONNX: precision -> Path
+    min_precision_coverage: float = None  # minimum MAC share of an fp16/int8 pass (None: coverage.MIN_MAC_SHARE)
     engines: dict = field(default_factory=dict)
     task: str = "generic"
     task_output: str = None  # the one reference output the task metric judges (default: see comparator/task.py)
@@ -65,6 +67,7 @@ class ModelSpec:
     precision: dict = field(default_factory=dict)  # [models.precision]: fp16_keep_fp32 / int8_exclude lists
     allow_uninformative: bool = False  # an uninformative check is recorded as inconclusive, not failing the run
     nondeterministic: str = None  # why repeated runs may differ (the runtime's docs): determinism is bounded
+    allow_nonfinite_reference: object = False  # true or why: a NaN/Inf reference is judged (same value), not inconclusive
 
     def where(self, key):
         return f"{self.source}: model '{self.name}': key '{key}'"
@@ -99,6 +102,11 @@ def _explain(error):
         return f"expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
     if error.validator == "enum":
         return f"expected one of {error.validator_value}, got {error.instance!r}"
+    if error.validator == "oneOf" and error.context:  # e.g. onnx: a path, or a table of paths per precision
+        kinds = " or ".join("a string" if s.get("type") == "string" else
+                            f"a table with keys {', '.join(s.get('properties', {}))} (strings)"
+                            for s in error.validator_value)
+        return f"expected {kinds}, got {type(error.instance).__name__} {error.instance!r}"
     return error.message
 
 
@@ -127,28 +135,32 @@ def _resolve(base, value, spec_where, must_exist=True):
 
 
 def _tensor_spec(where, name, table):
+    """``where(key)`` names the config file, the model and the key; each error names ``inputs.<name>.<field>``."""
+    def key(field):
+        return where(f"inputs.{name}.{field}")
+
     shape = tuple(table["shape"])
     if shape[0] != -1 or -1 in shape[1:]:
-        raise ConfigError(f"{where}: input '{name}' shape {list(shape)}: expected -1 as the first (batch) "
-                          "dimension and fixed sizes elsewhere")
+        raise ConfigError(f"{key('shape')}: {list(shape)}: expected -1 as the first (batch) dimension and fixed "
+                          "sizes elsewhere")
     if 0 in shape:
-        raise ConfigError(f"{where}: input '{name}' shape {list(shape)}: dimensions must be positive")
+        raise ConfigError(f"{key('shape')}: {list(shape)}: dimensions must be positive")
     low, high = table["range"]
     if low > high:
-        raise ConfigError(f"{where}: input '{name}' range {[low, high]}: low must be <= high")
+        raise ConfigError(f"{key('range')}: {[low, high]}: low must be <= high")
     dtype = np.dtype(table["dtype"])
     if dtype.kind in "iub":
         if dtype.kind == "b" and (low < 0 or high > 1):
-            raise ConfigError(f"{where}: input '{name}' range {[low, high]}: bool inputs take [0, 1]")
+            raise ConfigError(f"{key('range')}: {[low, high]}: bool inputs take [0, 1]")
         if dtype.kind in "iu":
             info = np.iinfo(dtype)
             integral = all(isinstance(v, int) or float(v).is_integer() for v in (low, high))  # inf/nan: no
             if not integral or low < info.min or high > info.max:
-                raise ConfigError(f"{where}: input '{name}' range {[low, high]}: expected integers "
-                                  f"within {dtype} [{info.min}, {info.max}]")
+                raise ConfigError(f"{key('range')}: {[low, high]}: expected integers within {dtype} "
+                                  f"[{info.min}, {info.max}]")
     elif not (np.isfinite(low) and np.isfinite(high)) or max(abs(low), abs(high)) > float(np.finfo(dtype).max):
-        raise ConfigError(f"{where}: input '{name}' range {[low, high]}: expected finite bounds within {dtype}")
-    sides = {f"{side}_dtype": _exact_cast(where, name, dtype, (low, high), table.get(f"{side}_dtype"))
+        raise ConfigError(f"{key('range')}: {[low, high]}: expected finite bounds within {dtype}")
+    sides = {f"{side}_dtype": _exact_cast(key(f"{side}_dtype"), name, dtype, (low, high), table.get(f"{side}_dtype"))
              for side in ("reference", "candidate")}
     return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high), candidate=table.get("candidate"), **sides)
 
@@ -181,11 +193,18 @@ def _model_spec(path, table, check_files):
     def where(key):
         return f"{path}: model '{name}': key '{key}'"
 
-    inputs = {n: _tensor_spec(where("inputs"), n, t) for n, t in table["inputs"].items()}
+    inputs = {n: _tensor_spec(where, n, t) for n, t in table["inputs"].items()}
     engines = {p: _resolve(base, v, where(f"engines.{p}"), check_files) for p, v in table.get("engines", {}).items()}
     unknown = set(engines) - set(table["precisions"])
     if unknown:
         raise ConfigError(f"{where('engines')}: engines for {sorted(unknown)} but precisions are {table['precisions']}")
+    onnx_files = table["onnx"] if isinstance(table.get("onnx"), dict) else {"fp32": table["onnx"]} \
+        if "onnx" in table else {}
+    unknown = set(onnx_files) - set(table["precisions"]) - {"fp32"}  # fp32: also the source of suite builds
+    if unknown:
+        raise ConfigError(f"{where('onnx')}: ONNX files for {sorted(unknown)} but precisions are {table['precisions']}")
+    onnx_files = {p: _resolve(base, v, where(f"onnx.{p}" if isinstance(table["onnx"], dict) else "onnx"), check_files)
+                  for p, v in onnx_files.items()}
     for precision in table.get("tolerances", {}):
         if precision not in table["precisions"]:
             raise ConfigError(f"{where('tolerances.' + precision)}: precision not listed in precisions")
@@ -194,15 +213,18 @@ def _model_spec(path, table, check_files):
                           f"task is '{table.get('task', 'generic')}' (detection reads its outputs by name: boxes, "
                           "scores, classes, num_detections)")
     calibration = table.get("calibration")
-    if "int8" in table["precisions"] and calibration is None:
+    if "int8" in table["precisions"] and calibration is None and "int8" not in onnx_files:
         raise ConfigError(f"{where('calibration')}: int8 is listed in precisions, so a calibration .npz "
-                          "(representative inputs keyed by input name) is required")
+                          "(representative inputs keyed by input name) is required, or your own int8 ONNX "
+                          "(onnx = { int8 = \"model.int8.onnx\" })")
     return ModelSpec(
         name=name,
         source=path,
         reference=_resolve(base, table["reference"], where("reference"), check_files),
         signature=table.get("signature", "serving_default"),
-        onnx=_resolve(base, table["onnx"], where("onnx"), check_files) if "onnx" in table else None,
+        onnx=onnx_files.get("fp32"),
+        onnx_artifacts={p: v for p, v in onnx_files.items() if p != "fp32"},
+        min_precision_coverage=table.get("min_precision_coverage"),
         engines=engines,
         precisions=tuple(p for p in PRECISIONS if p in table["precisions"]),
         max_batch=table["max_batch"],
@@ -217,6 +239,7 @@ def _model_spec(path, table, check_files):
         precision={k: list(v) for k, v in table.get("precision", {}).items()},
         allow_uninformative=table.get("allow_uninformative", False),
         nondeterministic=table.get("nondeterministic"),
+        allow_nonfinite_reference=table.get("allow_nonfinite_reference", False),
     )
 
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate import commands
+from paritygate.inputsets import InputSetError, check_arrays, check_labels, read_input_set, read_npz
 from paritygate.verdict import SuiteError
 
 MANIFEST_SCHEMA = 1
-LABELS = "__labels__"
 
 
 class GoldenError(SuiteError):
@@ -52,9 +53,14 @@ def read_manifest(spec):
     if not path.exists():
         return {"schema": MANIFEST_SCHEMA, "models": {}}
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise GoldenError(f"{path}: corrupt golden manifest: {err}") from err
+    models = doc.get("models") if isinstance(doc, dict) else None
+    if not isinstance(models, dict) or not all(isinstance(e, dict) for e in models.values()):
+        raise GoldenError(f"{path}: corrupt golden manifest: expected a JSON object whose 'models' maps each model "
+                          "name to its entry (sha256, inputs, outputs); regenerate with --update-goldens")
+    return doc
 
 
 class Golden:
@@ -70,16 +76,19 @@ def load_golden(spec):
     entry = read_manifest(spec)["models"].get(spec.name)
     if entry is None or not path.exists():
         raise GoldenError(f"{path}: no golden for model '{spec.name}' (file or manifest entry missing); "
-                          "create it with --update-goldens")
+                          f"create it with `{commands.regenerate_goldens(spec.source, spec.name)}`")
+    if not all(isinstance(entry.get(k), t) for k, t in (("sha256", str), ("inputs", dict), ("outputs", dict))):
+        raise GoldenError(f"{golden_dir(spec) / 'manifest.json'}: entry of model '{spec.name}' lacks 'sha256', "
+                          f"'inputs' or 'outputs'; regenerate with `{commands.regenerate_goldens(spec.source, spec.name)}`")
     actual = _sha256(path)
     if actual != entry["sha256"]:
         raise GoldenError(f"{path}: sha256 {actual[:16]}… does not match the manifest's {entry['sha256'][:16]}… "
-                          "(edited or corrupted); regenerate deliberately with --update-goldens")
+                          f"(edited or corrupted); regenerate deliberately with "
+                          f"`{commands.regenerate_goldens(spec.source, spec.name)}`")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except Exception as err:
-        raise GoldenError(f"{path}: cannot read golden .npz: {err}") from err
+        arrays = read_npz(path, "golden .npz")
+    except InputSetError as err:
+        raise GoldenError(str(err)) from err
     inputs = {k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("input:")}
     outputs = {k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("output:")}
     for kind, group in (("inputs", inputs), ("outputs", outputs)):
@@ -88,6 +97,9 @@ def load_golden(spec):
                 raise GoldenError(f"{path}: {kind[:-1]} '{name}' does not match its manifest hash")
     if set(inputs) != set(spec.inputs):
         raise GoldenError(f"{path}: golden inputs {sorted(inputs)} differ from the config's {sorted(spec.inputs)}")
+    rows = check_arrays(spec, path, inputs, "golden inputs")
+    if "label" in arrays:
+        check_labels(spec, path, arrays["label"], rows, "golden")
     return Golden(inputs, outputs, arrays.get("label"))
 
 
@@ -101,22 +113,12 @@ def heldout_set_path(spec):
     return Path(spec.source).parent / "inputs" / f"{spec.name}_heldout.npz"
 
 
-def read_input_file(spec, path):
-    """Arrays by input name (plus optional ``__labels__``) from an input-set .npz; returns (inputs, labels)."""
-    with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    labels = arrays.pop(LABELS, None)
-    missing = sorted(set(spec.inputs) - set(arrays))
-    if missing:
-        raise GoldenError(f"{path}: input set lacks {missing}; expected arrays {sorted(spec.inputs)}")
-    return {k: arrays[k] for k in spec.inputs}, labels
-
-
 def input_set(spec, count=16, seed=0):
     """The committed input set for regeneration, else ``count`` samples drawn from the spec (fixed seed)."""
     path = input_set_path(spec)
     if path.exists():
-        return read_input_file(spec, path)
+        found = read_input_set(spec, path)
+        return found.inputs, found.labels
     from paritygate.strategies import sample_inputs
 
     return sample_inputs(spec, count, np.random.default_rng(seed)), None
@@ -141,17 +143,10 @@ def write_golden(spec, inputs, outputs, weights_sha256, labels=None):
             "outputs": {k: _array_sha(np.asarray(v)) for k, v in outputs.items()},
             "weights_sha256": weights_sha256,
             "tensorflow": _tf_version(),
-            "command": "pytest conformance/test_goldens.py --update-goldens"
-                       + ("" if _is_bundled(spec) else f" --parity-config={spec.source}"),
+            "command": commands.regenerate_goldens(spec.source, spec.name),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
     return path
-
-
-def _is_bundled(spec):
-    from paritygate.config import BUNDLED_CONFIG
-
-    return Path(spec.source) == BUNDLED_CONFIG
 
 
 def _tf_version():

@@ -24,6 +24,10 @@ class MappingError(ValueError):
     """The reference and candidate names cannot be paired unambiguously; the message says what to write."""
 
 
+class BindingsError(ValueError):
+    """saved_model.pb cannot be read for its SignatureDef; the message names the file."""
+
+
 def undecorated(name, signature="serving_default"):
     name = _SUFFIX.sub("", name)
     for prefix in (f"{signature}_", "serving_default_"):
@@ -93,8 +97,13 @@ def signature_bindings(saved_model_dir, signature):
         pass
     from tensorflow.core.protobuf import saved_model_pb2
 
+    path = saved_model_dir / "saved_model.pb"
     proto = saved_model_pb2.SavedModel()
-    proto.ParseFromString(data)
+    try:
+        proto.ParseFromString(data)
+    except Exception as err:
+        raise BindingsError(f"{path}: cannot read the SavedModel's SignatureDef: not a SavedModel protobuf "
+                            f"({type(err).__name__}: {err})") from err
     for graph in proto.meta_graphs:
         if signature in graph.signature_def:
             sig = graph.signature_def[signature]
@@ -106,10 +115,11 @@ def signature_bindings(saved_model_dir, signature):
 # = 1, .outputs = 2 (maps of TensorInfo); TensorInfo.name = 1 (tensorflow/core/protobuf/{saved_model,meta_graph}.proto)
 def _signature_defs(buf):
     """signature key -> (inputs, outputs) from a serialized SavedModel, the first meta graph holding each."""
-    found = {}
+    found, graphs = {}, 0
     for number, graph in _fields(buf):
         if number != 2:
             continue
+        graphs += 1
         for entry_number, entry in _fields(graph):
             if entry_number == 5:
                 key, sig = _map_entry(entry)
@@ -119,6 +129,8 @@ def _signature_defs(buf):
                         name, info = _map_entry(tensors)
                         found[key][part - 1][name] = next(
                             (bytes(v).decode() for n, v in _fields(info) if n == 1), "")
+    if not graphs:
+        raise ValueError("no MetaGraphDef: not a SavedModel protobuf")  # TensorFlow's parser says what it is
     return found
 
 
@@ -160,8 +172,10 @@ def _varint(buf, pos):
 
 
 def bindings_of(spec):
-    """The SignatureDef bindings of a SavedModel reference (empty for a .keras file)."""
-    if spec.reference.suffix == ".keras" or not (spec.reference / "saved_model.pb").exists():
+    """The SignatureDef bindings of a SavedModel reference (empty for a Keras file)."""
+    from paritygate.backend.tf.util import is_keras
+
+    if is_keras(spec.reference) or not (spec.reference / "saved_model.pb").exists():
         return {}, {}
     return signature_bindings(spec.reference, spec.signature)
 

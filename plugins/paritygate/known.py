@@ -1,53 +1,106 @@
-"""Known candidate failures: ``[[known_failures]]`` in the ``expectations.toml`` beside the config, applied
-to the matching checks as a *strict* xfail (an unexpected pass is reported as a failure) that expects an
-``AssertionError`` (the candidate wrong): any other exception of the check is reported as itself.
+"""``expectations.toml``: the one reader of what a run expects to fail, with one schema for both tables.
 
-    [[known_failures]]
-    model = "my_classifier"     # required
-    check = "property_parity"   # required: the report's check name (the test function without `test_`)
-    precision = "int8"          # optional: every precision when absent
-    runtime = "tensorrt"        # optional: every runtime when absent
-    reason = "…"                # required: why, with the upstream issue or measurement
+    [[known_failures]]              a failure the team ships with (the expectations.toml beside the config)
+    model = "my_classifier"         # required
+    check = "property_parity"       # required: the report's check name (the test function without `test_`)
+    precision = "int8"              # optional: every precision when absent
+    runtime = "tensorrt"            # optional: every runtime when absent
+    numerics = "strict"             # optional (onnxruntime): every --parity-numerics mode when absent
+    upstream_defect = "onnx-numpy-first-output"   # optional: the [[expectations]] id of the upstream defect
+    reason = "…"                    # required: why, with the upstream issue or measurement
+
+    [[expectations]]                a known upstream (Beam) defect: paritygate/beam/expectations.py applies it
+    id, checks, beam, reaches, upstream, reason   # required; defect, when, issue, evidence optional
+
+A known failure is applied to the matching checks as a *strict* xfail (an unexpected pass is reported as a
+failure) that expects an ``AssertionError`` (the candidate wrong): any other exception of the check is reported
+as itself. Both tables are read and checked here, once: unknown or missing keys and values of the wrong type are
+refused with the file, the table, the entry and the key.
 """
 
 from pathlib import Path
 
 import pytest
 
-from paritygate.config import ConfigError, tomllib
+from paritygate.config import BUNDLED_CONFIG, ConfigError, tomllib
 
-FIELDS = {"model", "check", "precision", "runtime", "reason"}
-REQUIRED = {"model", "check", "reason"}
+BUNDLED_EXPECTATIONS = BUNDLED_CONFIG.parent / "expectations.toml"
+# table -> (required keys, optional keys, keys whose value is a list of strings; every other value is a string)
+SCHEMA = {
+    "known_failures": ({"model", "check", "reason"}, {"precision", "runtime", "numerics", "upstream_defect"}, set()),
+    "expectations": ({"id", "checks", "beam", "reaches", "upstream", "reason"},
+                     {"defect", "when", "issue", "evidence"}, {"checks", "when"}),
+}
+FIELDS = SCHEMA["known_failures"][0] | SCHEMA["known_failures"][1]
 
 
-def load_known_failures(config_path):
-    path = Path(config_path).parent / "expectations.toml"
-    if not path.exists():
-        return []
+class ExpectationError(ConfigError):
+    """expectations.toml is malformed; the message names the file, the entry and the key."""
+
+
+def read_expectations(path):
+    """table name -> its entries (dicts, each with ``source``: file and entry), validated against SCHEMA."""
+    path = Path(path)
     try:
         doc = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read expectations: {err}") from err
-    entries = doc.get("known_failures", [])
-    for i, entry in enumerate(entries):
-        where = f"{path}: known_failures[{i}]"
-        unknown, missing = sorted(set(entry) - FIELDS), sorted(REQUIRED - set(entry))
-        if unknown or missing:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}, missing key(s) {missing}; "
-                              f"allowed keys: {sorted(FIELDS)}")
-        bad = [k for k, v in entry.items() if not isinstance(v, str)]
-        if bad:
-            raise ConfigError(f"{where}: key(s) {bad}: expected strings")
-        entry["source"] = f"{path.name} known_failures[{i}]"
+        raise ExpectationError(f"{path}: cannot read expectations: {err}") from err
+    unknown_tables = sorted(set(doc) - set(SCHEMA))
+    if unknown_tables:
+        raise ExpectationError(f"{path}: unknown table(s) {unknown_tables}; expected [[known_failures]] or "
+                               "[[expectations]]")
+    for table in SCHEMA:
+        entries = doc.get(table, [])
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise ExpectationError(f"{path}: key '{table}': expected an array of tables ([[{table}]])")
+    return {table: [_checked(path, table, i, entry) for i, entry in enumerate(doc.get(table, []))]
+            for table in SCHEMA}
+
+
+def _checked(path, table, i, entry):
+    required, optional, lists = SCHEMA[table]
+    where = f"{path}: {table}[{i}]" + (f" ('{entry['id']}')" if isinstance(entry.get("id"), str) else "")
+    unknown, missing = sorted(set(entry) - required - optional), sorted(required - set(entry))
+    if unknown or missing:
+        raise ExpectationError(f"{where}: unknown key(s) {unknown}, missing key(s) {missing}; "
+                               f"allowed keys: {sorted(required | optional)}")
+    for key, value in entry.items():
+        ok = (isinstance(value, list) and all(isinstance(v, str) for v in value)) if key in lists else \
+            isinstance(value, str)
+        if not ok:
+            raise ExpectationError(f"{where}: key '{key}': expected {'a list of strings' if key in lists else 'a string'}"
+                                   f", got {value!r}")
+    return {**entry, "source": f"{path.name} {table}[{i}]", "path": str(path)}
+
+
+def load_known_failures(config_path):
+    """The ``[[known_failures]]`` of the expectations.toml beside the config (none without one). An
+    ``upstream_defect`` must name an ``[[expectations]]`` id of that file or of the bundled one."""
+    path = Path(config_path).parent / "expectations.toml"
+    if not path.exists():
+        return []
+    tables = read_expectations(path)
+    entries = tables["known_failures"]
+    named = [e for e in entries if "upstream_defect" in e]
+    if named:
+        ids = {e["id"] for e in tables["expectations"]}
+        if BUNDLED_EXPECTATIONS.exists() and path.resolve() != BUNDLED_EXPECTATIONS.resolve():
+            ids |= {e["id"] for e in read_expectations(BUNDLED_EXPECTATIONS)["expectations"]}
+        for e in named:
+            if e["upstream_defect"] not in ids:
+                raise ExpectationError(f"{path}: {e['source'].split(' ', 1)[1]}: key 'upstream_defect': "
+                                       f"{e['upstream_defect']!r} is no known upstream defect; known: {sorted(ids)}")
     return entries
 
 
-def mark_known_failures(item, model, precision, runtime, entries):
+def mark_known_failures(item, model, precision, runtime, entries, numerics=None):
     check = item.originalname.removeprefix("test_")
     for entry in entries:
         if (entry["model"] == model and entry["check"] == check
-                and entry.get("precision", precision) == precision and entry.get("runtime", runtime) == runtime):
+                and entry.get("precision", precision) == precision and entry.get("runtime", runtime) == runtime
+                and entry.get("numerics", numerics) == numerics):
             # raises=AssertionError: the known failure is the candidate being wrong; a crash of the check (a
             # SuiteError, a converter or runtime exception) is not it, and shows as an error.
-            reason = f"known failure ({entry['source']}): {entry['reason']}"
+            defect = f" [upstream defect '{entry['upstream_defect']}']" if "upstream_defect" in entry else ""
+            reason = f"known failure ({entry['source']}){defect}: {entry['reason']}"
             item.add_marker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))

@@ -3,6 +3,7 @@
 Importing this module imports none of tensorflow, tensorrt, apache_beam or cuda.
 """
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def pytest_addoption(parser):
                     help="comma-separated ONNX op types kept in FP32 in the fp16 artifact (default: "
                          "LayerNormalization,Softmax,Exp,Pow,Sqrt,ReduceMean,ReduceSum,Erf)")
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
-                    help="on a failing fp16/int8 check, localize the first divergent node and search a verified "
+                    help="on a failing fp16/int8 check, localize the node adding the most error and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
     group.addoption("--parity-cache", metavar="on|off", choices=("on", "off"), default="on",
                     help="serve the TF reference's outputs for a batch it ran before from $PARITYGATE_CACHE/reference "
@@ -65,6 +66,11 @@ def pytest_addoption(parser):
                     help="judge only the config's models K, K+N, K+2N, ... (1-based, in config order): shard K of N "
                          "of one run across CI machines; merge the shards' reports with `paritygate report` "
                          "(default: every model)")
+    group.addoption("--parity-numerics", metavar="strict|ort", choices=("strict", "ort"), default="strict",
+                    help="how ONNX Runtime computes a candidate artifact that holds float16 tensors: strict (each "
+                         "float16 tensor rounded to FP16 where produced, ops computed in FP32 from FP16 values, as "
+                         "a strongly typed engine does; docs/numerics.md) or ort (its own numerics, mostly FP32) "
+                         "(default: strict)")
     group.addoption("--require-gpu", action="store_true", default=False,
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT")
     group.addoption("--update-goldens", action="store_true", default=False,
@@ -92,6 +98,7 @@ def pytest_configure(config):
         beam_options=config.getoption("parity_beam_option"),
         fp16_keep_fp32=config.getoption("parity_fp16_keep_fp32"),
         localize=config.getoption("parity_localize") != "off",
+        numerics=config.getoption("parity_numerics"),
         is_xdist_worker=hasattr(config, "workerinput"),
         baseline=config.getoption("parity_baseline"),
         baseline_fail=config.getoption("parity_baseline_fail"),
@@ -103,19 +110,46 @@ def pytest_configure(config):
         try:
             _ = session.models
         except ConfigError as err:
-            raise pytest.UsageError(str(err)) from err
+            _refuse(session, str(err))
     if not session.is_xdist_worker:  # a bad baseline or gate fails the run at once, not after the checks
         from paritygate.report.baseline import BaselineError
 
         try:
             session.check_baseline()
         except BaselineError as err:
-            raise pytest.UsageError(str(err)) from err
+            _refuse(session, str(err))
     if session.report_dir is not None:
         try:
             session.check_report_dir()
         except OSError as err:
             raise pytest.UsageError(str(err)) from err
+
+
+def _refuse(session, problem):
+    """Stop a run whose input pytest has not started on (exit code 4): the report, when one was asked for and its
+    folder can be written, holds the problem and no checks, as after a stop by the validation pass."""
+    session.validation = {"config": str(session.config_path), "models": {}, "problems": [problem]}
+    if session.report_dir is not None and not session.is_xdist_worker:
+        from paritygate.report import write_report
+
+        try:
+            session.check_report_dir()
+            write_report(session, session.report_dir)
+        except OSError:
+            pass  # the folder cannot be written: the problem line is all there is
+    raise pytest.UsageError(problem)
+
+
+def _stop(config, problems):
+    """Stop a started run before any check (exit code 4): each problem is one ``ERROR:`` line, printed now, so
+    that it comes before pytest's summary; the session's finish writes the report (problems, no checks)."""
+    parity = config.stash[SESSION_KEY]
+    if parity.validation is None:
+        parity.validation = {"config": str(parity.config_path), "models": {}, "problems": list(problems)}
+    for line in problems:
+        sys.stderr.write(f"ERROR: {line}\n")
+    sys.stderr.flush()
+    raise pytest.UsageError()  # no arguments: pytest prints nothing more after its summary
 
 
 def _register_hypothesis_profiles():
@@ -136,12 +170,13 @@ def pytest_collection_modifyitems(config, items):
     candidate_on_trt = session.runtime == "tensorrt"
     try:
         known = load_known_failures(session.config_path)
+        _check_beam_expectations(session)
     except ConfigError as err:
-        raise pytest.UsageError(str(err)) from err
+        _stop(config, [str(err)])
     for item in items:
         model, precision = case_of(item)
         if model is not None and known:
-            mark_known_failures(item, model, precision, session.runtime, known)
+            mark_known_failures(item, model, precision, session.runtime, known, session.numerics)
         if candidate_on_trt and "parity_candidate_available" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.trt)  # the candidate runs on TensorRT: `-m gpu` selects these checks
         if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):
@@ -155,6 +190,14 @@ def pytest_collection_modifyitems(config, items):
         if worker and item.get_closest_marker("latency"):
             item.add_marker(pytest.mark.skip(
                 reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
+
+
+def _check_beam_expectations(session):
+    """``[[expectations]]`` beside the config are read now (their ``reaches`` and ``when`` too): a malformed entry
+    stops the run, not a Beam check. Raises ExpectationError, a ConfigError."""
+    from paritygate.beam.expectations import expectations_for
+
+    expectations_for(session.config_path)
 
 
 def pytest_collection_finish(session):
@@ -204,9 +247,9 @@ def _validate(config):
     try:
         found = validate_models(parity)
     except ConfigError as err:
-        raise pytest.UsageError(str(err)) from err
+        _stop(config, [str(err)])
     if found["problems"]:
-        raise pytest.UsageError(*found["problems"])
+        _stop(config, found["problems"])
 
 
 def pytest_runtest_setup(item):
@@ -214,6 +257,22 @@ def pytest_runtest_setup(item):
     reason = item.stash.get(GPU_REQUIRED_KEY, None)
     if reason is not None:
         pytest.fail(f"--require-gpu: {reason}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """An fp16/int8 candidate check records its artifact's precision coverage; a pass below the model's minimum
+    is ``inconclusive`` (an "fp16" artifact computing in FP32 proves nothing about FP16). A check that did not
+    pass records the coverage too: every fp16/int8 row carries it."""
+    from paritygate.coverage_gate import coverage_after_failure, coverage_verdict
+
+    try:
+        result = yield
+    except BaseException:
+        coverage_after_failure(item, item.config.stash[SESSION_KEY])
+        raise
+    coverage_verdict(item, item.config.stash[SESSION_KEY])
+    return result
 
 
 @pytest.hookimpl(hookwrapper=True)

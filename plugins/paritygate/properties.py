@@ -27,8 +27,9 @@ from paritygate.comparator.tolerance import (
     invariance_bound,
     tolerance_for,
 )
+from paritygate.nonfinite import NonfiniteLog
 from paritygate.reference_noise import K_REFERENCE, Ledger, reference_noise
-from paritygate.runtimes import candidate_runner
+from paritygate.runtimes import candidate_runner, computed_dtype
 from paritygate.strategies import feeds, model_input_pool, with_corner_examples
 from paritygate.verdict import SuiteError
 
@@ -59,10 +60,13 @@ def input_pool(session, spec):
 # Each ``*_check(spec, precision, candidate, ledger)`` returns the ``check(feed, reference_profile)`` its property
 # runs on every input (an AssertionError: the candidate is wrong); ``paritygate.replay`` runs the same one on a
 # reproducer's inputs.
-def parity_check(spec, precision, candidate, ledger):
+def parity_check(spec, precision, candidate, ledger, task_rows=None):
     def check(feed, profile):
         floors = {k: K_REFERENCE * v for k, v in profile.spread().items()}
-        result = compare(spec, precision, profile.outputs, candidate.infer(feed), compare_task=False, floors=floors,
+        cand = candidate.infer(feed)
+        if task_rows is not None:  # in-distribution rows: judged with the task metric too (paritygate.task_rows)
+            task_rows.add(feed, profile.outputs, cand)
+        result = compare(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
                          cosine_floors=profile.cosine_floors(K_REFERENCE))
         ledger.keep_worst(result.outputs)
         ledger.note_unstable(feed, profile, lambda name, ref: _policy_limit(spec, precision, name, ref))
@@ -72,14 +76,27 @@ def parity_check(spec, precision, candidate, ledger):
 
 
 def property_parity(session, spec, precision, details=None):
+    from paritygate.task_rows import TASKS, TaskRows, judge_task_rows
+
     reference, candidate = reference_noise(session, spec), candidate_runner(session, spec, precision)
     pool, ledger = input_pool(session, spec), Ledger()
-    return _run(session, spec, precision, "property_parity", feeds(spec, pool=pool),
-                parity_check(spec, precision, candidate, ledger), reference, ledger, details,
-                lambda name, ref: _policy_limit(spec, precision, name, ref))
+    rows = TaskRows(spec, precision) if spec.task in TASKS else None
+    result = _run(session, spec, precision, "property_parity", feeds(spec, pool=pool),
+                  parity_check(spec, precision, candidate, ledger, rows), reference, ledger, details,
+                  lambda name, ref: _policy_limit(spec, precision, name, ref))
+    if rows is not None and len(pool):
+        failing = judge_task_rows(session, spec, precision, rows, pool, candidate, result)
+        if failing is not None and "divergence" not in result.details:  # only the task metric failed
+            from paritygate.divergence import localize_failure
+
+            found = localize_failure(session, spec, precision, failing, compare_task=True, check="property_parity",
+                                     feeds=ledger.feeds)
+            if found is not None:
+                result.details["divergence"] = found
+    return result
 
 
-def invariance_check(spec, precision, candidate, ledger):
+def invariance_check(spec, precision, candidate, ledger, computed=None):
     def check(feed, profile):
         together = _identity(spec, candidate.infer(feed))
         n = len(next(iter(feed.values())))
@@ -93,8 +110,8 @@ def invariance_check(spec, precision, candidate, ledger):
             for other, label in (({k: v[i:i + 1] for k, v in together.items()}, f"element {i} of a batch of {n}"),
                                  ({k: v[moved:moved + 1] for k, v in shuffled.items()},
                                   f"element {i} moved within the batch")):
-                outs = [_within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE)
-                        for name in alone]
+                outs = [_within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE,
+                                computed=computed) for name in alone]
                 ledger.keep_worst(outs)
                 bad = [o.describe() for o in outs if not o.passed]
                 assert not bad, (f"{spec.name} {precision}: batch invariance: {label} differs from the same "
@@ -108,8 +125,8 @@ def batch_invariance(session, spec, precision, details=None):
     pool, ledger = input_pool(session, spec), Ledger()
     sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
     return _run(session, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
-                invariance_check(spec, precision, candidate, ledger), reference, ledger, details,
-                lambda name, ref: _invariance_limit(spec, ref))
+                invariance_check(spec, precision, candidate, ledger, computed_dtype(session, spec, precision)),
+                reference, ledger, details, lambda name, ref: _invariance_limit(spec, ref))
 
 
 def _determinism_limit(spec):
@@ -158,11 +175,14 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
 
     details = {} if details is None else details
     result = PropertyResult(spec.name, precision, name, details=details)
+    nonfinite = NonfiniteLog()  # parity with a NaN / Inf reference is no evidence (paritygate.nonfinite)
 
     @given(feed=strategy)
     def prop(feed):
         with _failing(ledger, feed):
             profile = reference.profile(feed)
+            if name == "property_parity" and profile.digest not in ledger.seen:
+                nonfinite.note(feed, profile.outputs)
             ledger.add(feed, profile)
             check(feed, profile)
 
@@ -180,12 +200,14 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
         if name == "property_parity" and ledger.failing_feed is not None:
             from paritygate.divergence import localize_failure
 
-            found = localize_failure(session, spec, precision, dict(ledger.failing_feed))
+            found = localize_failure(session, spec, precision, dict(ledger.failing_feed), check=name,
+                                     feeds=ledger.feeds)
             if found is not None:
                 details["divergence"] = found
     details.update(ledger.details(spec, input_pool(session, spec)))
     ledger.record_findings(session, spec, precision, name)
-    if result.passed:
+    result.inconclusive = nonfinite.conclude(session, spec, precision, name, details)
+    if result.passed and not result.inconclusive:
         info = vacuity.informativeness(spec, ledger.reference_outputs, limit)
         details["informativeness"] = info
         if not info["informative"]:
@@ -228,16 +250,17 @@ def _message(err):
     return text + ("\n" + notes[0][:2000] if notes else "")
 
 
-def _within(spec, name, alone, other, spread, row, source, bounded=True):
+def _within(spec, name, alone, other, spread, row, source, bounded=True, computed=None):
     """A within-candidate comparison: |alone - other| <= max(own bound, k x the reference's spread)."""
-    limit = invariance_bound(spec, alone, other) if bounded else 0.0
+    limit = invariance_bound(spec, alone, other, computed) if bounded else 0.0
     ref_floor = 0.0
     if spread is not None:
         s = spread if row is None else spread[row:row + 1]
         ref_floor = K_REFERENCE * s
     floor = np.maximum(limit, ref_floor)
     out = compare_array(alone, other, Tolerance(0.0, 0.0, source), name, name, floor=floor)
-    out.tolerance.update(bound=float(limit), reference_floor_max=float(np.max(ref_floor)), k=K_REFERENCE)
+    out.tolerance.update(bound=float(limit), reference_floor_max=float(np.max(ref_floor)), k=K_REFERENCE,
+                         **({"computed_dtype": np.dtype(computed).name} if computed is not None and bounded else {}))
     out.widened_by_reference = int(np.count_nonzero(np.broadcast_to(ref_floor, np.shape(alone)) > limit))
     return out
 

@@ -122,8 +122,9 @@ def _difference(a, b):
 
 def _cosine(a, b):
     """The comparator's cosine, over the arrays with non-finite values zeroed."""
-    a, b = np.nan_to_num(np.ravel(a).astype(np.float64)), np.nan_to_num(np.ravel(b).astype(np.float64))
-    return float(cosine_similarity(a, b)[0])
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    finite = np.isfinite(a) & np.isfinite(b)  # zeroed, not clipped to +-1.8e308 (whose squares overflow)
+    return float(cosine_similarity(np.where(finite, a, 0.0), np.where(finite, b, 0.0))[0])
 
 
 class Ledger:
@@ -137,12 +138,14 @@ class Ledger:
         self.worst = {}  # output -> the comparison with the largest max abs error
         self.last_worst = {}
         self.failing_feed = self.failing_worst = None
+        self.feeds = []  # every distinct input, in order: what a repair plan must pass too (paritygate.plans)
         self.unstable = []  # one entry per input where the reference's spread exceeded the check's limit
 
     def add(self, feed, profile):
         self.examples += 1
         if profile.digest not in self.seen:  # Hypothesis may replay an input: count its information once
             self.seen.add(profile.digest)
+            self.feeds.append(feed)
             self.sources.update(getattr(feed, "sources", ["unlabelled"] * len(next(iter(feed.values())))))
             self.reference_outputs.append(profile.outputs)
 
@@ -157,7 +160,8 @@ class Ledger:
         for name, spread in profile.spread(which).items():
             ref = profile.outputs[name]
             lim = np.broadcast_to(limit(name, ref), ref.shape)
-            excess = spread - lim
+            with np.errstate(invalid="ignore"):  # an infinite limit (an Inf reference) is never exceeded
+                excess = np.where(np.isinf(lim), -np.inf, spread - lim)
             if ref.size and np.max(excess) > 0:
                 i = int(np.argmax(excess))
                 index = np.unravel_index(i, ref.shape)

@@ -1,7 +1,7 @@
 """Reproducers: a failing example saved as an ``.npz`` (allow_pickle=False) plus Polygraphy's inputs JSON, and
 the command that replays *the check that failed* on it:
 
-    python -m paritygate.replay FILE.npz [--check CHECK] [--runtime onnxruntime|tensorrt]
+    paritygate replay FILE.npz      (or python -m paritygate.replay FILE.npz [--check CHECK] [--runtime ...])
 
 Exit status: 0 the check passes on the saved inputs (not reproduced), 1 it fails (reproduced), 2 usage,
 3 error (the file, its config or a runtime could not be loaded: nothing was judged).
@@ -12,7 +12,6 @@ Replay builds only the runners it needs, from a small ``RuntimeSettings`` (no py
 import argparse
 import hashlib
 import json
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,9 @@ def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, f
             "failures": failures[:20]}
     npz = stem.with_suffix(".npz")
     np.savez(npz, **{f"input:{k}": v for k, v in inputs.items()}, **{META: np.array(json.dumps(meta))})
-    out = {"npz": str(npz), "command": f"python -m paritygate.replay {shlex.quote(str(npz))}"}
+    from paritygate import commands
+
+    out = {"npz": str(npz), "command": commands.replay(spec.source, npz)}
     try:
         from polygraphy.json import save_json
 

@@ -6,6 +6,8 @@ the mapping ``paritygate.iomap`` resolved (explicit, name, signature, decorated 
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from paritygate.backend.base import BaseRunner, RunnerError
 from paritygate.verdict import SuiteError
 
@@ -18,11 +20,24 @@ class RuntimeSettings:
 
     runtime: str = "onnxruntime"
     fp16_keep_fp32: tuple = None
+    numerics: str = "strict"
     cache: dict = field(default_factory=dict)
     reference_cache: bool = False  # replay runs the reference live
 
 
-def check_input_spec(spec, metadata, what, side="candidate"):
+def half_inputs(spec, precision, runner):
+    """The float16 inputs of a team's own fp16 ONNX whose config dtype is float32 (converters' default I/O,
+    e.g. onnxconverter-common without keep_io_types): {reference input name: float16}, fed rounded to float16 as
+    the team's serving code feeds them."""
+    if precision not in spec.onnx_artifacts:
+        return {}
+    back = {c: r for r, c in input_names(spec, runner).items()}
+    return {back.get(n, n): np.dtype(np.float16) for n, (dtype, _) in runner.input_metadata().items()
+            if dtype == np.float16 and back.get(n, n) in spec.inputs
+            and spec.inputs[back.get(n, n)].dtype_of("candidate") == np.float32}
+
+
+def check_input_spec(spec, metadata, what, side="candidate", half=()):
     """The config's input spec must match the model's inputs by name, rank, dtype (the ``side``'s: reference or
     candidate) and fixed dims; the message names the config key first, then the model file (``what``)."""
     names, want = set(metadata), set(spec.inputs)
@@ -34,7 +49,7 @@ def check_input_spec(spec, metadata, what, side="candidate"):
         if len(shape) != len(tensor.shape):
             raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares rank {len(tensor.shape)} "
                               f"{list(tensor.shape)}, but {what} has input '{name}' of rank {len(shape)} {list(shape)}")
-        if dtype != tensor.dtype_of(side):
+        if dtype != tensor.dtype_of(side) and name not in half:
             key = f"{side}_dtype" if getattr(tensor, f"{side}_dtype") else "dtype"
             raise RunnerError(f"{spec.where(f'inputs.{name}.{key}')}: declares {tensor.dtype_of(side)}, but {what} "
                               f"has input '{name}' of dtype {dtype}")
@@ -111,7 +126,8 @@ def candidate_runner(session, spec, precision):
             session.cache[("candidate_failed", *key[1:])] = err
             raise
         names = {r: m["candidate"] for r, m in io_mapping(session, spec, runner)["inputs"].items()}
-        session.cache[key] = _fed(runner, names, _casts(spec, "candidate"))
+        casts = {**_casts(spec, "candidate"), **half_inputs(spec, precision, runner)}
+        session.cache[key] = _fed(runner, names, casts)
     return session.cache[key]
 
 
@@ -127,6 +143,8 @@ def io_mapping(session, spec, runner):
             mapping = iomap.resolve(spec, ref_outputs, list(runner.input_metadata()), list(runner.output_names))
         except iomap.MappingError as err:
             raise RunnerError(str(err)) from None
+        except iomap.BindingsError as err:
+            raise RunnerError(f"{spec.where('reference')}: {err}") from err
         spec.outputs.update({r: m["candidate"] for r, m in mapping["outputs"].items() if m["rule"] != "name"})
         session.cache[key] = mapping
     return session.cache[key]
@@ -136,7 +154,10 @@ def reference_output_names(session, spec):
     """The reference's output names: from the SignatureDef when it has them (no TensorFlow run), else the runner."""
     from paritygate import iomap
 
-    outputs = iomap.bindings_of(spec)[1]
+    try:
+        outputs = iomap.bindings_of(spec)[1]
+    except iomap.BindingsError as err:
+        raise RunnerError(f"{spec.where('reference')}: {err}") from err
     return sorted(outputs) if outputs else list(load_reference(session, spec).output_names)
 
 
@@ -217,6 +238,8 @@ def suite_built(session, spec, precision):
     it builds), not a file the config names: the artifact's faults are then the suite's (``error``)."""
     if session.runtime == "tensorrt" and precision in spec.engines:
         return False
+    if precision in spec.onnx_artifacts:
+        return False  # the team's own fp16/int8 ONNX (or an engine built from it): its faults are the candidate's
     return precision != "fp32" or spec.onnx is None or session.runtime == "tensorrt"
 
 
@@ -250,13 +273,74 @@ def _build(session, spec, precision):
     else:
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
-        path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
+        path = computed_artifact(session, onnx_artifact(spec, precision, session.fp16_keep_fp32))
         runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}")
         runner.time_as = "candidate"
         runner.activate()
         what = str(path)
-    check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate")
+    check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate",
+                     half=half_inputs(spec, precision, runner))
     return runner
+
+
+def computed_artifact(session, path, defer=True):
+    """The file ONNX Runtime runs for the artifact ``path``: under strict numerics (``--parity-numerics``, the
+    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict``;
+    ``defer=False`` for localization: the same values, every float16 tensor rounded where it is produced)."""
+    if getattr(session, "numerics", "strict") != "strict":
+        return path
+    from paritygate.backend.onnx.strict import strict_onnx
+
+    return strict_onnx(path, defer)
+
+
+def computed_dtype(session, spec, precision):
+    """numpy.float16 when the candidate at ``precision`` computes float16 tensors (an ONNX artifact that holds
+    them, or a TensorRT fp16 engine), else None: the batch-invariance bound's unit roundoff comes from it."""
+    key = ("computed_dtype", session.runtime, spec.name, precision)
+    if key not in session.cache:
+        if session.runtime == "tensorrt":
+            session.cache[key] = np.float16 if precision == "fp16" else None
+        else:
+            import onnx
+
+            from paritygate.backend.onnx.loader import onnx_artifact
+            from paritygate.backend.onnx.strict import float16_tensors
+
+            path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
+            session.cache[key] = np.float16 if float16_tensors(onnx.load(str(path))) else None
+    return session.cache[key]
+
+
+def precision_coverage(session, spec, precision):
+    """``details.precision_coverage`` of the ONNX artifact at ``precision`` (paritygate.backend.onnx.coverage),
+    measured once per process on one sample batch within the config's ranges; None for a prebuilt engine."""
+    key = ("precision_coverage", spec.name, precision)
+    if key not in session.cache:
+        if session.runtime == "tensorrt" and precision in spec.engines:
+            session.cache[key] = None
+            return None
+        import onnx
+
+        from paritygate import iomap
+        from paritygate.backend.onnx import coverage
+        from paritygate.backend.onnx.loader import onnx_artifact
+        from paritygate.strategies import sample_inputs
+
+        path = onnx_artifact(spec, precision, session.fp16_keep_fp32)
+        graph_inputs = onnx.load(str(path)).graph.input
+        names = iomap.input_map(spec, [i.name for i in graph_inputs])
+        types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in graph_inputs}
+        sample = sample_inputs(spec, 1, np.random.default_rng(0))
+        feed = {names.get(k, k): v.astype(types[names.get(k, k)]) for k, v in sample.items()}
+        found = coverage.measure(path, precision, feed)
+        minimum = spec.min_precision_coverage
+        found.update(minimum=coverage.MIN_MAC_SHARE if minimum is None else minimum,
+                     minimum_source="coverage.MIN_MAC_SHARE (README 'Precision coverage')" if minimum is None
+                     else spec.where("min_precision_coverage"),
+                     artifact=str(path), judged="own" if precision in spec.onnx_artifacts else "suite-built")
+        session.cache[key] = found
+    return session.cache[key]
 
 
 def input_names(spec, runner):
@@ -266,3 +350,5 @@ def input_names(spec, runner):
         return iomap.input_map(spec, list(runner.input_metadata()))
     except iomap.MappingError as err:
         raise RunnerError(f"{spec.where('inputs')}: {err}") from None
+    except iomap.BindingsError as err:
+        raise RunnerError(f"{spec.where('reference')}: {err}") from err

@@ -45,7 +45,7 @@ class ParitySession:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False,
                  update_goldens=False, device_class=None, beam_runner=None, beam_options=(),
                  fp16_keep_fp32=None, is_xdist_worker=False, localize=True, baseline=None, baseline_fail=(),
-                 reference_cache=True, shard=None):
+                 numerics="strict", reference_cache=True, shard=None):
         self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
         self.is_bundled = config_path is None
         self.requested_runtime = runtime
@@ -61,6 +61,7 @@ class ParitySession:
         self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
         self.reference_cache = reference_cache  # --parity-cache: TF outputs served from paritygate.reference_cache
         self.shard = parse_shard(shard)  # --parity-shard=K/N: (K, N), this run judges every N-th model from the K-th
+        self.numerics = numerics  # --parity-numerics: strict FP16 emulation (default) or ONNX Runtime's own
         self.baseline_path = Path(baseline).resolve() if baseline else None
         self.baseline_fail = list(baseline_fail)
         self.baseline_section = None  # the report's "baseline" section, once the run is compared with it
@@ -170,6 +171,11 @@ class ParitySession:
         if hasattr(report, "wasxfail"):
             details.setdefault("reason", report.wasxfail)
         details.setdefault("nodeid", item.nodeid)
+        from paritygate import commands
+
+        details.setdefault("rerun", commands.rerun(self.config_path, item.nodeid))
+        if precision in ("fp16", "int8"):  # every reduced-precision row names the numerics it was computed with
+            details.setdefault("numerics", self.numerics if self.runtime == "onnxruntime" else self.runtime)
         check = item.originalname.removeprefix("test_")
         from paritygate.report.evidence import attach_worst_inputs
 
@@ -220,7 +226,8 @@ class ParitySession:
 
             workeroutput[_TIME_KEY] = json.dumps(SPENT)
             return
-        if self.baseline_path is not None:
+        stopped = bool(self.validation and self.validation["problems"])  # no check ran: nothing to compare
+        if self.baseline_path is not None and not stopped:
             self.compare_with_baseline()
         if self.report_dir is not None:
             from paritygate.report import write_report
@@ -272,6 +279,7 @@ class ParitySession:
                           f"{err.strerror or err}") from err
 
     def summary_lines(self):
+        from paritygate.report.text import describe_numerics, precision_label
         from paritygate.validate import summary_lines as validation_lines
 
         lines = validation_lines(self.validation)
@@ -291,10 +299,14 @@ class ParitySession:
 
         spent = self.time_spent()
         lines.append(timeline.summary_line(spent, spent["wall"], spent["processes"]))
+        reduced = sorted({c["details"]["numerics"] for c in self.checks if c["details"].get("numerics")})
+        if reduced:
+            lines.append(f"paritygate: fp16/int8 rows computed with {' and '.join(reduced)} numerics "
+                         f"({'; '.join(describe_numerics(n) for n in reduced)})")
         for c in self.checks:
             repro = c["details"].get("reproducer")
             if repro:
-                lines.append(f"paritygate: {c['model']} {c['precision']} {c['check']} failed; replay: {repro['command']}")
+                lines.append(f"paritygate: {c['model']} {precision_label(c)} {c['check']} failed; replay: {repro['command']}")
         for f in self.findings:
             lines.append(f"paritygate: finding {f['kind']}: {f['model']} {f['precision'] or ''} {f['check']}: "
                          f"{f['details'].get('summary', '')}".replace("  ", " "))

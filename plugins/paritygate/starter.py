@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras
 from paritygate.config import ConfigError, load_config
 
 DEFAULT_RANGES = {"f": (-1.0, 1.0), "u": (0, 255), "i": (0, 1), "b": (0, 1)}  # numpy dtype kind -> range
@@ -32,6 +33,7 @@ class Inspected:
     onnx: Path = None
     input_map: dict = field(default_factory=dict)  # ref -> (candidate, rule)
     output_map: dict = field(default_factory=dict)  # ref -> (candidate, rule)
+    artifacts: dict = field(default_factory=dict)  # the team's own reduced-precision ONNX: precision -> Path
 
 
 class InitError(ValueError):
@@ -39,16 +41,16 @@ class InitError(ValueError):
 
 
 def inspect_reference(path, signature="serving_default"):
-    """Input metadata and output names of a SavedModel signature or a .keras file (loads it with TensorFlow)."""
+    """Input metadata and output names of a SavedModel signature or a Keras file (loads it with TensorFlow)."""
     from paritygate.backend.base import RunnerError
     from paritygate.backend.tf.runner import TfRunner
 
     path = Path(path)
     if path.suffix == ".onnx":
         raise InitError(f"{path}: an ONNX file is the candidate, not the reference; pass the TensorFlow model "
-                        "(a SavedModel folder or a .keras file) as MODEL and this file with --onnx")
+                        f"({REFERENCE_KINDS}) as MODEL and this file with --onnx")
     if not path.exists():
-        raise InitError(f"{path}: no such file or folder (expected a SavedModel folder or a .keras file)")
+        raise InitError(f"{path}: no such file or folder (expected {REFERENCE_KINDS})")
     try:
         runner = TfRunner(path, signature).activate()
     except RunnerError as err:
@@ -61,7 +63,7 @@ def inspect_reference(path, signature="serving_default"):
 
 
 def _reference_outputs(path, signature, runner):
-    if path.suffix != ".keras":
+    if not is_keras(path):
         from paritygate.iomap import signature_bindings
 
         outputs = signature_bindings(path, signature)[1]
@@ -88,7 +90,7 @@ def propose_mapping(found, onnx_path):
     from paritygate import iomap
 
     cand_in, cand_out = onnx_names(onnx_path)
-    bound_in, bound_out = ({}, {}) if found.reference.suffix == ".keras" else \
+    bound_in, bound_out = ({}, {}) if is_keras(found.reference) else \
         iomap.signature_bindings(found.reference, found.signature)
     found.onnx = Path(onnx_path)
     for kind, refs, cands, bound, target in (("input", list(found.inputs), cand_in, bound_in, found.input_map),
@@ -143,13 +145,19 @@ def render(found, name, config_dir, max_batch=4):
              "#     paritygate run parity.toml   (or: pytest --pyargs paritygate.conformance --parity-config=parity.toml)",
              "", "[[models]]", f"name = {json.dumps(name)}",
              f"reference = {json.dumps(_path(found.reference, config_dir))}"]
-    if found.reference.suffix != ".keras":
+    if not is_keras(found.reference):
         lines.append(f"signature = {json.dumps(found.signature)}")
-    if found.onnx:
+    files = {**({"fp32": found.onnx} if found.onnx else {}), **found.artifacts}
+    if found.artifacts:  # the team's own fp16/int8 files: judged as they are (the fp32 one, or tf2onnx's, is fp32)
+        table = ", ".join(f"{p} = {json.dumps(_path(f, config_dir))}" for p, f in files.items())
+        lines.append(f"onnx = {{ {table} }}")
+    elif found.onnx:
         lines.append(f"onnx = {json.dumps(_path(found.onnx, config_dir))}")
     else:
         lines.append("# onnx = \"model.onnx\"                # absent: converted from the reference with tf2onnx")
-    lines += ['precisions = ["fp32"]                  # add "fp16"; "int8" needs calibration = "<inputs>.npz"',
+    lines.append(f"precisions = {json.dumps(['fp32', *found.artifacts])}" if found.artifacts else
+                 'precisions = ["fp32"]                  # add "fp16"; "int8" needs calibration = "<inputs>.npz"')
+    lines += [
               f"max_batch = {max_batch}                          {CONFIRM}: every batch size 1..max_batch is checked",
               f'task = "generic"                       {CONFIRM}: classification | regression | detection | generic',
               ""]
@@ -175,7 +183,8 @@ def _name_of(path):
     return re.sub(r"[^A-Za-z0-9_]+", "_", path.stem).strip("_") or "model"
 
 
-def write_starter(model, output, onnx=None, name=None, signature="serving_default", max_batch=4, force=False):
+def write_starter(model, output, onnx=None, name=None, signature="serving_default", max_batch=4, force=False,
+                  artifacts=None):
     """Inspect ``model`` (and ``onnx``), write the config to ``output`` and load it back; returns the path."""
     output = Path(output)
     if output.exists() and not force:
@@ -183,6 +192,10 @@ def write_starter(model, output, onnx=None, name=None, signature="serving_defaul
     found = inspect_reference(model, signature)
     if onnx is not None:
         propose_mapping(found, onnx)
+    for precision, path in (artifacts or {}).items():
+        if path is not None:
+            onnx_names(path)  # a file that does not load is named now, not at the first run
+            found.artifacts[precision] = Path(path)
     name = name or _name_of(Path(model).absolute())
     text = render(found, name, output.parent, max_batch)
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.inputsets import check_arrays, read_input_set
+
 FLOAT_PATTERNS = ("uniform", "bounds", "zeros", "tiny", "large", "mixed_sign", "constant")
 INT_PATTERNS = ("uniform", "bounds", "constant", "padded")
 
@@ -98,10 +100,6 @@ class Feed(dict):
         self.sources = list(sources)
 
 
-class InputSetError(ValueError):
-    """A model's input set does not fit its input spec; the message names the file, the tensor and why."""
-
-
 @dataclass
 class InputPool:
     """Rows of a model's own input sets, stacked: ``arrays`` by input name, ``sources`` per row."""
@@ -114,7 +112,7 @@ class InputPool:
         return len(self.sources)
 
     def add(self, spec, source, path, arrays):
-        rows = check_input_set(spec, path, arrays)
+        rows = check_arrays(spec, path, arrays)
         if not rows:
             return
         for name in spec.inputs:
@@ -124,29 +122,10 @@ class InputPool:
         self.files[source] = str(path)
 
 
-def check_input_set(spec, path, arrays):
-    """Rows in ``arrays`` (from ``path``) after checking names, dtypes, shapes and ranges against ``spec``."""
-    rows = set()
-    for name, t in spec.inputs.items():
-        if name not in arrays:
-            raise InputSetError(f"{path}: input set lacks input '{name}'; expected arrays {sorted(spec.inputs)}")
-        x = arrays[name]
-        if x.dtype != t.dtype or x.ndim != len(t.shape) or tuple(x.shape[1:]) != tuple(t.shape[1:]):
-            raise InputSetError(f"{path}: array '{name}' is {x.dtype}{list(x.shape)}, expected {t.dtype} "
-                                f"{list(t.with_batch('N'))} (inputs.{name} of {spec.source})")
-        low, high = t.range
-        if x.size and (x.min() < low or x.max() > high or (x.dtype.kind == "f" and not np.isfinite(x).all())):
-            raise InputSetError(f"{path}: array '{name}' holds values in [{x.min()}, {x.max()}], outside the "
-                                f"declared range [{low}, {high}] (inputs.{name}.range of {spec.source})")
-        rows.add(len(x))
-    if len(rows) != 1:
-        raise InputSetError(f"{path}: arrays hold different numbers of rows {sorted(rows)}; one per example")
-    return rows.pop()
-
-
 def model_input_pool(spec):
     """The model's own input sets as one InputPool: golden inputs (else ``inputs/<model>.npz``), the held-out
-    set ``inputs/<model>_heldout.npz`` and the calibration set, each where it exists."""
+    set ``inputs/<model>_heldout.npz`` and the calibration set, each where it exists, each read and checked by
+    ``paritygate.inputsets`` (an ``InputSetError`` names the file)."""
     from paritygate import goldens
 
     pool = InputPool()
@@ -154,13 +133,13 @@ def model_input_pool(spec):
         pool.add(spec, "golden", goldens.golden_path(spec), goldens.load_golden(spec).inputs)
     elif goldens.input_set_path(spec).exists():
         path = goldens.input_set_path(spec)
-        pool.add(spec, "input_set", path, goldens.read_input_file(spec, path)[0])
+        pool.add(spec, "input_set", path, read_input_set(spec, path).inputs)
     if goldens.heldout_set_path(spec).exists():
         path = goldens.heldout_set_path(spec)
-        pool.add(spec, "heldout", path, goldens.read_input_file(spec, path)[0])
+        pool.add(spec, "heldout", path, read_input_set(spec, path, "held-out set").inputs)
     if spec.calibration is not None and Path(spec.calibration).exists():
-        with np.load(spec.calibration, allow_pickle=False) as data:
-            pool.add(spec, "calibration", spec.calibration, {k: data[k] for k in data.files})
+        pool.add(spec, "calibration", spec.calibration,
+                 read_input_set(spec, spec.calibration, "calibration set").inputs)
     return pool
 
 

@@ -8,23 +8,29 @@ the run with them (exit code 4) before any check runs.
 
 What is checked, each part where its library is installed (else a note says what was not checked):
 
-    reference     the SavedModel loads and has the signature (or the .keras file loads); the inputs' names,
+    reference     the SavedModel loads and has the signature (or the .keras, .h5 or .hdf5 file loads); the inputs' names,
                   ranks, dtypes and fixed dims match the config; the task finds its outputs on a sample batch
     candidate     the fp32 ONNX (configured, or converted from the reference) passes onnx.checker and loads
                   in ONNX Runtime; its inputs match the config; reference and candidate names pair
                   (paritygate.iomap); the mapping is recorded
-    calibration   int8's calibration .npz has every input at the declared dtype and shape
+    data files    the input set, held-out set, calibration set and goldens (with their manifest), each read
+                  through ``paritygate.inputsets``: opens, names, dtypes, shapes, finite values, declared
+                  ranges, label count and type (the goldens also against their manifest's hashes)
     engines       a prebuilt engine's TensorRT version (its sidecar) matches the installed TensorRT
     beam.handler  the handler module imports and the factory returns an unkeyed Beam ModelHandler
 
 Runners are kept in ``session.cache`` (paritygate.runtimes), so the checks reuse what this pass loaded. A tool
 the suite drives that fails here (tf2onnx converting the reference) is not a config problem: it is noted, and
-the checks report it as ``error``.
+the checks report it as ``error``. Anything else a file makes a library raise here (a truncated protobuf, bytes
+that are no archive) is one problem line too, under the key that names the file: never a crash of pytest.
 """
+
+from contextlib import contextmanager
 
 import numpy as np
 
 from paritygate.backend.base import RunnerError
+from paritygate.iomap import BindingsError
 from paritygate.lazy import available, missing_reason
 from paritygate.verdict import SuiteError
 
@@ -41,8 +47,22 @@ class ModelValidation:
         self.io_mapping = None
 
     def problem(self, key, err):
+        """One line: the config file, the model, the key (None: a data file the message names) and ``err``."""
         text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-        self.problems.append(text if text.startswith(f"{self.spec.source}: model ") else f"{self.spec.where(key)}: {text}")
+        if text.startswith(f"{self.spec.source}: model "):
+            self.problems.append(text)
+        else:
+            where = self.spec.where(key) if key else f"{self.spec.source}: model '{self.spec.name}'"
+            self.problems.append(f"{where}: {text}")
+
+    @contextmanager
+    def guard(self, key, path=None):
+        """Whatever a part raises becomes a problem under ``key`` (naming ``path``), never a crash of pytest."""
+        try:
+            yield
+        except Exception as err:  # noqa: BLE001 - a corrupt file makes libraries raise anything
+            text = f"{type(err).__name__}: {err}"
+            self.problem(key, f"{path}: {text}" if path else text)
 
     def note(self, key, text):
         self.notes.append(f"{key}: {text}")
@@ -63,13 +83,20 @@ def validate_models(session):
 
 def validate_model(session, spec):
     v = ModelValidation(spec)
-    reference = _reference(session, spec, v)
-    if reference is not None:
-        _task_outputs(spec, reference, v)
-    _candidate(session, spec, v, reference_ok=reference is not None)
-    _calibration(spec, v)
-    _engines(spec, v)
-    _handler(spec, v)
+    reference = None
+    with v.guard("reference"):
+        reference = _reference(session, spec, v)
+        if reference is not None:
+            _task_outputs(spec, reference, v)
+    with v.guard("onnx"):
+        _candidate(session, spec, v, reference_ok=reference is not None)
+    with v.guard("onnx"):
+        _own_artifacts(spec, v)
+    _data_files(session, spec, v)
+    with v.guard("engines"):
+        _engines(spec, v)
+    with v.guard("beam.handler"):
+        _handler(spec, v)
     return v
 
 
@@ -130,6 +157,9 @@ def _candidate(session, spec, v, reference_ok):
         v.note("onnx", f"candidate not checked: {err} (its checks report this as error)")
         return
     except RunnerError as err:
+        if not reference_ok and isinstance(err.__cause__, BindingsError):  # said once, by the reference's line
+            v.note("onnx", "candidate not checked: its names pair with the reference's, which did not load")
+            return
         v.problem("outputs" if "cannot pair outputs" in str(err) else "onnx", err)
         return
     v.checked.append("candidate inputs" + (" and outputs" if reference_ok else ""))
@@ -161,17 +191,53 @@ def _fp32_onnx_runner(session, spec, reference_ok):
     return session.cache[key]
 
 
-def _calibration(spec, v):
-    if "int8" not in spec.precisions or spec.calibration is None:
+def _own_artifacts(spec, v):
+    """The team's own fp16/int8 ONNX (``onnx = { fp16 = ..., int8 = ... }``): each is what its key says and pairs
+    with the reference (paritygate.backend.onnx.own)."""
+    if not spec.onnx_artifacts:
         return
-    from paritygate.backend.onnx.loader import load_calibration
+    if not (available("onnx") and available("onnxruntime")):
+        v.note("onnx", "own fp16/int8 artifacts not checked: " + missing_reason("onnxruntime"))
+        return
+    from paritygate.backend.onnx import own
 
-    try:
-        load_calibration(spec)
-    except RunnerError as err:
-        v.problem("calibration", err)
-        return
-    v.checked.append("calibration")
+    outputs = [m["candidate"] for m in ((v.io_mapping or {}).get("outputs") or {}).values()]
+    for precision in sorted(spec.onnx_artifacts):
+        try:
+            own.check_artifact(spec, precision, outputs)
+        except RunnerError as err:
+            v.problem(f"onnx.{precision}", err)
+            continue
+        v.checked.append(f"own {precision} ONNX")
+
+
+def _data_files(session, spec, v):
+    """Every data file of the model through the one reader (paritygate.inputsets); the goldens also against their
+    manifest (not under --update-goldens, which rewrites them)."""
+    from paritygate import goldens
+    from paritygate.inputsets import InputSetError, read_input_set
+
+    files = [(None, goldens.input_set_path(spec), "input set"), (None, goldens.heldout_set_path(spec), "held-out set")]
+    if spec.calibration is not None:
+        files.append(("calibration", spec.calibration, "calibration set"))
+    for key, path, what in files:
+        if not path.exists():
+            continue
+        with v.guard(key, path):
+            try:
+                read_input_set(spec, path, what)
+            except InputSetError as err:
+                v.problem(key, err)
+                continue
+            v.checked.append(what)
+    if goldens.golden_path(spec).exists() and not session.update_goldens:
+        with v.guard(None, goldens.golden_path(spec)):
+            try:
+                goldens.load_golden(spec)
+            except SuiteError as err:  # GoldenError, InputSetError
+                v.problem(None, err)
+                return
+            v.checked.append("goldens")
 
 
 def _engines(spec, v):

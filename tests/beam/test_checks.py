@@ -70,6 +70,10 @@ def test_latency_over_budget_is_caught(toy_subject):
     (row,) = result.details()["latency"]
     assert row["batch"] == "all" and row["p99_ms"] >= 1000 * toys.SLOW_SECONDS
     assert len(row["samples_ms"]) == checks.LATENCY_BATCHES and row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
+    # one percentile in the suite: nearest rank (an observed sample), as the latency rows and the comparator
+    from paritygate.latency.harness import percentile
+
+    assert row["p99_ms"] == percentile(row["samples_ms"], 99) and row["p99_ms"] in row["samples_ms"]
 
 
 def test_misreported_bytes_are_caught(toy_subject):
@@ -147,3 +151,14 @@ def test_a_failing_check_records_the_failing_case(toy_subject):
     details = result.details()
     assert details["failing"]["case"]["count"] >= 1 and details["failing"]["batch_sizes"]
     assert details["runners"] == ["FnApiRunner", "BundleBasedDirectRunner"]
+
+
+def test_model_update_passes_a_handler_that_honours_it_and_fails_one_that_ignores_it(toy_subject):
+    from paritygate.beam.updates import model_update
+
+    good = model_update(toy_subject(toys.correct))
+    assert good.passed, good.failures
+    ids = good.info["model_ids"]
+    assert good.info["elements"] == 9 and ids["after"] == [good.info["update_target"]] and ids["before"] != ids["after"]
+    bad = model_update(toy_subject(toys.factory_of(toys.IgnoresUpdates)))
+    assert "(after the update): not the update target's" in _failures(bad)

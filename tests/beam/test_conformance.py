@@ -64,15 +64,66 @@ def test_conformance_file_over_a_temporary_config(pytester, toy_saved_model, mon
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
     result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={config}", "-p", "no:cacheprovider",
                                            f"--parity-report={pytester.path / 'report'}", "-rfEs")
-    # 15 checks a model. good: 13 pass, 2 Beam-level xfails. bad: exactly_once, dead_letter, batch_extremes and
-    # multi_process fail, latency is skipped (no budget), 2 xfails, 8 pass. plain: all 15 skipped for want of a
-    # [models.beam] table
-    result.assert_outcomes(passed=13 + 8, failed=4, xfailed=2 + 2, skipped=1 + 15)
+    # 16 checks a model. good: 13 pass, 2 Beam-level xfails, model_update fails naming the upstream defect its
+    # handler reaches (no update_model_path: Beam's no-op). bad: exactly_once, dead_letter, batch_extremes,
+    # multi_process and model_update fail, latency is skipped (no budget), 2 xfails, 8 pass. plain: one row,
+    # beam_handler, skipped for want of a [models.beam] table (its 16 checks deselected, not 16 skips)
+    result.assert_outcomes(passed=13 + 8, failed=1 + 5, xfailed=2 + 2, skipped=1 + 1, deselected=2 + 16)
     result.stdout.fnmatch_lines(["*lost: element #*", "*FAILED*test_beam_exactly_once[[]bad[]]*",
                                  "*SKIPPED*model 'plain' has no [[]models.beam[]] table*key 'beam.handler'*"])
     report = json.loads((pytester.path / "report" / "parity-report.json").read_text())
     by = {(c["model"], c["check"]): c for c in report["checks"]}
     assert by[("good", "beam_batch_weight")]["status"] == "xfail"
     assert by[("bad", "beam_exactly_once")]["status"] == "fail"
+    assert [c for m, c in by if m == "plain"] == ["beam_handler"] and by[("plain", "beam_handler")]["status"] == "skip"
+    assert by[("good", "beam_model_update")]["details"]["upstream_defects"][0]["id"] == "no-model-update"
     (row,) = by[("good", "beam_batch_latency")]["details"]["latency"]
     assert row["batch"] == "all" and row["budget"] == 1000.0 and len(row["samples_ms"]) == 40
+
+
+STOCK = textwrap.dedent('''
+    from apache_beam.ml.inference.onnx_inference import OnnxModelHandlerNumpy
+
+    def stock(min_batch_size, max_batch_size):
+        return OnnxModelHandlerNumpy(__file__.replace("stock.py", "toy.onnx"), providers=["CPUExecutionProvider"],
+                                     min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+''')
+ACCEPTED = textwrap.dedent('''
+    [[known_failures]]
+    model = "team"
+    check = "handler_batch_extremes"
+    upstream_defect = "onnx-numpy-first-output"
+    reason = "we read y only, TICKET-7"
+''')
+
+
+def _team_run(pytester, toy_saved_model, accepted):
+    make_onnx(pytester.path / "toy.onnx")  # two outputs: y = 5x, z = 2x
+    (pytester.path / "stock.py").write_text(STOCK)
+    if accepted:
+        (pytester.path / "expectations.toml").write_text(ACCEPTED)
+    config = write_config(pytester.path, {"models": [_model("team", toy_saved_model, {"handler": "stock:stock"})]})
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={config}", "-p", "no:cacheprovider",
+                                           "-p", "no:xdist", f"--parity-report={report}", "-k",
+                                           "handler_batch_extremes or handler_results_stable")
+    by = {c["check"]: c for c in json.loads((report / "parity-report.json").read_text())["checks"]}
+    return result, by
+
+
+def test_a_teams_stock_onnx_handler_over_two_outputs_fails_naming_the_upstream_defect(pytester, toy_saved_model):
+    result, by = _team_run(pytester, toy_saved_model, accepted=False)
+    result.assert_outcomes(passed=1, failed=1)  # results_stable passes: the defect does not reach it
+    out = result.stdout.str()
+    assert "inference has outputs ['y'], the reference has ['y', 'z']" in out
+    assert "known upstream defect 'onnx-numpy-first-output'" in out and "onnx_inference.py:" in out
+    check = by["handler_batch_extremes"]
+    assert check["status"] == "fail" and check["details"]["upstream_defects"][0]["id"] == "onnx-numpy-first-output"
+    assert result.ret == 1
+
+
+def test_the_teams_own_known_failure_makes_it_an_xfail(pytester, toy_saved_model):
+    result, by = _team_run(pytester, toy_saved_model, accepted=True)
+    result.assert_outcomes(passed=1, xfailed=1)
+    assert by["handler_batch_extremes"]["status"] == "xfail"
+    assert "onnx-numpy-first-output" in by["handler_batch_extremes"]["details"]["reason"]

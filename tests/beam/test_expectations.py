@@ -19,7 +19,8 @@ from tests.conftest import make_onnx, scale, toy_spec
 pytestmark = [pytest.mark.beam, pytest.mark.onnx]
 
 KNOWN = expectations_for()
-ALL_CHECKS = {*checks.PIPELINE_CHECKS, *direct.DIRECT_CHECKS, "beam_batch_latency", "beam_multi_process"}
+ALL_CHECKS = {*checks.PIPELINE_CHECKS, *direct.DIRECT_CHECKS, "beam_batch_latency", "beam_multi_process",
+              "beam_model_update"}
 
 
 def _ids(check, subject):
@@ -126,6 +127,33 @@ def test_onnx_numpy_first_output(toy_subject):
     assert direct.results_stable(subject).passed and not _ids("handler_results_stable", subject)
 
 
+def all_outputs(session, batch, inference_args=None):
+    """An inference_fn returning a dict output name -> batch array (Beam splits it per element: utils.py:48)."""
+    import numpy as np
+
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, {session.get_inputs()[0].name: np.stack(batch)})))
+
+
+def _onnx_dict_factory(path, min_batch_size, max_batch_size):
+    from apache_beam.ml.inference.onnx_inference import OnnxModelHandlerNumpy
+
+    return OnnxModelHandlerNumpy(str(path), providers=["CPUExecutionProvider"], inference_fn=all_outputs,
+                                 min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+
+
+@pytest.mark.tf
+def test_onnx_numpy_ignores_model_updates_and_a_dict_output_reaches_every_element(toy_subject):
+    from paritygate.beam.updates import model_update
+
+    subject = toy_subject(_onnx_dict_factory)
+    assert checks.pairing(subject).passed and direct.batch_extremes(subject).passed  # every element: y and z
+    failures = model_update(subject).failures
+    assert all("(after the update)" in f for f in failures[:-1]), failures  # before: right
+    assert "not the update target's" in failures[0] and "model_id None" in failures[1]
+    assert _ids("beam_model_update", subject) == {"no-model-update"}
+
+
 def test_onnx_load_model_leaks_file(toy_onnx_path):
     subject = _unreferenced(toy_spec(beam={"handler": "m:onnx"}), functools.partial(_onnx_factory, toy_onnx_path))
     (failure,) = direct.load_model(subject).failures
@@ -178,3 +206,33 @@ def test_every_handler_meets_the_beam_level_defects(toy_onnx_path):
     assert _ids("beam_maybe_keyed_mixed", subject) == {"beam-maybe-keyed-mixed"}
     assert not _ids("beam_maybe_keyed_mixed", _unreferenced(toy_spec(max_batch=1, beam={"handler": "m:f"}),
                                                             subject.factory))
+
+
+def test_split_fails_a_teams_handler_defect_and_keeps_beam_level_and_its_own_as_xfail(tmp_path):
+    first, weight = (next(e for e in KNOWN if e.id == i) for i in ("onnx-numpy-first-output", "beam-max-batch-weight"))
+    assert expectations.split([first, weight], bundled=True) == ([first, weight], [])
+    assert expectations.split([first, weight], bundled=False) == ([weight], [first])  # Beam's own: no handler avoids it
+    (tmp_path / "expectations.toml").write_text(
+        '[[expectations]]\nid = "ours"\nchecks = ["beam_pairing"]\nbeam = ">=0"\nreaches = "method:get_num_bytes"\n'
+        'defect = "m:f"\nupstream = "x.py:1"\nreason = "r"\nissue = "apache/beam#1"\n')
+    (ours,) = [e for e in expectations_for(tmp_path / "parity.toml") if e.own]
+    assert expectations.split([ours], bundled=False) == ([ours], []) and "apache/beam#1" in ours.describe()
+
+
+def test_one_reader_for_both_tables(tmp_path):
+    from paritygate.known import load_known_failures, read_expectations
+
+    path = tmp_path / "expectations.toml"
+    path.write_text('[[known_failures]]\nmodel = "m"\ncheck = "beam_pairing"\nreason = "r"\n'
+                    'upstream_defect = "onnx-numpy-first-output"\n')
+    assert [e["model"] for e in load_known_failures(tmp_path / "parity.toml")] == ["m"]
+    path.write_text(path.read_text().replace("onnx-numpy-first-output", "no-such-defect"))
+    with pytest.raises(ExpectationError, match="'upstream_defect': 'no-such-defect' is no known upstream defect"):
+        load_known_failures(tmp_path / "parity.toml")
+    path.write_text('[[expectations]]\nid = "x"\nchecks = "beam_pairing"\nbeam = ">=0"\nreaches = "beam"\n'
+                    'upstream = "a.py:1"\nreason = "r"\n')
+    with pytest.raises(ExpectationError, match=r"expectations\[0\] \('x'\): key 'checks': expected a list of strings"):
+        read_expectations(path)
+    path.write_text('[[known_failure]]\nmodel = "m"\n')
+    with pytest.raises(ExpectationError, match=r"unknown table\(s\) \['known_failure'\]"):
+        read_expectations(path)

@@ -52,3 +52,22 @@ def test_the_other_beam_handler_fails_only_where_expected(parity_session, zoo, m
     for name, check in {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS}.items():
         result, expected = check(subject), match(name, subject, known)
         assert result.passed != bool(expected), (name, result.failures, [e.id for e in expected])
+
+
+@pytest.mark.parametrize("model", ["linear", "mobilenet", "bert", "ssd"])
+def test_the_suites_own_onnxruntime_handler_passes_every_check(parity_session, zoo, model):
+    """paritygate.beam.handlers:onnxruntime on the model's own candidate ONNX: only Beam's own defects (reached by
+    every handler: max_batch_weight, mixed MaybeKeyed batches) remain, as strict xfails."""
+    from paritygate.beam.handlers import onnxruntime
+    from paritygate.beam.multiprocess import multi_process
+    from paritygate.beam.updates import model_update
+
+    specs, _ = zoo
+    subject = _subject(parity_session, specs[model], onnxruntime)
+    known = expectations_for()
+    every = {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS, "beam_multi_process": multi_process,
+             "beam_model_update": model_update}
+    for name, check in every.items():
+        result, expected = check(subject), match(name, subject, known)
+        assert all(not e.in_handler for e in expected), (name, [e.id for e in expected])
+        assert result.passed != bool(expected), (name, result.failures, [e.id for e in expected])

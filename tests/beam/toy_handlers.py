@@ -29,13 +29,31 @@ class ToyHandler(ModelHandler):
 
     def run_inference(self, batch, model, inference_args=None):
         y, z = self.outputs(batch, model)
-        return [PredictionResult(x, {"y": y[i], "z": z[i]}) for i, x in enumerate(batch)]
+        return [PredictionResult(x, {"y": y[i], "z": z[i]}, self.onnx_path) for i, x in enumerate(batch)]
 
     def get_num_bytes(self, batch):
         return sum(int(x.nbytes) for x in batch)
 
     def get_metrics_namespace(self):
         return "paritygate_toy"
+
+    def update_model_path(self, model_path=None):
+        if model_path:
+            self.onnx_path = str(model_path)
+
+
+class IgnoresUpdates(ToyHandler):
+    """Keeps serving its first model whatever update_model_path says (Beam's default: a no-op), yet reports the
+    new path as its model_id."""
+
+    def __init__(self, onnx_path, min_batch_size=None, max_batch_size=None):
+        super().__init__(onnx_path, min_batch_size, max_batch_size)
+        self.first_path = self.onnx_path
+
+    def load_model(self):
+        import onnxruntime as ort
+
+        return ort.InferenceSession(self.first_path, providers=["CPUExecutionProvider"])
 
 
 class DropsElement(ToyHandler):

@@ -1,6 +1,7 @@
 """paritygate.comparator.tolerance: defaults with their sources, overrides per precision and per output,
 each override's ``source`` naming the config file, its table and the model."""
 
+import numpy as np
 import pytest
 
 from paritygate.comparator import tolerance as tol_mod
@@ -95,3 +96,12 @@ def test_per_output_override_without_a_precision_table_falls_back_to_the_default
 def test_zero_tolerance_override_is_honoured():
     t = tolerance_for(spec({"fp32": {"atol": 0.0, "rtol": 0.0}}), "fp32")
     assert (t.atol, t.rtol) == (0.0, 0.0)
+
+
+def test_invariance_bound_uses_the_unit_roundoff_of_the_precision_computed():
+    """An fp16 artifact with float32 I/O computes in float16: its bound uses float16's u = 2**-11, not float32's."""
+    s = toy_spec()
+    a = np.full((1, 1), 4.0, np.float32)
+    assert tol_mod.invariance_bound(s, a, a, computed=np.float16) == pytest.approx(10 * 4.0 * 2.0 ** -11)
+    assert tol_mod.invariance_bound(s, a, a, computed=np.float64) == tol_mod.invariance_bound(s, a, a)  # never finer
+    assert tol_mod.invariance_bound(s, a.astype(np.int32), a.astype(np.int32), computed=np.float16) == 0.0

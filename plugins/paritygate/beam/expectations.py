@@ -11,6 +11,14 @@ against the installed apache-beam), the upstream file and line, and how a handle
 ``when`` narrows it to models where the defect shows (``PREDICATES``). Strict: a check it names that passes
 is reported as a failure, so an expectation that no longer holds (Beam fixed it, or a handler overrides the
 method) cannot hide anything.
+
+Whose pipeline decides the verdict (``split``): on the bundled zoo every matching expectation is a strict xfail
+(they document Beam's defects there). For a handler named in a team's own config, a defect in the handler's code
+(``reaches = "method:..."`` / ``"attr:..."``: another handler avoids it) is a ``fail`` whose message names the
+defect (file:line, issue): a dropped output is exactly what the gate reports. It becomes an xfail only through
+the team's own expectations.toml: an ``[[expectations]]`` entry there, or a ``[[known_failures]]`` entry (with
+``upstream_defect = "<id>"``) for that model and check. A defect of Beam's RunInference itself (``reaches =
+"beam"``: no handler avoids it) stays a strict xfail, named in the report.
 """
 
 import importlib
@@ -20,15 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.config import BUNDLED_CONFIG, tomllib
+from paritygate.known import BUNDLED_EXPECTATIONS, ExpectationError, read_expectations
 
-BUNDLED_EXPECTATIONS = BUNDLED_CONFIG.parent / "expectations.toml"
-FIELDS = {"id", "checks", "beam", "reaches", "defect", "when", "upstream", "reason", "evidence"}
-
-
-class ExpectationError(ValueError):
-    """expectations.toml is malformed; the message names the file, the entry and the key."""
-
+__all__ = ["BUNDLED_EXPECTATIONS", "Expectation", "ExpectationError", "expectations_for", "load_expectations", "match"]
 
 PREDICATES = {
     "multi_output": lambda spec, outputs: len(outputs) > 1,
@@ -51,13 +53,23 @@ class Expectation:
     defect: str = None
     when: tuple = field(default_factory=tuple)
     source: str = ""
+    issue: str = None  # the upstream issue or pull request, where one is known
+    own: bool = False  # from the team's expectations.toml (beside its config), not the bundled one
+
+    @property
+    def in_handler(self):
+        """The defect is in the handler's code (its class or default inference fn), not in Beam's RunInference
+        itself: another handler avoids it."""
+        return self.reaches != "beam"
 
     def describe(self):
-        return f"{self.reason} [upstream: apache-beam {self.beam} {self.upstream}; {self.source} '{self.id}']"
+        issue = f", {self.issue}" if self.issue else ", no upstream issue recorded"
+        return f"{self.reason} [upstream: apache-beam {self.beam} {self.upstream}{issue}; {self.source} '{self.id}']"
 
     def as_dict(self):
         return {"id": self.id, "reason": self.reason, "upstream": self.upstream, "beam": self.beam,
-                "reaches": self.reaches, "when": list(self.when), "source": self.source}
+                "reaches": self.reaches, "when": list(self.when), "source": self.source, "issue": self.issue,
+                "own": self.own}
 
     def holds_for_beam(self, version):
         from packaging.specifiers import SpecifierSet
@@ -92,19 +104,12 @@ def _resolve(dotted):
     return obj
 
 
-def load_expectations(path):
-    path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise ExpectationError(f"{path}: cannot read expectations: {err}") from err
+def load_expectations(path, own=False):
+    """The ``[[expectations]]`` of ``path`` (read and key-checked by ``known.read_expectations``, the one reader of
+    expectations.toml); ``own``: the file is the team's, beside its config."""
     out = []
-    for i, entry in enumerate(doc.get("expectations", [])):
-        where = f"{path}: expectations[{i}] ('{entry.get('id', '?')}')"
-        unknown = set(entry) - FIELDS
-        missing = {"id", "checks", "beam", "reaches", "upstream", "reason"} - set(entry)
-        if unknown or missing:
-            raise ExpectationError(f"{where}: unknown key(s) {sorted(unknown)}, missing key(s) {sorted(missing)}")
+    for i, entry in enumerate(read_expectations(path)["expectations"]):
+        where = f"{path}: expectations[{i}] ('{entry['id']}')"
         if entry["reaches"] != "beam" and (not entry["reaches"].startswith(("method:", "attr:"))
                                            or "defect" not in entry):
             raise ExpectationError(f"{where}: key 'reaches' must be 'beam', 'method:NAME' or 'attr:NAME' "
@@ -114,7 +119,7 @@ def load_expectations(path):
             raise ExpectationError(f"{where}: key 'when': unknown predicate(s) {bad}; known: {sorted(PREDICATES)}")
         out.append(Expectation(entry["id"], tuple(entry["checks"]), entry["beam"], entry["reaches"],
                                entry["upstream"], entry["reason"], entry.get("defect"), tuple(entry.get("when", ())),
-                               path.name))
+                               Path(path).name, entry.get("issue"), own))
     return out
 
 
@@ -125,7 +130,7 @@ def expectations_for(config_path=None):
         beside = Path(config_path).resolve().parent / "expectations.toml"
         if beside.exists() and beside != BUNDLED_EXPECTATIONS.resolve():
             paths.append(beside)
-    return [e for p in paths if p.exists() for e in load_expectations(p)]
+    return [e for i, p in enumerate(paths) if p.exists() for e in load_expectations(p, own=i > 0)]
 
 
 def beam_version():
@@ -133,6 +138,13 @@ def beam_version():
         return metadata.version("apache-beam")
     except metadata.PackageNotFoundError:
         return None
+
+
+def split(expected, bundled):
+    """(xfail, named) of the expectations ``match`` found for a check: those that make it a strict xfail, and those
+    that only name the upstream defect in its failure (the module docstring says which are which)."""
+    named = [] if bundled else [e for e in expected if e.in_handler and not e.own]
+    return [e for e in expected if e not in named], named
 
 
 def match(check, subject, expectations):

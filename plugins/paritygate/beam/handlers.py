@@ -20,6 +20,10 @@ from apache_beam.ml.inference.base import ModelHandler
 
 from paritygate.beam.contract import describe, digest, expected_num_bytes, payload_bytes, same_values
 
+# The suite's own handlers (paritygate.beam.serving), by the names a config gives them:
+# [models.beam] handler = "paritygate.beam.handlers:onnxruntime" (or ":tensorrt").
+from paritygate.beam.serving import onnxruntime, tensorrt  # noqa: F401 - re-exported for configs
+
 NAMESPACE = "paritygate"
 
 
@@ -200,3 +204,4 @@ def converted_examples(batch, results):
 def weight_batching(max_batch_weight):
     """The batching kwargs Beam's own ``ModelHandler(max_batch_weight=..., element_size_fn=...)`` produces."""
     return ModelHandler(max_batch_weight=max_batch_weight, element_size_fn=element_weight).batch_elements_kwargs()
+

@@ -44,7 +44,7 @@ def multi_process_case(subject):
     from paritygate.beam.pipeline import Case
 
     spec = subject.spec
-    count = 4 * spec.max_batch  # four full batches: each worker gets a share of the bundle
+    count = 4 * spec.max_batch + 1  # four full batches and a short one: each worker gets a share of the bundle
     return Case(count, 1, spec.max_batch, "keyed", "unique_str", seed=23, runner="FnApiRunner",
                 workers=MULTI_PROCESS_WORKERS)
 

@@ -78,6 +78,11 @@ class TFNumpyHandler(ModelHandler):
     def get_metrics_namespace(self):
         return METRICS_NAMESPACE
 
+    def update_model_path(self, model_path=None):
+        """RunInference's model update (``model_metadata_pcoll``): serve ``model_path`` from the next load."""
+        if model_path:
+            self._model_uri = str(model_path)
+
     def validate_inference_args(self, inference_args):
         if inference_args:
             raise ValueError(f"{type(self).__name__} takes no inference_args, got {sorted(inference_args)}")

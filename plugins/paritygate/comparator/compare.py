@@ -96,11 +96,14 @@ def pair_outputs(spec, ref_names, cand_names):
     return mapping
 
 
-def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cosine_floor=None):
+def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cosine_floor=None,
+                  nonfinite_reference="match"):
     """Compare one output; numpy.isclose semantics plus statistics, NaN/Inf rules of the policy.
 
     ``floor`` (an array of ref's shape, optional) raises each element's limit to max(atol + rtol*|ref|, floor):
-    the reference's own noise (paritygate.properties). ``cosine_floor`` lowers the cosine budget likewise."""
+    the reference's own noise (paritygate.properties). ``cosine_floor`` lowers the cosine budget likewise.
+    ``nonfinite_reference``: "match" (the candidate must hold the same NaN / Inf there) or "skip" (elements where
+    the reference is NaN / Inf are not judged: paritygate.nonfinite makes the check inconclusive instead)."""
     cand_name = cand_name or name
     ref, cand = np.asarray(ref), np.asarray(cand)
     if ref.shape != cand.shape:
@@ -124,6 +127,8 @@ def compare_array(ref, cand, tol, name="output", cand_name=None, floor=None, cos
         # reference passes only where the candidate holds the same value (NaN for NaN, +Inf for +Inf).
         same_nonfinite = ~r_fin & ((np.isnan(r) & np.isnan(c)) | (r == c))
         nonfinite_bad = ~finite & ~same_nonfinite
+        if nonfinite_reference == "skip":
+            nonfinite_bad &= r_fin
         # Zero the non-finite positions: they then add nothing to differences, norms or dot products.
         r, c = np.where(finite, r, work.type(0)), np.where(finite, c, work.type(0))
     diff = np.subtract(c, r)
@@ -213,11 +218,17 @@ def cosine_similarity(a, b, block=1 << 18):
     """(cosine, |a|) of two flat arrays, accumulated in float64 a block at a time (no full-size float64
     temporaries); 1 when both are zero, 0 when one is."""
     dot = na = nb = 0.0
-    for i in range(0, a.size, block):
-        x, y = a[i:i + block].astype(np.float64), b[i:i + block].astype(np.float64)
-        dot += float(np.dot(x, y))
-        na += float(np.dot(x, x))
-        nb += float(np.dot(y, y))
+    # Finite float64 values above ~1e154 square to inf: an overflow that is the true size of the sum, not a fault
+    # of the suite, so numpy is not to warn (a caller's `-W error` must not turn it into a verdict).
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(0, a.size, block):
+            x, y = a[i:i + block].astype(np.float64), b[i:i + block].astype(np.float64)
+            dot += float(np.dot(x, y))
+            na += float(np.dot(x, x))
+            nb += float(np.dot(y, y))
+        if not np.isfinite(na + nb + dot):  # beyond float64: the cosine of the arrays scaled down alike
+            scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+            return cosine_similarity(a / scale, b / scale, block)[0], np.inf
     norm = np.sqrt(na)  # the reference's norm: the caller divides by sqrt(n) for its rms
     if na == 0 and nb == 0:
         return 1.0, norm
@@ -226,14 +237,18 @@ def cosine_similarity(a, b, block=1 << 18):
     return dot / (norm * np.sqrt(nb)), norm
 
 
-def compare_outputs(spec, precision, ref_outputs, cand_outputs, floors=None, cosine_floors=None):
+def compare_outputs(spec, precision, ref_outputs, cand_outputs, floors=None, cosine_floors=None,
+                    nonfinite_reference=None):
     """Compare every reference output with its paired candidate output; returns OutputComparisons.
 
-    ``floors`` / ``cosine_floors``: per reference output, the reference's own noise (see compare_array)."""
+    ``floors`` / ``cosine_floors``: per reference output, the reference's own noise (see compare_array).
+    ``nonfinite_reference`` (see compare_array) defaults to the model's: "match" where it sets
+    ``allow_nonfinite_reference``, else "skip" (a NaN reference judges nothing of the candidate)."""
     mapping = pair_outputs(spec, list(ref_outputs), list(cand_outputs))
     floors, cosine_floors = floors or {}, cosine_floors or {}
+    mode = nonfinite_reference or ("match" if spec.allow_nonfinite_reference else "skip")
     return [compare_array(ref_outputs[r], cand_outputs[c], tolerance_for(spec, precision, r), r, c,
-                          floors.get(r), cosine_floors.get(r))
+                          floors.get(r), cosine_floors.get(r), mode)
             for r, c in mapping.items()]
 
 

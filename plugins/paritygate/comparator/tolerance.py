@@ -109,7 +109,8 @@ def tolerance_for(spec, precision, output=None):
 # on its goldens. A batch coupling of 5% of the batch mean is 3-4 orders of magnitude above this bound.
 INVARIANCE_LAMBDA = 5.0
 INVARIANCE_SOURCE = ("2*lambda*sqrt(n)*u*max|output|, lambda=5, n = input elements per example, u = unit "
-                     "roundoff of the output dtype (Higham & Mary 2019, probabilistic summation bound, Thm 2.4)")
+                     "roundoff of the output dtype, or of float16 when the artifact computes in float16 (Higham & "
+                     "Mary 2019, probabilistic summation bound, Thm 2.4)")
 DETERMINISM_SOURCE = "bitwise: identical inputs, artifact and device give identical bits"
 
 
@@ -118,11 +119,15 @@ def reduction_length(spec):
     return int(sum(np.prod(t.shape[1:], dtype=np.int64) for t in spec.inputs.values()))
 
 
-def invariance_bound(spec, alone, other):
-    """The limit on |alone - other| for one batch element's output (two arrays of one shape)."""
+def invariance_bound(spec, alone, other, computed=None):
+    """The limit on |alone - other| for one batch element's output (two arrays of one shape). ``computed``: the
+    dtype the candidate computes in when coarser than its outputs' (float16 inside an fp16 artifact with float32
+    I/O: a reordered FP32 sum rounds to another FP16 neighbour), whose unit roundoff then sets the bound."""
     dtype = np.result_type(alone.dtype, other.dtype)
     if dtype.kind not in "fc":
         return 0.0  # integer and boolean outputs: exact
+    if computed is not None and np.finfo(computed).eps > np.finfo(dtype).eps:
+        dtype = np.dtype(computed)
     values = np.abs(np.concatenate([np.ravel(alone), np.ravel(other)]).astype(np.float64))
     values = values[np.isfinite(values)]
     scale = float(values.max()) if values.size else 0.0

@@ -58,10 +58,10 @@ class Budgets:
         if self.table is None:
             known = ", ".join(sorted(spec.latency)) or "none"
             return (f"no budget for class {self.device_class} ({spec.where('latency')}: classes with budgets: "
-                    f"{known}); measured and reported only")
+                    f"{known}); measured, no budget")
         if not self.percentiles and not self.speedups:
             return (f"no budget for class {self.device_class} at {precision} ({spec.where(self.table)} has no "
-                    f"{precision}_* or reference_* key); measured and reported only")
+                    f"{precision}_* or reference_* key); measured, no budget")
         return None
 
 

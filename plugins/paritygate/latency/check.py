@@ -62,6 +62,12 @@ class LatencyResult:
     loaded: str = None  # load_note when the machine was busier than its cores at the start or end of the check
     notes: list = field(default_factory=list)
     machine: dict = None
+    unbudgeted: str = None  # why no budget applies (Budgets.note): nothing was gated, so the check cannot pass
+
+    def numbers(self):
+        """'candidate b1 p50 0.21 ms p99 0.40 ms, ...': what was measured, for a skip's reason."""
+        return ", ".join(f"{r['role']} b{r['batch']} p50 {r['p50_ms']:.3g} ms p99 {r['p99_ms']:.3g} ms"
+                         for r in self.rows)
 
     @property
     def passed(self):
@@ -108,7 +114,8 @@ def latency_check(session, spec, precision, profile=None):
     result.machine["load_average_end"] = load_average()
     cores = result.machine["usable_cores"]
     result.loaded = load_note(result.machine["load_average"], cores) or load_note(result.machine["load_average_end"], cores)
-    result.notes += [n for n in (budgets.note(spec, precision), result.loaded) if n]
+    result.unbudgeted = budgets.note(spec, precision)
+    result.notes += [n for n in (result.unbudgeted, result.loaded) if n]
     result.notes += [f"{r['role']} batch {r['batch']}: one call takes ~{r['p50_ms'] * 1e3:.1f} us, so each sample "
                      f"is the mean of {r['calls_per_sample']} back-to-back calls (keeps the harness overhead "
                      f"under {OVERHEAD_LIMIT:.0%})" for r in result.rows if r["calls_per_sample"] > 1]

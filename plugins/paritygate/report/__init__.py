@@ -11,6 +11,7 @@ SCHEMA = 1
 
 def report_dict(session):
     data = {"schema": SCHEMA, "environment": session.environment, "runtime": session.runtime,
+            "numerics": getattr(session, "numerics", "strict"),
             "config": str(session.config_path), "device_class": session.device_class,
             "artifact_cache": session.cache_stats(),
             "reference_cache": session.reference_cache_stats(), "time": session.time_spent(), "validation": session.validation,

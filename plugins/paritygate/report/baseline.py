@@ -71,10 +71,10 @@ def load_baseline(path):
     """The checks of a previous report, validated enough to compare against; BaselineError names the file."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as err:
         raise BaselineError(f"--parity-baseline={path}: cannot read it: {err.strerror or err}") from err
-    except json.JSONDecodeError as err:
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise BaselineError(f"--parity-baseline={path}: not JSON ({err}); expected a parity-report.json") from err
     if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("checks"), list):
         raise BaselineError(f"--parity-baseline={path}: expected a parity-report.json of schema 1 with a "

@@ -7,7 +7,16 @@ import json
 
 from paritygate.report import html_checks
 from paritygate.report.html_checks import badge
-from paritygate.report.text import PRECISION_ORDER, SEVERITY, by_severity, check_id, counts, run_fails, worst_status
+from paritygate.report.text import (
+    PRECISION_ORDER,
+    SEVERITY,
+    by_severity,
+    check_id,
+    counts,
+    precision_label,
+    run_fails,
+    worst_status,
+)
 from paritygate.verdict import STATUSES
 
 ESC = html.escape
@@ -127,8 +136,9 @@ def _cell(checks):
     first = min((c for c in checks if c["status"] == worst), key=lambda c: c["check"])
     tally = ", ".join(f"{sum(c['status'] == s for c in checks)} {s}" for s in SEVERITY
                       if any(c["status"] == s for c in checks))
+    tags = precision_label(first).partition(" ")[2]  # the numerics and coverage of an fp16/int8 cell
     return (f"<td class=tint-{worst}><a href='#{check_id(first)}' title='{ESC(tally)}'>{badge(worst)}"
-            f"<small>{ESC(tally)}</small></a></td>")
+            f"<small>{ESC(tally)}</small>{f'<small> {ESC(tags)}</small>' if tags else ''}</a></td>")
 
 
 def _baseline(base):

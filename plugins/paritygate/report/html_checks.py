@@ -13,6 +13,7 @@ from paritygate.report.text import (
     finite_only,
     nonfinite_text,
     num,
+    precision_label,
     statistics_text,
     tolerance_groups,
     tolerance_text,
@@ -21,7 +22,7 @@ from paritygate.report.text import (
 
 ESC = html.escape
 CARDS = ("fail", "error", "inconclusive")
-HIDDEN = {"outputs", "reproducer", "message", "reason", "note", "nodeid", "failures", "latency", "divergence"}
+HIDDEN = {"outputs", "reproducer", "message", "reason", "note", "nodeid", "rerun", "failures", "latency", "divergence"}
 
 
 def badge(status):
@@ -29,7 +30,7 @@ def badge(status):
 
 
 def _title(c):
-    return f"{ESC(c['model'])} · {ESC(c['precision'] or 'model-level')} · {ESC(c['check'])}"
+    return f"{ESC(c['model'])} · {ESC(precision_label(c, 'model-level'))} · {ESC(c['check'])}"
 
 
 def render(checks, baseline=None, before_rest=()):
@@ -60,7 +61,7 @@ def _card(c, new=None):
     d = c["details"]
     tag = {True: " <span class=tag>new since baseline</span>", False: " <span class='tag old'>failing in the "
            "baseline too</span>", None: ""}[new]
-    rerun = f"<p class=muted>rerun: <code>pytest '{ESC(d['nodeid'])}'</code></p>" if d.get("nodeid") else ""
+    rerun = f"<p class=muted>rerun: <code>{ESC(d['rerun'])}</code></p>" if d.get("rerun") else ""
     parts = [(f"<article class='card st-{c['status']}' id={check_id(c)}><h3>{badge(c['status'])} {_title(c)}{tag}"
              f"</h3><pre class=cause>{ESC(cause(c)) or '(no message recorded)'}</pre>")]
     failing = [o for o in d.get("outputs") or [] if not o.get("passed", True)]
@@ -161,7 +162,7 @@ def _table(checks, plots_column):
         if plots_column and has_plots(c):
             extra = f"<details><summary>plots</summary><div class=plots>{''.join(plots(c))}</div></details>"
         rows.append(f"<tr id={check_id(c)}><td>{badge(c['status'])}</td><td>{ESC(c['model'])}</td>"
-                    f"<td>{ESC(c['precision'] or '—')}</td><td>{ESC(c['check'])}</td><td>{summary(c)}{extra}</td></tr>")
+                    f"<td>{ESC(precision_label(c))}</td><td>{ESC(c['check'])}</td><td>{summary(c)}{extra}</td></tr>")
     return ("<table class=checks style='table-layout:fixed;width:100%'><colgroup><col style='width:9em'>"
             "<col style='width:9em'><col style='width:6em'><col style='width:15em'><col></colgroup>"
             "<tr><th>status</th><th>model</th><th>precision</th><th>check</th><th>numbers and cause</th></tr>"

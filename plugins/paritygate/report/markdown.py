@@ -9,6 +9,7 @@ from paritygate.report.text import (
     counts,
     divergence_text,
     num,
+    precision_label,
     run_fails,
     statistics_text,
     tolerance_groups,
@@ -32,7 +33,7 @@ def _code(name):
 
 
 def _divergence_note(check):
-    """" · first divergent node `n` (Op), ...; keep in FP32 `n` (verified)" or "" (paritygate/divergence.py)."""
+    """" · node adding the most error `n` (Op), ...; keep in FP32 `n` (verified)" or "" (paritygate/divergence.py)."""
     text = divergence_text(check, _code)
     return f" · {text}" if text else ""
 
@@ -79,7 +80,7 @@ def _verdict(data):
 
 
 def _failure(c):
-    lines = ["", f"### {ICON[c['status']]}: {c['model']} {c['precision'] or 'model-level'} {c['check']}", ""]
+    lines = ["", f"### {ICON[c['status']]}: {c['model']} {precision_label(c, 'model-level')} {c['check']}", ""]
     lines += _fenced(cause(c) or "(no message recorded)")
     d = c["details"]
     for o in (o for o in d.get("outputs") or [] if not o.get("passed", True)):
@@ -137,7 +138,7 @@ def render_markdown(data):
     lines += ["", "## Checks", "", "| model | precision | check | status | statistics (worst output) | note |",
               "|---|---|---|---|---|---|"]
     for c in checks:
-        lines.append(f"| {c['model']} | {c['precision'] or '—'} | {c['check']} | {ICON[c['status']]} | "
+        lines.append(f"| {c['model']} | {precision_label(c)} | {c['check']} | {ICON[c['status']]} | "
                      f"{_cell(_stat_cell(c))} | {_note(c)} |")
     lines += _latency(checks) + _findings(data.get("findings")) + _reproducers(checks)
     return "\n".join(lines) + "\n"

@@ -36,6 +36,26 @@ def _precision_rank(precision):
     return (1, 0, precision) if precision else (2, 0, "")
 
 
+def precision_label(check, empty="—"):
+    """The precision and, for an fp16/int8 row, the numerics it was computed with: ``fp16 [strict]``; with its
+    precision coverage when measured: ``fp16 [strict, 97% MACs]`` (``details.precision_coverage``)."""
+    d, precision = check.get("details") or {}, check.get("precision")
+    if not precision:
+        return empty
+    tags = [d["numerics"]] if d.get("numerics") else []
+    cov = d.get("precision_coverage") or {}
+    if isinstance(cov.get("mac_share"), (int, float)):
+        tags.append(f"{cov['mac_share']:.0%} MACs")
+    return f"{precision} [{', '.join(tags)}]" if tags else precision
+
+
+def describe_numerics(mode):
+    """One line on what ``--parity-numerics`` mode ``mode`` computes (paritygate.backend.onnx.strict)."""
+    from paritygate.backend.onnx.strict import DESCRIPTION
+
+    return DESCRIPTION.get(mode, f"{mode}: the candidate runtime's own numerics")
+
+
 def counts(checks):
     """Count of every verdict word, zeros included, in the vocabulary's order."""
     return {s: sum(c["status"] == s for c in checks) for s in STATUSES}
@@ -81,11 +101,22 @@ def nonfinite_text(o):
     return "; ".join(parts)
 
 
+def held_to(tol):
+    """The bound a row was held to: atol/rtol, or a within-candidate bound (batch_invariance, determinism), never
+    the zero atol/rtol such a check compares with before its bound replaces them."""
+    if "bound" in tol:
+        text = f"bound {num(tol['bound'], 'g')}" + (" (bit-identical)" if not tol["bound"] else "")
+        if tol.get("reference_floor_max"):
+            text += (f", or {num(tol.get('k', 2), 'g')} x the reference's own spread where larger (up to "
+                     f"{num(tol['reference_floor_max'], 'g')})")
+        return text
+    return f"atol {num(tol.get('atol', 0), 'g')}/rtol {num(tol.get('rtol', 0), 'g')}"
+
+
 def statistics_text(o):
     """One output's statistics, NaN/Inf first and finite-only statistics labelled as such."""
     tol = o.get("tolerance", {})
-    out_of = (f"{o.get('mismatches', 0)}/{o.get('elements', 0)} out of atol {num(tol.get('atol', 0), 'g')}"
-              f"/rtol {num(tol.get('rtol', 0), 'g')}")
+    out_of = f"{o.get('mismatches', 0)}/{o.get('elements', 0)} out of {held_to(tol)}"
     stats = (f"max abs {num(o.get('max_abs', 0))}, p99 abs {num(o.get('p99_abs', 0))}, "
              f"cos {num(o.get('cosine', 1), '.5f')}")
     if o.get("cosine_failed"):
@@ -118,14 +149,15 @@ def tolerance_groups(outputs):
     groups = {}
     for o in outputs:
         tol = o.get("tolerance") or {}
-        key = json.dumps({k: tol.get(k) for k in ("atol", "rtol", "source", "cosine_min", "cosine_source")})
+        key = json.dumps({k: tol.get(k) for k in ("atol", "rtol", "bound", "reference_floor_max", "source",
+                                                  "cosine_min", "cosine_source")})
         groups.setdefault(key, (tol, []))[1].append(o["output"])
     return list(groups.values())
 
 
 def tolerance_text(tol):
     """'atol 1e-05, rtol 1e-05 (source: ...); cosine >= 0.997 where the reference rms > 0.00013 (source: ...)'."""
-    text = f"atol {num(tol.get('atol'), 'g')}, rtol {num(tol.get('rtol'), 'g')} (source: {tol.get('source', 'unstated')})"
+    text = f"{held_to(tol).replace('/rtol', ', rtol')} (source: {tol.get('source', 'unstated')})"
     if tol.get("cosine_min") is not None:
         text += (f"; cosine >= {num(tol['cosine_min'], 'g')} where the reference rms > "
                  f"{num(tol.get('cosine_applies_above_rms'), '.3g')} (source: {tol.get('cosine_source')})")
@@ -158,7 +190,7 @@ def divergence_text(check, code=str):
         return ""
     if d.get("error"):
         return f"localization failed: {d['error']}"
-    where = (f"first divergent node {code(d['first_node'])} ({d.get('op_type')}), max abs error "
+    where = (f"node adding the most error {code(d['first_node'])} ({d.get('op_type')}), max abs error "
              f"{num(d.get('max_abs_error'))}" if d.get("first_node") else (d.get("note") or "no divergent node"))
     plan = d.get("keep_fp32", d.get("exclude_from_quantization"))
     if plan is None:
@@ -166,4 +198,8 @@ def divergence_text(check, code=str):
     verb = "keep in FP32" if "keep_fp32" in d else "leave unquantized"
     status = "verified" if d.get("verified") else "NOT verified"
     config = f"; config: {code(d['config'].splitlines()[1])}" if d.get("config") and "\n" in d["config"] else ""
+    if d.get("plan_note"):
+        config += f"; {d['plan_note']}"
+    if len(d.get("covers") or []) > 1:
+        config += f"; one plan for {', '.join(d['covers'])}"
     return f"{where}; {verb} {', '.join(code(n) for n in plan) or 'nothing'} ({status}){config}"

@@ -157,3 +157,18 @@ def test_an_outer_initializer_a_blocked_body_reads_stays_float32_in_it():
     assert inner["w__fp32"].data_type == T.FLOAT
     assert onnx.numpy_helper.to_array(inner["w__fp32"]) == np.float32(0.1)
     np.testing.assert_allclose(run(half), np.maximum(X, 0) * np.float32(0.1) ** 3, rtol=2.0 ** -10)
+
+
+@pytest.mark.parametrize("blocked", [[], ["branch"]])
+def test_strict_emulation_of_a_loop_rounds_inside_its_body(blocked):
+    """Strict numerics (backend.onnx.strict) rewrite the Loop's body and the If's branches too: nothing stays
+    float16 but the rounding Casts' outputs, the artifact is valid, and it computes the FP16 answer (nakdimon's
+    fp16 LSTM stopped every check with `error` while the body was left typed float16)."""
+    from paritygate.backend.onnx import strict
+
+    half, _ = fp16.convert(loop_model(), (), {"x": X[:1]}, keep_nodes=blocked)
+    emulated, report = strict.emulate(half)
+    assert report["rounded"] > 0
+    assert all(t.endswith("__fp16") for t in strict.float16_tensors(emulated))
+    validate.check_graph(emulated, "paritygate strict FP16 emulation", path="loop.onnx")
+    np.testing.assert_allclose(run(emulated), expected(X), atol=4 * 2.0 ** -10)

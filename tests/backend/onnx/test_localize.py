@@ -46,7 +46,8 @@ def overflow_onnx(path):
 @pytest.fixture
 def overflow(tmp_path, parity_cache):
     spec = toy_spec(onnx=overflow_onnx(tmp_path / "overflow.onnx"), precisions=("fp32", "fp16"),
-                    inputs={"x": ((-1, 4), "float32", (-10.0, 10.0))})
+                    inputs={"x": ((-1, 4), "float32", (-10.0, 10.0))},
+                    min_precision_coverage=0.0)  # three nodes: any plan keeps most of them in FP32
     x = np.random.default_rng(0).uniform(-10, 10, (8, 4)).astype(np.float32)
     x[:4] /= 2  # samples 0..3 stay within float16 (|x| * 1e4 <= 5e4), samples 4..7 do not
     x[4:, 0] = 9.0
@@ -69,6 +70,7 @@ def test_fp16_overflow_is_localized_at_the_mul_and_the_plan_verifies(overflow):
     assert d["max_abs_error"] == float("inf")
     assert d["input"]["samples"] == [4, 5, 6, 7]  # the samples that failed the check
     assert d["verified"] is True and d["keep_fp32"] == ["scale_up", "layer_norm"]
+    assert d["coverage"]["mac_share"] is None and d["coverage"]["node_share"] == 0.0  # no MACs; both kept
     assert d["config"].splitlines()[1] == 'fp16_keep_fp32 = ["scale_up", "layer_norm"]'
     by_node = {r["node"]: r for r in d["error_by_depth"]}
     assert by_node["k_up"]["max_abs"] == 0 and by_node["scale_up"]["depth"] == 2
@@ -133,19 +135,33 @@ def outlier(tmp_path, parity_cache):
 
 
 def test_int8_outlier_is_localized_and_the_exclusion_verifies(outlier):
+    import dataclasses
+
     spec, feed, ref = outlier
+    spec = dataclasses.replace(spec, min_precision_coverage=0.0)  # two MatMuls: any exclusion halves the share
     assert np.abs(run(loader.int8_onnx(spec), feed)["y"] - ref["y"]).max() > 0.3  # the break: beyond INT8 atol
     d = divergence.localize_and_repair(spec, "int8", feed, ref)
     assert "error" not in d, d
-    # relu(x @ W1) still matches at its own (outlier) scale; the head MatMul, fed the rounded-away columns, is
-    # the first output to leave tolerance
-    assert (d["first_node"], d["op_type"]) == ("head_matmul", "MatMul")
+    # relu(x @ W1) still matches at its own (outlier) scale and the head MatMul, fed the rounded-away columns, is
+    # the first output to leave tolerance; but the error is added by the outlier MatMul (per-tensor INT8 of W1
+    # rounds its unit entries to 0), and the ranking names it
+    assert d["first_out_of_tolerance"] == "head_matmul"
+    assert (d["first_node"], d["op_type"]) == ("outlier_matmul", "MatMul")
+    assert d["ranking"][0]["node"] == "outlier_matmul" and d["ranking"][0]["added_abs"] > 1
+    assert {"matches_reference", "corners", "fresh_sample"} <= set(d["verification"]["rows"])
     assert d["verified"] is True and "outlier_matmul" in d["exclude_from_quantization"]
     assert "keep_fp32" not in d and d["config"].splitlines()[1].startswith("int8_exclude = [")
-    import dataclasses
-
     fixed = dataclasses.replace(spec, precision={"int8_exclude": d["exclude_from_quantization"]})
     assert np.abs(run(loader.int8_onnx(fixed), feed)["y"] - ref["y"]).max() < 0.3
+
+
+def test_a_plan_that_leaves_too_little_in_int8_is_not_verified_and_the_note_says_what_was_tried(outlier):
+    spec, feed, ref = outlier  # default minimum: 50% of the MACs in INT8; excluding the outlier MatMul leaves 33%
+    d = divergence.localize_and_repair(spec, "int8", feed, ref)
+    assert d["verified"] is False and d["config"] is None
+    assert any("precision coverage" in t.get("why_not", "") for t in d["trials"]), d["trials"]
+    assert d["plan_note"].startswith(f"no plan within the search budget ({len(d['trials'])} of 24 rebuilds)")
+    assert "tried" in d["plan_note"] and "outlier_matmul" in d["plan_note"]
 
 
 def test_int8_exclusion_by_op_type_leaves_that_op_unquantized(outlier):
@@ -165,3 +181,36 @@ def test_tensor_error_scales_the_absolute_term_with_the_magnitude():
     assert not localize.tensor_error(ref, np.array([np.inf, 1, 0]), 1e-2, 1e-2)[2]
     assert localize.tensor_error(np.array([np.inf]), np.array([np.inf]), 1e-2, 1e-2)[2]  # same non-finite
     assert not localize.tensor_error(np.zeros(3), np.array([0, 0, 1e-9]), 1e-2, 1e-2)[2]  # zero tensor: exact
+
+
+# -- a plan must keep the precision coverage --------------------------------------------------------------
+def matmul_overflow_onnx(path):
+    """y = LayerNormalization(x W), W = 1e4 I: the MatMul's own output overflows float16 for |x| > 6.55, so the
+    only plan that passes keeps the model's one MatMul (all its multiply-accumulates) in FP32."""
+    w = onnx.numpy_helper.from_array((1e4 * np.eye(4)).astype(np.float32), "w")
+    scale = onnx.numpy_helper.from_array(np.ones(4, np.float32), "gamma")
+    bias = onnx.numpy_helper.from_array(np.zeros(4, np.float32), "beta")
+    nodes = [h.make_node("MatMul", ["x", "w"], ["big"], name="project"),
+             h.make_node("LayerNormalization", ["big", "gamma", "beta"], ["y"], name="layer_norm", axis=-1)]
+    return make_onnx(path, nodes, outputs=("y",), width=4, initializers=[w, scale, bias])
+
+
+@pytest.mark.parametrize("minimum", [None, 0.0])
+def test_a_plan_that_keeps_every_mac_in_fp32_is_not_verified_below_the_coverage_minimum(tmp_path, parity_cache,
+                                                                                        minimum):
+    """With the default minimum (half the MACs) the passing plan would compute 0% of its MACs in FP16, an
+    inconclusive verdict, so it is not offered as verified; with min_precision_coverage = 0 it is, and the
+    details report the coverage of the plan verified."""
+    spec = toy_spec(onnx=matmul_overflow_onnx(tmp_path / "mm.onnx"), precisions=("fp32", "fp16"),
+                    inputs={"x": ((-1, 4), "float32", (-10.0, 10.0))}, min_precision_coverage=minimum)
+    x = np.full((4, 4), 9.0, np.float32)
+    d = divergence.localize_and_repair(spec, "fp16", {"x": x}, run(spec.onnx, {"x": x}), fp16_ops=())
+    assert "error" not in d, d
+    assert d["first_node"] == "project"
+    passing = [t for t in d["trials"] if t["coverage"] is not None]
+    assert passing and all(t["coverage"] == 0.0 for t in passing)  # the check passed only with the MatMul kept
+    if minimum is None:  # reported with the coverage that keeps it from being verified
+        assert d["verified"] is False and d["coverage"]["mac_share"] == 0.0 and d["config"] is None
+    else:
+        assert d["verified"] is True and "project" in d["keep_fp32"]
+        assert d["coverage"]["mac_share"] == 0.0 and d["coverage"]["minimum"] == 0.0

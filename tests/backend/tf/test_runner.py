@@ -85,7 +85,7 @@ def test_keras_model_loads_and_runs(keras_model):
 def test_corrupt_keras_file(tmp_path):
     bad = tmp_path / "bad.keras"
     bad.write_bytes(b"not a zip")
-    with pytest.raises(RunnerError, match=rf"^{bad}: cannot load Keras model"):
+    with pytest.raises(RunnerError, match=rf"^{bad}: not a Keras archive"):
         TfRunner(bad).activate()
 
 

@@ -18,6 +18,14 @@ tensor steps by max|x|/127), so an intermediate of magnitude 1e3 may carry 1e3 t
 O(1) output, and the normwise (max) scale rather than a purely elementwise one tolerates the cancellation
 near zero where elementwise relative error is unbounded (Higham, *Accuracy and Stability of Numerical
 Algorithms*, 2nd ed., section 1.2 and 7.1: normwise vs componentwise error).
+
+Ranking (``added_errors``): the first tensor out of tolerance is often not where the error comes from (a final
+Softmax only propagates its logits' error). Each FP32 node is therefore also run alone on the candidate's own
+values of its inputs (one graph holding every node, each fed from graph inputs), and its candidate output is
+compared with that: the error the node adds itself, given what it was fed, as a multiple of the same
+magnitude-scaled bound (``added_ratio``; above 1, the node alone leaves the tolerance). Nodes are ranked by it.
+For INT8 the candidate's input values are taken before the Q/DQ pair its consumer reads, so the rounding of a
+quantized activation is added by the node that reads it: the node ``int8_exclude`` leaves unquantized.
 """
 
 from dataclasses import dataclass, field
@@ -105,10 +113,13 @@ class NodeError:
     max_abs: float
     max_rel: float
     passed: bool
+    added_abs: float = None  # the error this node adds given the candidate's own inputs (module doc, Ranking)
+    added_ratio: float = None  # added_abs as a multiple of the magnitude-scaled bound (> 1: out of tolerance)
 
     def as_dict(self):
         return {"node": self.node, "op_type": self.op_type, "depth": self.depth, "tensor": self.tensor,
-                "max_abs": self.max_abs, "max_rel": self.max_rel, "passed": self.passed}
+                "max_abs": self.max_abs, "max_rel": self.max_rel, "passed": self.passed,
+                "added_abs": self.added_abs, "added_ratio": self.added_ratio}
 
 
 @dataclass
@@ -120,8 +131,23 @@ class Divergence:
     def first(self):
         return next((r for r in self.rows if not r.passed), None)
 
+    ranking_error: str = None  # why the added-error ranking could not be computed (then: first out of tolerance)
+
     def failing(self):
         return [r for r in self.rows if not r.passed]
+
+    def ranked(self):
+        """Node outputs that add error, most first (ties: shallower first); without a ranking, the failing ones
+        in topological order."""
+        if self.ranking_error is not None:
+            return self.failing()
+        adding = [r for r in self.rows if r.added_ratio]
+        return sorted(adding, key=lambda r: (-r.added_ratio, r.depth))
+
+    @property
+    def top(self):
+        ranked = self.ranked()
+        return ranked[0] if ranked else self.first
 
 
 def _is_float(arr):
@@ -130,12 +156,20 @@ def _is_float(arr):
 
 def divergence(fp32_model, cand_model, feed, atol, rtol):
     """Compare every matched float intermediate of ``cand_model`` with ``fp32_model``'s on ``feed``."""
+    from paritygate.backend.onnx.strict import rounded_of
+
     fp32_model = named_nodes(_copy(fp32_model))
-    pairs = pair_tensors(fp32_model, cand_model)
+    rounded = rounded_of(cand_model)  # a strict artifact: compare the FP16-rounded value its readers see
+    pairs = {k: rounded.get(v, v) for k, v in pair_tensors(fp32_model, cand_model).items()}
     ref = run_marked(fp32_model, feed, [o for n in fp32_model.graph.node for o in n.output if o])
     cand = run_marked(cand_model, feed, sorted(set(pairs.values())))
     depth = depths(fp32_model)
     result = Divergence()
+    values = {**feed, **{t: cand[c] for t, c in pairs.items() if c in cand}}  # the candidate's, by FP32 names
+    try:
+        added = added_errors(fp32_model, ref, values, atol, rtol)
+    except Exception as err:  # noqa: BLE001 - ONNX Runtime refusing the per-node graph: rank by first failure
+        added, result.ranking_error = {}, f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
     for node in fp32_model.graph.node:
         for out in node.output:
             if not out or out not in ref or not _is_float(ref[out]):
@@ -144,8 +178,80 @@ def divergence(fp32_model, cand_model, feed, atol, rtol):
                 result.unmatched.append(out)
                 continue
             max_abs, max_rel, ok = tensor_error(ref[out], cand[pairs[out]], atol, rtol)
-            result.rows.append(NodeError(node.name, node.op_type, depth[node.name], out, max_abs, max_rel, ok))
+            result.rows.append(NodeError(node.name, node.op_type, depth[node.name], out, max_abs, max_rel, ok,
+                                         *added.get(out, (None, None))))
     return result
+
+
+LOCAL = "__paritygate_local"
+
+
+def _local_graph(fp32_model, values):
+    """(model, feed): every node of ``fp32_model`` whose inputs have candidate values, each computing alone from
+    graph inputs carrying those values; node outputs renamed ``<name>__paritygate_local``."""
+    model = _copy(fp32_model)
+    g = model.graph
+    inits = {i.name for i in g.initializer}
+    constants = {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    nodes, fed = [], {}
+    for node in g.node:
+        if node.op_type == "Constant":
+            nodes.append(node)
+            continue
+        outer = [i for i in node.input if i and i not in inits and i not in constants]
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute) \
+                or not all(i in values for i in outer):
+            continue  # a control-flow node, or one fed by a tensor the candidate does not expose
+        fed.update({i: values[i] for i in outer})
+        local = onnx.NodeProto()
+        local.CopyFrom(node)
+        del local.output[:]
+        local.output.extend(o + LOCAL if o else "" for o in node.output)
+        nodes.append(local)
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.input[:], g.output[:], g.value_info[:]
+    g.input.extend(onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), None)
+                   for n, v in fed.items())
+    g.output.extend(onnx.ValueInfoProto(name=o) for n in nodes if n.op_type != "Constant" for o in n.output if o)
+    return model, fed
+
+
+def added_errors(fp32_model, ref, values, atol, rtol):
+    """FP32 tensor -> (max abs error, ratio to the magnitude-scaled bound) that its node adds: the candidate's
+    value against the FP32 node run alone on the candidate's values of its inputs (module doc, Ranking)."""
+    values = {k: np.asarray(v).astype(ref[k].dtype) if k in ref else np.asarray(v) for k, v in values.items()}
+    model, fed = _local_graph(fp32_model, values)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # each node as written
+    sess = ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    local = dict(zip(names, sess.run(names, fed)))
+    out = {}
+    for name, alone in local.items():
+        tensor = name[:-len(LOCAL)]
+        if tensor in ref and tensor in values and _is_float(ref[tensor]):
+            out[tensor] = _added(ref[tensor], alone, values[tensor], atol, rtol)
+    return out
+
+
+def _added(ref, alone, cand, atol, rtol):
+    """(max |cand - alone|, max of that over atol * max|ref| + rtol * |alone|): the bound of ``tensor_error``
+    around the node's own FP32 result, its absolute term scaled by the reference tensor's magnitude."""
+    r, a, c = (np.asarray(x, np.float64) for x in (ref, alone, cand))
+    if a.shape != c.shape or a.size == 0:
+        return (float("inf"), float("inf")) if a.shape != c.shape else (0.0, 0.0)
+    finite = np.isfinite(r)
+    scale = float(np.abs(r[finite]).max()) if finite.any() else 0.0
+    same = (a == c) | (np.isnan(a) & np.isnan(c))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        err = np.where(same, 0.0, np.abs(c - a))
+        err = np.where(np.isnan(err), np.inf, err)
+        bound = atol * scale + rtol * np.nan_to_num(np.abs(a), posinf=0.0)
+        ratio = np.where(err == 0, 0.0, err / bound)
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    return float(err.max()), float(ratio.max())
 
 
 def _copy(model):

@@ -4,16 +4,19 @@ The strategy of Polygraphy's ``polygraphy debug precision`` (tools/Polygraphy/po
 precision.py: mark layers to run in higher precision, rebuild, re-check; ``BisectMarker`` binary-searches how
 many layers, in topological order, to mark), adapted to a gate that already knows where the error starts:
 
-1. greedy: keep the first divergent node; rebuild, re-run the check; while it still fails, localize again on
-   the rebuilt artifact and keep the new first divergent node (or, when that node is already kept or cannot be
-   kept, the nearest eligible nodes upstream of it: the FP16 cast or INT8 Q/DQ feeding it is the break);
+1. greedy: keep the node that adds the most error (``localize.Divergence.ranked``, not the first tensor out of
+   tolerance); rebuild, re-run the check; while it still fails, localize again on the rebuilt artifact and keep
+   the new top-ranked node (or, when that node is already kept or cannot be kept, the nearest eligible nodes
+   upstream of it: the FP16 cast or INT8 Q/DQ feeding it is the break);
 2. bisect: when greedy runs out of steps, Polygraphy's forward bisection over the eligible nodes from the first
    divergent one on: the smallest prefix ``k`` that passes (checked first with all of them);
-3. prune: drop each member whose removal still passes, so that the plan is small; the first divergent node
-   itself is never dropped (ONNX Runtime's CPU provider runs most FP16 ops upcast to FP32, so a check may pass
+3. prune: drop each member whose removal still passes, so that the plan is small; the first node kept is
+   never dropped (ONNX Runtime's CPU provider runs most FP16 ops upcast to FP32, so a check may pass
    there without it while its own FP16 output overflows, which a strictly typed TensorRT engine would compute).
 
-Every candidate set is judged by ``passes(nodes)``, which rebuilds the artifact and re-runs the failing check.
+Every candidate set is judged by ``passes(nodes)``, which rebuilds the artifact and re-runs the whole failing
+check on all its inputs plus a fresh seeded sample (``paritygate.plans``): a set that passes is verified. The
+search stops after ``max_trials`` rebuilds (its budget); an unverified plan lists every trial.
 """
 
 from dataclasses import dataclass, field
@@ -38,36 +41,51 @@ class _Search:
     def passes(self, nodes, step):
         key = frozenset(nodes)
         if key not in self._seen:
-            self._seen[key] = bool(self._passes(list(nodes)))
-            self.trials.append({"step": step, "nodes": list(nodes), "passed": self._seen[key]})
+            out = self._passes(list(nodes))  # True, or False / a string saying why not
+            self._seen[key] = out is True
+            trial = {"step": step, "nodes": list(nodes), "passed": out is True}
+            if isinstance(out, str):
+                trial["why_not"] = out
+            self.trials.append(trial)
         return self._seen[key]
 
 
-def search(first_divergent, passes, order, upstream_of, max_greedy=6, max_trials=24):
-    """A verified plan, or the best unverified attempt.
+def search(ranked, passes, order, upstream_of, max_greedy=6, max_trials=24, weight=None):
+    """A verified plan, or the best unverified attempt (``Plan.trials`` says what was tried).
 
-    first_divergent(nodes) -> node name or None: localization on the artifact built with ``nodes`` kept;
-    passes(nodes) -> bool: rebuild with ``nodes`` kept and re-run the failing check;
+    ranked(nodes) -> [node names]: localization on the artifact built with ``nodes`` kept, the nodes that add
+    the most error first (``localize.Divergence.ranked``);
+    passes(nodes) -> True, or False / a string saying why not: rebuild with ``nodes`` kept and re-run the
+    failing check (the plan's verification);
     order: the eligible node names (those the converter can keep / the quantizer can exclude), topological;
-    upstream_of(name, nodes) -> [names]: the nearest eligible nodes upstream of ``name`` not in ``nodes``."""
+    upstream_of(name, nodes) -> [names]: the nearest eligible nodes upstream of ``name`` not in ``nodes``;
+    weight(name) -> number: prune tries the heaviest members first (the MAC nodes: the plan then keeps as few
+    multiply-accumulates out of the precision as it can, which keeps its precision coverage); None: all alike."""
     s = _Search(passes, max_trials)
     eligible = set(order)
-    start = first_divergent([])
-    keep, first = [], start
+    keep = []
+
+    def step(names):
+        """What to keep next: the highest-ranked node that can be kept, or the eligible nodes feeding it."""
+        for name in names:
+            add = [name] if name in eligible and name not in keep else upstream_of(name, keep)
+            if add:
+                return add
+        return []
+
+    add = step(ranked([]))
+    start = add[0] if add else None
     for _ in range(max_greedy):
-        if first is None or s.exhausted:
-            break
-        add = [first] if first in eligible and first not in keep else upstream_of(first, keep)
-        if not add:
+        if not add or s.exhausted:
             break
         keep += add
         if s.passes(keep, "greedy"):
-            return Plan(_prune(s, keep, start), True, s.trials)
-        first = first_divergent(keep)
+            return Plan(_prune(s, keep, start, weight), True, s.trials)
+        add = step(ranked(keep))
     found = _bisect(s, order, start, keep)
     if found is None:
         return Plan(keep, False, s.trials)
-    return Plan(_prune(s, found, start), True, s.trials)
+    return Plan(_prune(s, found, start, weight), True, s.trials)
 
 
 def _bisect(s, order, start, base):
@@ -88,10 +106,14 @@ def _bisect(s, order, start, base):
     return base + cands[:good]
 
 
-def _prune(s, nodes, protected):
-    """Drop, last added first, each node (but ``protected``) whose removal still passes."""
+def _prune(s, nodes, protected, weight=None):
+    """Drop each node (but ``protected``) whose removal still passes: the heaviest first (``weight``), and among
+    equals the last added first."""
     kept = list(nodes)
-    for name in reversed(list(nodes)):
+    order = list(reversed(list(nodes)))
+    if weight is not None:
+        order.sort(key=lambda n: -weight(n))  # stable: ties stay last-added first
+    for name in order:
         if len(kept) == 1 or s.exhausted:
             break
         if name == protected:

@@ -1,41 +1,32 @@
 """The reference as a SavedModel, for the tools that read SavedModels (tf2onnx).
 
-A SavedModel reference is used as it is. A ``.keras`` file is exported once into the artifact cache as a
-SavedModel (a legacy ``.h5`` file likewise, through tf_keras) whose ``serving_default`` signature takes the Keras model's input names and returns a dict by its
-``output_names`` (Keras 3 ``keras.export.ExportArchive``), so that the converted ONNX carries the same tensor names
-as the Keras reference and every comparison pairs them by name.
+A SavedModel reference is used as it is. A Keras file (``.keras``, or a legacy Keras 2 ``.h5`` / ``.hdf5``) is
+exported once into the artifact cache as a SavedModel whose ``serving_default`` signature takes the Keras model's
+input names and returns a dict by its ``output_names``, so that the converted ONNX carries the same tensor names
+as the Keras reference and every comparison pairs them by name. Keras 3 models are written with
+``keras.export.ExportArchive``; tf_keras (Keras 2) models with ``tf.saved_model.save`` and a traced signature
+(tf_keras has no ExportArchive, and Keras 3's does not track a tf_keras model).
 """
 
 from pathlib import Path
 
-from paritygate.backend.base import RunnerError
+from paritygate.backend.tf.util import is_keras, keras_name, load_keras, output_names
 from paritygate.cache import cached_dir, hash_path, key_of
 from paritygate.lazy import dist_version as _version
 from paritygate.lazy import lazy_import
 
 tf = lazy_import("tensorflow")
 
-EXPORT_VERSION = "keras-export-archive-v1"  # bump when the export changes: the cache key follows it
+__all__ = ["EXPORT_VERSION", "export_keras", "is_keras", "keras_io", "load_keras", "saved_model_of"]
 
-
-def is_keras(path):
-    """A Keras 3 ``.keras`` file or a legacy Keras 2 ``.h5`` file (read with tf_keras, as the reference runner does)."""
-    return Path(path).suffix in (".keras", ".h5")
-
-
-def _keras_for(path):
-    if Path(path).suffix == ".h5":
-        from paritygate.backend.tf.runner import _legacy_keras
-
-        return _legacy_keras(path)
-    return lazy_import("keras")
+EXPORT_VERSION = "keras-export-v2"  # bump when the export changes: the cache key follows it
 
 
 def saved_model_of(spec):
     """(SavedModel directory, signature) for ``spec.reference``: the reference itself, or its cached export."""
     if not is_keras(spec.reference):
         return Path(spec.reference), spec.signature
-    key = key_of(keras_file=hash_path(spec.reference), keras=_version("keras"),
+    key = key_of(keras_file=hash_path(spec.reference), keras=keras_name(spec.reference),
                  tf=_version("tensorflow-cpu") or _version("tensorflow"), export=EXPORT_VERSION)
     folder = cached_dir("saved_model", f"{spec.name}-keras-{key}", lambda tmp: export_keras(spec.reference, tmp))
     return folder, "serving_default"
@@ -44,21 +35,12 @@ def saved_model_of(spec):
 def keras_io(model):
     """(input names, output names) of a loaded Keras model, as the reference runner names them."""
     inputs = [t.name.split(":")[0] for t in model.inputs]
-    outputs = list(getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))])
+    outputs = output_names(model)
     return inputs, outputs
-
-
-def load_keras(path):
-    keras = _keras_for(path)
-    try:
-        return keras.saving.load_model(str(path), compile=False)
-    except Exception as err:  # keras raises many types for a corrupt or foreign file
-        raise RunnerError(f"{path}: cannot load Keras model: {err}") from err
 
 
 def export_keras(path, out):
     """Write the Keras model at ``path`` as a SavedModel into the folder ``out`` (signature serving_default)."""
-    keras = _keras_for(path)
     model = load_keras(path)
     inputs, outputs = keras_io(model)
     specs = [tf.TensorSpec(t.shape, t.dtype, name=n) for n, t in zip(inputs, model.inputs)]
@@ -69,13 +51,20 @@ def export_keras(path, out):
             return {k: result[k] for k in outputs}
         return dict(zip(outputs, result if isinstance(result, (list, tuple)) else [result]))
 
+    tool = "tf.saved_model.save" if keras_name(path).startswith("tf_keras") else "keras.export.ExportArchive"
     try:
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        archive.add_endpoint("serve", serve, input_signature=specs)
-        archive.write_out(str(out), verbose=False)
+        if tool == "tf.saved_model.save":
+            module = tf.Module()
+            module.model = model  # tracked: its variables are saved with the signature
+            module.serve = tf.function(serve, input_signature=specs, autograph=False)
+            tf.saved_model.save(module, str(out), signatures={"serving_default": module.serve})
+        else:
+            archive = lazy_import("keras").export.ExportArchive()
+            archive.track(model)
+            archive.add_endpoint("serve", serve, input_signature=specs)
+            archive.write_out(str(out))
     except Exception as err:  # tracing a Keras model raises many types
         from paritygate.backend.onnx.validate import ArtifactError
 
-        raise ArtifactError("keras.export.ExportArchive", f"SavedModel export of {path}",
+        raise ArtifactError(tool, f"SavedModel export of {path} ({keras_name(path)})",
                             " ".join(str(err).strip().splitlines()[:3])[:600]) from err

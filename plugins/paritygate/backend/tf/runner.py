@@ -1,4 +1,9 @@
-"""Native TensorFlow reference: a SavedModel signature, a .keras file or a legacy Keras 2 .h5 file, run on CPU."""
+"""Native TensorFlow reference: a SavedModel signature, a .keras file or a legacy Keras 2 .h5/.hdf5 file, run on CPU.
+
+A Keras-2-era SavedModel that carries optimizer slots (basic-pitch's ``nmp/``) cannot be revived object by object
+without tf_keras (TensorFlow asks the optimizer object for ``add_slot``); its SignatureDef is then run from the
+MetaGraph in a TF1 session (``tf.compat.v1.saved_model.load``), which reads the same graph and checkpoint.
+"""
 
 import hashlib
 from pathlib import Path
@@ -6,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras, keras_name, load_keras, output_names
 from paritygate.lazy import lazy_import
 
 tf = lazy_import("tensorflow")
@@ -23,45 +29,66 @@ class TfRunner(BaseRunner):
         self.output_names = None
 
     def activate_impl(self):
-        if self.path.suffix == ".keras":
-            self._load_keras(lazy_import("keras"))
-        elif self.path.suffix == ".h5":
-            self._load_keras(_legacy_keras(self.path))
+        if is_keras(self.path):
+            self._load_keras()
         else:
             self._load_saved_model()
 
     def describe(self):
         """The reference as messages name it: a SavedModel with its signature, or a Keras file."""
-        if self.path.suffix in (".keras", ".h5"):
-            return f"{self.path} (Keras {'3' if self.path.suffix == '.keras' else '2 legacy HDF5'} file)"
+        if is_keras(self.path):
+            return f"{self.path} (Keras file, read with {keras_name(self.path)})"
         return f"{self.path} (signature '{self.signature}')"
 
     def _load_saved_model(self):
         if not (self.path / "saved_model.pb").exists():
-            raise RunnerError(f"{self.path}: not a TensorFlow SavedModel (no saved_model.pb); expected a "
-                              "SavedModel directory or a .keras file")
+            raise RunnerError(f"{self.path}: not a TensorFlow SavedModel (no saved_model.pb); expected "
+                              f"{REFERENCE_KINDS}")
         try:
             loaded = tf.saved_model.load(str(self.path))
         except Exception as err:  # TF raises many types for corrupt models
+            if "add_slot" in str(err) or "optimizer" in str(err).lower():
+                return self._load_signature_v1(err)
             raise RunnerError(f"{self.path}: cannot load SavedModel: {err}") from err
         if self.signature not in loaded.signatures:
             raise RunnerError(f"{self.path}: SavedModel has no signature '{self.signature}'; "
                               f"it has {sorted(loaded.signatures) or 'none'}")
         fn = loaded.signatures[self.signature]
         self._keep = loaded  # the signature holds weak references to the loaded object's variables
-        self._variables = [(v.name, v.numpy()) for v in fn.variables]
+        self._variables = _snapshot((v.name, v) for v in fn.variables)
         self._fn = lambda feed: fn(**{k: tf.constant(v) for k, v in feed.items()})
         specs = fn.structured_input_signature[1]
         self._inputs = {k: (np.dtype(s.dtype.as_numpy_dtype), tuple(-1 if d is None else d for d in s.shape))
                         for k, s in specs.items()}
         self.output_names = sorted(fn.structured_outputs)
 
-    def _load_keras(self, keras):
+    def _load_signature_v1(self, why):
+        """The signature run from the MetaGraph in a TF1 session: no object revival, so no optimizer slots."""
+        graph = tf.Graph()
+        session = tf.compat.v1.Session(graph=graph)
         try:
-            model = keras.saving.load_model(str(self.path), compile=False)
-        except Exception as err:
-            raise RunnerError(f"{self.path}: cannot load Keras model: {err}") from err
-        self._variables = [(getattr(w, "path", w.name), np.asarray(w.numpy())) for w in model.weights]
+            with graph.as_default():
+                meta = tf.compat.v1.saved_model.load(session, ["serve"], str(self.path))
+        except Exception as err:  # TF raises many types for corrupt models
+            raise RunnerError(f"{self.path}: cannot load SavedModel: {why}; as a TF1 MetaGraph neither: {err}") from err
+        if self.signature not in meta.signature_def:
+            raise RunnerError(f"{self.path}: SavedModel has no signature '{self.signature}'; "
+                              f"it has {sorted(meta.signature_def) or 'none'}")
+        sig = meta.signature_def[self.signature]
+        feeds = {k: graph.get_tensor_by_name(v.name) for k, v in sig.inputs.items()}
+        fetches = {k: graph.get_tensor_by_name(v.name) for k, v in sig.outputs.items()}
+        reader = tf.train.load_checkpoint(str(self.path / "variables" / "variables"))
+        self._variables = [(n, reader.get_tensor(n)) for n in reader.get_variable_to_shape_map()
+                           if n.endswith("VARIABLE_VALUE") and ".OPTIMIZER_SLOT" not in n and not n.startswith(("optimizer/", "save_counter"))]
+        self._keep = self._session = session
+        self._fn = lambda feed: session.run(fetches, {feeds[k]: v for k, v in feed.items()})
+        self._inputs = {k: (np.dtype(t.dtype.as_numpy_dtype), tuple(-1 if d is None else d for d in t.shape))
+                        for k, t in feeds.items()}
+        self.output_names = sorted(fetches)
+
+    def _load_keras(self):
+        model = load_keras(self.path)
+        self._variables = _snapshot((getattr(w, "path", w.name), w) for w in model.weights)
         names = [t.name.split(":")[0] for t in model.inputs]
         self._inputs = {n: (np.dtype(getattr(t.dtype, "as_numpy_dtype", t.dtype)),
                             tuple(-1 if d is None else d for d in t.shape))
@@ -70,7 +97,7 @@ class TfRunner(BaseRunner):
         if isinstance(structure, dict):  # a functional model built with a dict of outputs: its keys name them
             outs = list(structure)
         else:
-            outs = getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))]
+            outs = output_names(model)
         self.output_names = list(outs)
 
         # One traced graph with the batch (and any unknown) dimension left open, as a SavedModel signature runs:
@@ -114,17 +141,18 @@ class TfRunner(BaseRunner):
         return dict(self._inputs)
 
     def deactivate_impl(self):
-        self._fn = None
-        self._keep = None
+        if getattr(self, "_session", None) is not None:
+            self._session.close()
+        self._fn = self._keep = self._session = None
 
 
-def _legacy_keras(path):
-    """Keras 2's loader for a legacy .h5 file: tf_keras (Keras 3 reads only some .h5 files; Keras 2 layer configs
-    such as LSTM's `time_major` make it fail). tf-keras declares a dependency on `tensorflow`, not tensorflow-cpu:
-    install it with `pip install --no-deps tf-keras==<your TensorFlow version>`."""
-    try:
-        import tf_keras
-    except ImportError as err:
-        raise RunnerError(f"{path}: a legacy Keras 2 .h5 reference needs tf_keras (pip install --no-deps "
-                          "tf-keras matching your TensorFlow version), or save the model as .keras / SavedModel") from err
-    return tf_keras
+def _snapshot(named_variables):
+    """(name, value) of each variable. Keras 3's variables convert through ``np.array(x)``, which NumPy 2 answers
+    with a DeprecationWarning (keras/src/backend/tensorflow/core.py): the library's, not a verdict, so a caller's
+    ``-W error`` must not make the reference unloadable."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return [(name, np.asarray(v.numpy())) for name, v in named_variables]
+

@@ -1,0 +1,139 @@
+"""The one reader and validator of a model's input sets: every .npz of inputs the suite reads.
+
+Input sets (``inputs/<model>.npz``), held-out sets (``inputs/<model>_heldout.npz``), calibration sets, the inputs
+of the goldens and their labels all go through ``read_input_set`` (or ``check_arrays`` for arrays already read),
+which checks, in this order:
+
+    opens       the file is an .npz archive numpy reads without pickles (any failure: one line naming it)
+    names       one array per input of the spec, by name; nothing else but ``__labels__``
+    dtypes      each array has its input's declared dtype
+    shapes      each array is [N, *the declared non-batch dims], the same N for every input
+    finite      float arrays hold no NaN or Inf
+    range       every value lies in the input's declared range (``inputs.<name>.range``)
+    labels      ``__labels__``: one per row; for a classification model integers >= 0
+
+Each problem is an ``InputSetError`` (a ``SuiteError``: the suite's own data, never the candidate's ``fail``) whose
+one-line message names the file, the array and what was expected. ``paritygate.validate`` runs it on every data
+file of every model before any check (exit code 4); the checks read the same files through it again.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from paritygate.verdict import SuiteError
+
+LABELS = "__labels__"
+
+
+class InputSetError(SuiteError):
+    """A model's input set cannot be read or does not fit its input spec; the message names the file, the array
+    and what was expected."""
+
+
+@dataclass
+class InputSet:
+    path: Path
+    inputs: dict  # input name -> array, in the spec's order
+    labels: object  # np.ndarray or None
+    rows: int
+
+
+def read_npz(path, what="input set"):
+    """All arrays of the .npz at ``path``; any failure to open or read it is one InputSetError naming the file."""
+    if not Path(path).is_file():
+        raise InputSetError(f"{path}: cannot read {what}: file not found")
+    with open(path, "rb") as f:  # ours to close: np.load leaks the file it opened when the archive is corrupt
+        head = f.read(6)
+        f.seek(0)
+        if not head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):  # zip (numpy.savez), .npy
+            seen = f"its first bytes are {head.hex()}" if head else "the file is empty"
+            raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays (no zip header: {seen})")
+        try:
+            data = np.load(f, allow_pickle=False)
+        except Exception as err:
+            raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays ({_why(err)})") from err
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise InputSetError(f"{path}: cannot read {what}: holds one {type(data).__name__} (an .npy), expected "
+                                "an .npz archive of arrays keyed by input name")
+        try:
+            with data:
+                return {k: data[k] for k in data.files}
+        except Exception as err:
+            raise InputSetError(f"{path}: cannot read {what}: {_why(err)}") from err
+
+
+def _why(err):
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
+
+
+def read_input_set(spec, path, what="input set", labels="optional"):
+    """The input set at ``path`` checked against ``spec``; ``labels``: "optional", "required" or "none" (a
+    ``__labels__`` array is then refused)."""
+    arrays = read_npz(path, what)
+    label = arrays.pop(LABELS, None)
+    if label is None and labels == "required":
+        raise InputSetError(f"{path}: {what} has no '{LABELS}' array; expected one label per row")
+    if label is not None and labels == "none":
+        raise InputSetError(f"{path}: {what} holds '{LABELS}', which a {what} does not take; expected arrays "
+                            f"{sorted(spec.inputs)}")
+    rows = check_arrays(spec, path, arrays, what)
+    if label is not None:
+        check_labels(spec, path, label, rows, what)
+    return InputSet(Path(path), {k: arrays[k] for k in spec.inputs}, label, rows)
+
+
+def check_arrays(spec, path, arrays, what="input set"):
+    """Rows in ``arrays`` (input name -> array, from ``path``) after checking names, dtypes, shapes, finite values
+    and ranges against ``spec``."""
+    missing, extra = sorted(set(spec.inputs) - set(arrays)), sorted(set(arrays) - set(spec.inputs))
+    if missing or extra:
+        have = f"lacks input(s) {missing}" if missing else f"holds array(s) {extra} the config does not declare"
+        raise InputSetError(f"{path}: {what} {have}; expected arrays {sorted(spec.inputs)} "
+                            f"(inputs of model '{spec.name}' in {spec.source})")
+    rows = {}
+    for name, t in spec.inputs.items():
+        x = arrays[name]
+        if x.dtype != t.dtype or x.ndim != len(t.shape) or tuple(x.shape[1:]) != tuple(t.shape[1:]):
+            raise InputSetError(f"{path}: array '{name}' is {x.dtype}{list(x.shape)}, expected {t.dtype} "
+                                f"{list(t.with_batch('N'))} (inputs.{name} of {spec.source})")
+        _check_values(spec, path, name, t, x)
+        rows[name] = len(x)
+    if len(set(rows.values())) > 1:
+        raise InputSetError(f"{path}: arrays hold different numbers of rows {rows}; expected one row per example "
+                            "in every array")
+    return next(iter(rows.values()), 0)
+
+
+def _check_values(spec, path, name, tensor, x):
+    if not x.size:
+        return
+    if x.dtype.kind in "fc":
+        bad = ~np.isfinite(x)
+        if bad.any():
+            first = [int(i) for i in np.argwhere(bad)[0]]
+            raise InputSetError(f"{path}: array '{name}' holds {int(bad.sum())} non-finite value(s) (first "
+                                f"{x[tuple(first)]} at index {first}); expected finite values in the declared "
+                                f"range {list(tensor.range)} (inputs.{name}.range of {spec.source})")
+    low, high = tensor.range
+    lo, hi = x.min(), x.max()
+    if lo < low or hi > high:
+        outside = int(np.count_nonzero((x < low) | (x > high)))
+        raise InputSetError(f"{path}: array '{name}' holds values in [{lo}, {hi}] ({outside} outside), expected "
+                            f"values in the declared range [{low}, {high}] (inputs.{name}.range of {spec.source})")
+
+
+def check_labels(spec, path, labels, rows, what="input set"):
+    """``labels``: one per row; a classification model's are integer class indices (>= 0)."""
+    where = f"{path}: array '{LABELS}'"
+    if labels.ndim != 1 or len(labels) != rows:
+        raise InputSetError(f"{where} is {labels.dtype}{list(labels.shape)}, expected one label per row: "
+                            f"[{rows}] (the {what}'s inputs hold {rows} rows)")
+    if spec.task == "classification":
+        if labels.dtype.kind not in "iu":
+            raise InputSetError(f"{where} is {labels.dtype}, expected integer class indices (task = "
+                                f"'classification' of model '{spec.name}')")
+        if labels.size and labels.min() < 0:
+            raise InputSetError(f"{where} holds {labels.min()}, expected class indices >= 0")

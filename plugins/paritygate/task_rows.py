@@ -1,0 +1,109 @@
+"""One judgement per row: the task metric over every in-distribution row a property check runs.
+
+``matches_reference`` judges the rows of goldens / ``inputs/<model>.npz`` with the task metric (top-1 agreement,
+detection matching); ``property_parity`` feeds the same kind of rows (golden inputs, input sets, held-out and
+calibration sets, perturbed copies of them) and, before this module, judged them elementwise only, so a row's
+verdict depended on the file that held it. Here every in-distribution row ``property_parity`` ran, plus every row
+of the model's input sets as is (a sweep, so no row is left to what Hypothesis happened to draw), is collected
+by source and judged with ``comparator.task.task_metrics``, the metric and ratio ``matches_reference`` uses, once
+per source: a source whose rows fail it fails the check, as the same rows would fail ``matches_reference`` in
+``inputs/<model>.npz``. Noise and corner rows keep the elementwise policy and the vacuity rules only.
+"""
+
+import hashlib
+from collections import defaultdict
+
+import numpy as np
+
+from paritygate.comparator.task import task_metrics
+
+TASKS = ("classification", "detection")
+
+
+def in_distribution(source):
+    """A row from the model's own data (as is or perturbed), not spec noise or a corner batch."""
+    return source != "noise" and not source.startswith("corner:") and source != "unlabelled"
+
+
+class TaskRows:
+    """Rows by source: inputs, reference and candidate outputs, each distinct row once."""
+
+    def __init__(self, spec, precision):
+        self.spec, self.precision = spec, precision
+        self.rows = defaultdict(list)  # source -> [(inputs, ref outputs, cand outputs)], one row each
+        self.seen = set()
+
+    def add(self, feed, ref, cand):
+        sources = getattr(feed, "sources", None) or []
+        for i, source in enumerate(sources):
+            if not in_distribution(source):
+                continue
+            row = {k: np.asarray(v[i:i + 1]) for k, v in feed.items()}
+            key = (source, hashlib.sha256(b"".join(x.tobytes() for _, x in sorted(row.items()))).hexdigest())
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            self.rows[source].append((row, {k: v[i:i + 1] for k, v in ref.items()},
+                                      {k: v[i:i + 1] for k, v in cand.items()}))
+
+    def sweep(self, pool, reference, candidate):
+        """Every row of ``pool`` as is, in batches of max_batch through both runners."""
+        batch = self.spec.max_batch
+        for start in range(0, len(pool), batch):
+            feed = {k: v[start:start + batch] for k, v in pool.arrays.items()}
+            wrapped = _Feed(feed, pool.sources[start:start + batch])
+            self.add(wrapped, reference.infer(feed), candidate.infer(feed))
+
+    def judge(self):
+        """(metric per source, failure lines, the inputs of the rows that failed) over the collected rows."""
+        by_source, failures, failing = {}, [], []
+        for source, rows in sorted(self.rows.items()):
+            ref = {k: np.concatenate([r[1][k] for r in rows]) for k in rows[0][1]}
+            cand = {k: np.concatenate([r[2][k] for r in rows]) for k in rows[0][2]}
+            metric = task_metrics(self.spec, self.precision, ref, cand)
+            by_source[source] = {k: v for k, v in metric.items() if k not in ("per_output",)}
+            if not metric["passed"]:
+                failures.append(f"{self.spec.name} {self.precision}: task metric on the {len(rows)} '{source}' "
+                                f"rows: {_summary(metric)}")
+                failing += [rows[i][0] for i in _failing_rows(metric)]
+        inputs = {k: np.concatenate([r[k] for r in failing]) for k in failing[0]} if failing else None
+        return by_source, failures, inputs
+
+
+class _Feed(dict):
+    def __init__(self, arrays, sources):
+        super().__init__(arrays)
+        self.sources = list(sources)
+
+
+def _failing_rows(metric):
+    if metric["metric"] == "classification":
+        return metric.get("disagreeing_elements", [])
+    return sorted({m["batch_element"] for m in metric.get("missed", [])})
+
+
+def _summary(metric):
+    if metric["metric"] == "classification":
+        return (f"top-1 agreement {metric['top1_agreement']:.3f} < {metric['min_ratio']} (rows "
+                f"{metric['disagreeing_elements'][:10]} flip; source: {metric.get('source', 'stated in tolerance.py')})")
+    return (f"{metric['matched']}/{metric['reference_detections']} reference detections matched (IoU >= "
+            f"{metric['iou_min']}); missed {metric['missed'][:5]}")
+
+
+def judge_task_rows(session, spec, precision, rows, pool, candidate, result):
+    """Sweep the pool, judge every source, record ``task_by_source``; a failing source fails ``result`` and its
+    failing rows are saved as a ``matches_reference`` reproducer (replay judges them with the same metric).
+    Returns the inputs of the failing rows (None when every source passes)."""
+    from paritygate.runtimes import reference_runner
+
+    rows.sweep(pool, reference_runner(session, spec), candidate)
+    by_source, failures, inputs = rows.judge()
+    result.details["task_by_source"] = by_source
+    if not failures:
+        return None
+    text = "\n".join(failures)
+    result.failure = text if result.failure is None else f"{result.failure}\n{text}"
+    result.inconclusive = None  # a failure is a verdict about the candidate
+    result.details["task_reproducer"] = session.save_reproducer(spec, precision, "matches_reference", inputs,
+                                                                failures[:1])
+    return inputs

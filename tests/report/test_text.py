@@ -1,0 +1,20 @@
+"""paritygate.report.text: each row shows the bound it actually held."""
+
+from paritygate.report.text import held_to, statistics_text, tolerance_text
+
+
+def test_a_within_candidate_check_shows_its_own_bound_not_atol_zero():
+    tol = {"atol": 0.0, "rtol": 0.0, "bound": 3.2e-06, "reference_floor_max": 0.0, "k": 2,
+           "source": "batch bound 10*sqrt(n)*u*max|y| (Higham & Mary 2019)"}
+    row = {"output": "y", "mismatches": 0, "elements": 8, "max_abs": 1e-7, "p99_abs": 1e-7, "cosine": 1.0,
+           "tolerance": tol}
+    assert statistics_text(row).startswith("0/8 out of bound 3.2e-06;")
+    assert "atol 0" not in statistics_text(row) and "atol 0" not in tolerance_text(tol)
+    assert tolerance_text(tol) == "bound 3.2e-06 (source: batch bound 10*sqrt(n)*u*max|y| (Higham & Mary 2019))"
+
+
+def test_the_reference_floor_and_exact_mode_are_named():
+    assert held_to({"bound": 0.0, "reference_floor_max": 0.0}) == "bound 0 (bit-identical)"
+    assert held_to({"bound": 1e-06, "reference_floor_max": 0.004, "k": 2}) == (
+        "bound 1e-06, or 2 x the reference's own spread where larger (up to 0.004)")
+    assert held_to({"atol": 1e-05, "rtol": 1e-05}) == "atol 1e-05/rtol 1e-05"

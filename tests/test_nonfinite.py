@@ -1,0 +1,144 @@
+"""paritygate.nonfinite: a reference that is NaN or Inf on declared-valid inputs is a reference_nonfinite finding
+and the parity checks are inconclusive (never the candidate's fail, never a pass on matching NaNs), unless the model
+sets allow_nonfinite_reference. And the caller's pytest settings (-W error, filterwarnings = error) do not change
+any status: the suite's numerics emit no warnings."""
+
+import contextlib
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from paritygate.comparator.compare import compare_array, cosine_similarity
+from paritygate.comparator.tolerance import Tolerance
+from paritygate.nonfinite import NonfiniteLog, allowance, counts
+from tests.conftest import toy_spec, write_config
+
+for _name in ("onnx", "onnxruntime", "tensorflow"):  # before pytester snapshots sys.modules: re-importing onnx's
+    with contextlib.suppress(ImportError):            # extension aborts the process
+        importlib.import_module(_name)
+
+CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance"
+TOL = Tolerance(1e-5, 1e-5, "test")
+
+
+def test_counts_say_where_and_how_many():
+    y = np.array([[1.0, np.nan], [2.0, 3.0], [-np.inf, np.nan]], np.float32)
+    assert counts({"y": y, "ids": np.array([1, 2, 3]), "z": np.ones(3)}) == {
+        "y": {"nan": 2, "inf": 1, "elements": 6, "rows": [0, 2], "first_index": [0, 1]}}
+
+
+def test_a_nan_reference_judges_nothing_unless_allowed():
+    ref = np.array([np.nan, 1.0, -np.inf], np.float32)
+    skip = compare_array(ref, np.array([0.5, 1.0, 7.0], np.float32), TOL, nonfinite_reference="skip")
+    assert skip.passed and skip.mismatches == 0 and (skip.reference_nan, skip.reference_inf) == (1, 1)
+    match = compare_array(ref, np.array([0.5, 1.0, 7.0], np.float32), TOL, nonfinite_reference="match")
+    assert not match.passed and match.nonfinite_mismatches == 2
+    cand_nan = compare_array(np.ones(3, np.float32), np.array([1, np.nan, 1], np.float32), TOL,
+                             nonfinite_reference="skip")
+    assert not cand_nan.passed, "a NaN candidate where the reference is finite always fails"
+
+
+def test_cosine_of_huge_values_neither_warns_nor_overflows():
+    with np.errstate(all="raise"):
+        a = np.array([1e200, -1e200, 3e199])
+        cosine, norm = cosine_similarity(a, a * 1.0000001)
+    assert cosine == pytest.approx(1.0) and norm == np.inf
+
+
+class _Session:
+    def __init__(self):
+        self.findings = []
+
+    def save_reproducer(self, *args):
+        return {"file": "r.npz", "command": "python -m paritygate.replay r.npz"}
+
+    def record_finding(self, kind, model, precision, check, details):
+        self.findings.append((kind, check, details))
+
+
+@pytest.mark.parametrize("allowed", [False, True, "log(0) is -inf by design"])
+def test_the_finding_is_recorded_and_the_check_inconclusive_unless_allowed(allowed):
+    spec = toy_spec(allow_nonfinite_reference=allowed)
+    log, session, details = NonfiniteLog(), _Session(), {}
+    log.note({"x": np.array([[0.5], [-0.5]], np.float32)}, {"y": np.array([[0.7], [np.nan]], np.float32)})
+    log.note({"x": np.array([[0.25]], np.float32)}, {"y": np.array([[0.5]], np.float32)})
+    message = log.conclude(session, spec, "fp32", "property_parity", details)
+    [(kind, _check, found)] = session.findings
+    assert kind == "reference_nonfinite" and found["outputs"] == {"y": {"nan": 1, "inf": 0}}
+    assert found["affected_inputs"] == 1 and found["inputs"] == 2 and found["first"]["rows"] == [1]
+    assert found["first"]["input_ranges"] == {"x": [-0.5, -0.5]} and found["allowed"] == allowance(spec)
+    assert details["reference_nonfinite"]["summary"] == found["summary"]
+    assert (message is None) == bool(allowed)
+    if message:
+        assert "not evidence of parity" in message and "allow_nonfinite_reference" in message
+
+
+# -- through pytest, under the caller's warning settings ------------------------------------------------------
+def _save(path, fn):
+    tf = pytest.importorskip("tensorflow")
+    module = tf.Module()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def serve(x):
+        return {"y": fn(x)}
+
+    module.serve = serve
+    tf.saved_model.save(module, str(path), signatures={"serving_default": serve})
+    return path
+
+
+def _statuses(pytester, config, *args, ini="[pytest]\n", **more):
+    report = pytester.path / f"report{len(list(pytester.path.glob('report*')))}"
+    ini_path = pytester.path / "run.ini"
+    ini_path.write_text(ini)
+    result = pytester.runpytest(str(CONFORMANCE / "test_parity.py"), str(CONFORMANCE / "test_properties.py"),
+                                *([f"--parity-config={config}"] if config else []), "-p", "no:xdist", "-p",
+                                "no:cacheprovider",
+                                f"-c={ini_path}", f"--rootdir={pytester.path}", f"--parity-report={report}", *args)
+    text = "\n".join(result.outlines + result.errlines)
+    assert "INTERNALERROR" not in text and "RuntimeWarning" not in text, text  # the suite's numerics warn nowhere
+    data = json.loads((report / "parity-report.json").read_text())
+    return {(c["model"], c["check"]): c["status"] for c in data["checks"]}, data
+
+
+@pytest.mark.tf
+@pytest.mark.onnx
+@pytest.mark.slow
+def test_a_nonfinite_reference_is_a_finding_whatever_the_callers_warning_settings(pytester, parity_cache):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("hypothesis")
+    import tensorflow as tf
+
+    x = {"x": {"shape": [-1, 4], "dtype": "float32", "range": [-1.0, 1.0]}}
+    models = [{"name": name, "reference": str(_save(pytester.path / name, fn)), "precisions": ["fp32"],
+               "max_batch": 4, "inputs": x, **extra}
+              for name, fn, extra in (("logx", tf.math.log, {}), ("sqrtx", tf.math.sqrt, {}),
+                                      ("logx_allowed", tf.math.log, {"allow_nonfinite_reference": "log(0) = -inf"}))]
+    config = write_config(pytester.path, {"models": models})
+    plain, data = _statuses(pytester, config)
+    for model in ("logx", "sqrtx"):
+        assert plain[(model, "matches_reference")] == plain[(model, "property_parity")] == "inconclusive", plain
+    assert "fail" not in plain.values() and "error" not in plain.values(), plain
+    assert plain[("logx_allowed", "property_parity")] == "pass"
+    found = {(f["model"], f["check"]) for f in data["findings"] if f["kind"] == "reference_nonfinite"}
+    assert {("logx", "property_parity"), ("sqrtx", "matches_reference"), ("logx_allowed", "property_parity")} <= found
+    assert _statuses(pytester, config, "-W", "error")[0] == plain
+    assert _statuses(pytester, config, ini="[pytest]\nfilterwarnings =\n    error\n")[0] == plain
+
+
+@pytest.mark.tf
+@pytest.mark.onnx
+@pytest.mark.slow
+def test_bundled_statuses_are_the_same_under_warnings_as_errors(pytester):
+    """The shared artifact cache (the zoo built from its weights, converted artifacts): building them is not what
+    this test is about."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("hypothesis")
+    select = ("-k", "fp32 and (matches_reference or property_parity or batch_invariance)")
+    plain, _ = _statuses(pytester, None, *select)
+    assert len(plain) == 12 and set(plain.values()) == {"pass"}, plain
+    assert _statuses(pytester, None, *select, "-W", "error")[0] == plain
+    assert _statuses(pytester, None, *select, ini="[pytest]\nfilterwarnings =\n    error\n")[0] == plain

@@ -1,0 +1,104 @@
+"""The team's own fp16/int8 ONNX (``onnx = { fp32, fp16, int8 }``), made by tools other than the suite's builder
+(onnxconverter-common's convert_float_to_float16 and onnxruntime's quantize_static, each with its defaults), judged
+as they are: fp16 as FP16 (strict numerics), int8 with its coverage; a file that is not what its key says stops
+the run with one line and exit 4; an "fp16" file computing its MACs in FP32 is never a pass."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")  # before TF: pytester restores sys.modules, and re-importing onnx after TF aborts
+pytest.importorskip("onnxruntime")
+float16 = pytest.importorskip("onnxconverter_common.float16")
+pytest.importorskip("tensorflow")
+
+from tests.conftest import write_config
+
+pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.slow]
+CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance"
+h = onnx.helper
+T = onnx.TensorProto
+
+
+def fp32_model():
+    """y = x W5, z = x W2 as MatMuls (the toy SavedModel's graph), x float32 [N, 1]."""
+    inits = [onnx.numpy_helper.from_array(np.array([[5.0]], np.float32), "w5"),
+             onnx.numpy_helper.from_array(np.array([[2.0]], np.float32), "w2")]
+    nodes = [h.make_node("MatMul", ["x", "w5"], ["y"], name="mm_y"), h.make_node("MatMul", ["x", "w2"], ["z"], name="mm_z")]
+    info = lambda n: h.make_tensor_value_info(n, T.FLOAT, ["N", 1])
+    model = h.make_model(h.make_graph(nodes, "toy", [info("x")], [info("y"), info("z")], inits),
+                         opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def quantized(folder, source):
+    from onnxruntime.quantization import quantize_static
+
+    class Reader:
+        rows = iter([{"x": np.array([[v]], np.float32)} for v in np.linspace(-1, 1, 16)])
+
+        def get_next(self):
+            return next(self.rows, None)
+
+    onnx.save(source, str(folder / "m.onnx"))
+    quantize_static(str(folder / "m.onnx"), str(folder / "m.int8.onnx"), Reader())  # its defaults: QDQ, QInt8
+    np.savez(folder / "calib.npz", x=np.linspace(-1, 1, 16, dtype=np.float32).reshape(-1, 1))
+
+
+def run(pytester, toy_saved_model, onnx_files, precisions, *args):
+    cfg = write_config(pytester.path, {"models": [{
+        "name": "toy", "reference": str(toy_saved_model), "onnx": onnx_files, "precisions": precisions,
+        "max_batch": 4, "task": "regression", "calibration": "calib.npz",
+        "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}]})
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(str(CONFORMANCE / "test_parity.py"), "-k", "matches_reference",
+                                           f"--parity-config={cfg}", f"--parity-report={report}",
+                                           "-p", "no:cacheprovider", "-p", "no:xdist", *args)
+    path = report / "parity-report.json"
+    checks = {c["precision"]: c for c in json.loads(path.read_text())["checks"]} if path.exists() else {}
+    return result, checks
+
+
+def test_team_fp16_and_int8_files_are_judged_as_they_are(pytester, toy_saved_model):
+    source = fp32_model()
+    quantized(pytester.path, source)
+    onnx.save(float16.convert_float_to_float16(source), str(pytester.path / "m.fp16.onnx"))  # defaults: fp16 I/O
+    result, checks = run(pytester, toy_saved_model, {"fp32": "m.onnx", "fp16": "m.fp16.onnx", "int8": "m.int8.onnx"},
+                         ["fp32", "fp16", "int8"])
+    assert {p: c["status"] for p, c in checks.items()} == {"fp32": "pass", "fp16": "pass", "int8": "pass"}, \
+        result.stdout.str()
+    for precision in ("fp16", "int8"):
+        d = checks[precision]["details"]
+        cov = d["precision_coverage"]
+        assert d["numerics"] == "strict" and cov["judged"] == "own" and cov["artifact"].endswith(f"m.{precision}.onnx")
+        assert cov["mac_share"] == 1.0 and cov["macs_total"] == 2, cov  # two 1x1 MatMuls at batch 1
+        assert d["candidate"]["built_by_suite"] is False and isinstance(d["candidate"]["lint"], list)
+
+
+def test_a_file_that_is_not_what_its_key_says_stops_the_run(pytester, toy_saved_model):
+    source = fp32_model()
+    quantized(pytester.path, source)
+    result, checks = run(pytester, toy_saved_model, {"fp32": "m.onnx", "fp16": "m.onnx", "int8": "m.onnx"},
+                         ["fp32", "fp16", "int8"])
+    assert result.ret == 4 and not checks
+    result.stderr.fnmatch_lines(["*key 'onnx.fp16': *m.onnx holds no node computing in float16*",
+                                 "*key 'onnx.int8': *m.onnx holds no QuantizeLinear/DequantizeLinear*"])
+
+
+def test_an_fp16_file_whose_macs_run_in_fp32_is_never_a_pass(pytester, toy_saved_model):
+    """Only the graph's tail in FP16 (the MatMuls blocked): it computes float16 tensors, so it loads and runs,
+    but 0% of its multiply-accumulates are FP16: inconclusive, which fails the run."""
+    source = fp32_model()
+    quantized(pytester.path, source)
+    disguised = float16.convert_float_to_float16(source, keep_io_types=True, node_block_list=["mm_y", "mm_z"])
+    tail = h.make_node("Cast", ["y"], ["y_half"], to=T.FLOAT16, name="tail")  # one float16 tensor, no MACs
+    disguised.graph.node.append(tail)
+    onnx.save(disguised, str(pytester.path / "m.fp16.onnx"))
+    result, checks = run(pytester, toy_saved_model, {"fp32": "m.onnx", "fp16": "m.fp16.onnx"}, ["fp32", "fp16"])
+    assert checks["fp16"]["status"] == "inconclusive", result.stdout.str()
+    assert checks["fp16"]["details"]["precision_coverage"]["mac_share"] == 0.0
+    assert "computes 0.0% of its multiply-accumulates in fp16" in checks["fp16"]["details"]["message"]
+    assert result.ret == 1
