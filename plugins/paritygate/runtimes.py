@@ -54,9 +54,14 @@ def check_input_spec(spec, metadata, what, side="candidate", half=()):
             raise RunnerError(f"{spec.where(f'inputs.{name}.{key}')}: declares {tensor.dtype_of(side)}, but {what} "
                               f"has input '{name}' of dtype {dtype}")
         for axis, (have, declared) in enumerate(zip(shape[1:], tensor.shape[1:]), start=1):
-            if have not in (-1, declared):
+            if have not in (-1, declared) and declared != -1:
                 raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares dimension {axis} = {declared}, "
                                   f"but {what} has input '{name}' with dimension {axis} = {have}")
+            bounds = [s[axis] for s in tensor.profile] if declared == -1 else []
+            if have != -1 and any(b != have for b in bounds):
+                raise RunnerError(f"{spec.where(f'inputs.{name}.profile')}: dimension {axis} ranges over "
+                                  f"{sorted(set(bounds))} (min/opt/max), but {what} has input '{name}' fixed at "
+                                  f"dimension {axis} = {have}; expected {have} in min, opt and max")
 
 
 def load_reference(session, spec):

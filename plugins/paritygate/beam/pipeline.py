@@ -123,9 +123,9 @@ def case_arrays(spec, case):
     arrays = sample_inputs(spec, case.count, rng)
     sources = ["spec"] * case.count
     pool = _pool(spec)
-    if len(pool):
+    if len(pool.sources) and pool.dims() == {n: t.dims for n, t in spec.inputs.items()}:  # rows of the case's shape
         for i in np.flatnonzero(rng.random(case.count) < POOL_SHARE):
-            row, perturbed = int(rng.integers(len(pool))), bool(rng.random() < 0.5)
+            row, perturbed = int(rng.integers(len(pool.sources))), bool(rng.random() < 0.5)
             for name, tensor in spec.inputs.items():
                 x = pool.arrays[name][row]
                 arrays[name][i] = perturb(tensor, x, rng) if perturbed else x
@@ -143,8 +143,8 @@ def rows_by_source(spec, cases):
 def poison_element(spec):
     """An element of the right shape holding strings: no numeric model can run it."""
     name, tensor = next(iter(spec.inputs.items()))
-    feed = {n: np.zeros(t.shape[1:], t.dtype) for n, t in spec.inputs.items()}
-    feed[name] = np.full(tensor.shape[1:], POISON)
+    feed = {n: np.zeros(t.dims, t.dtype) for n, t in spec.inputs.items()}
+    feed[name] = np.full(tensor.dims, POISON)
     return element_of(spec, feed)
 
 
