@@ -11,7 +11,7 @@ import pytest
 from paritygate.config import BUNDLED_CONFIG, ConfigError
 from paritygate.gpu import pin_xdist_worker
 from paritygate.known import load_known_failures, mark_known_failures
-from paritygate.session import ParitySession, case_of
+from paritygate.session import ParitySession, case_of, parse_shard
 from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
 
 SESSION_KEY = pytest.StashKey[ParitySession]()
@@ -58,6 +58,14 @@ def pytest_addoption(parser):
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
                     help="on a failing fp16/int8 check, localize the node adding the most error and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
+    group.addoption("--parity-cache", metavar="on|off", choices=("on", "off"), default="on",
+                    help="serve the TF reference's outputs for a batch it ran before from $PARITYGATE_CACHE/reference "
+                         "(keyed by its files, signature, TF version, device and the exact batch); goldens and "
+                         "latency always run TF live; converted artifacts stay cached either way (default: on)")
+    group.addoption("--parity-shard", metavar="K/N", default=None,
+                    help="judge only the config's models K, K+N, K+2N, ... (1-based, in config order): shard K of N "
+                         "of one run across CI machines; merge the shards' reports with `paritygate report` "
+                         "(default: every model)")
     group.addoption("--parity-numerics", metavar="strict|ort", choices=("strict", "ort"), default="strict",
                     help="how ONNX Runtime computes a candidate artifact that holds float16 tensors: strict (each "
                          "float16 tensor rounded to FP16 where produced, ops computed in FP32 from FP16 values, as "
@@ -75,6 +83,10 @@ def pytest_configure(config):
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     _register_hypothesis_profiles()
+    try:
+        parse_shard(config.getoption("parity_shard"))
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from err
     session = ParitySession(
         config_path=config.getoption("parity_config"),
         runtime=config.getoption("parity_runtime"),
@@ -90,6 +102,8 @@ def pytest_configure(config):
         is_xdist_worker=hasattr(config, "workerinput"),
         baseline=config.getoption("parity_baseline"),
         baseline_fail=config.getoption("parity_baseline_fail"),
+        reference_cache=config.getoption("parity_cache") != "off",
+        shard=config.getoption("parity_shard"),
     )
     config.stash[SESSION_KEY] = session
     if not session.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected
@@ -259,6 +273,15 @@ def pytest_runtest_call(item):
         raise
     coverage_verdict(item, item.config.stash[SESSION_KEY])
     return result
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Time each test for the summary's time line (paritygate.timeline)."""
+    from paritygate.timeline import in_test
+
+    with in_test():
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -22,6 +22,7 @@ class RuntimeSettings:
     fp16_keep_fp32: tuple = None
     numerics: str = "strict"
     cache: dict = field(default_factory=dict)
+    reference_cache: bool = False  # replay runs the reference live
 
 
 def half_inputs(spec, precision, runner):
@@ -64,16 +65,25 @@ def check_input_spec(spec, metadata, what, side="candidate", half=()):
 
 
 def load_reference(session, spec):
-    """The TF reference, loaded and checked against the input spec (once per process). Raises RunnerError:
-    a SavedModel without the signature or a spec that does not fit it is a config problem, which the session's
-    validation pass (paritygate.validate) reports before any check runs."""
+    """The TF reference, checked against the input spec (once per process). Raises RunnerError: a SavedModel
+    without the signature or a spec that does not fit it is a config problem, which the session's validation
+    pass (paritygate.validate) reports before any check runs. Behind the reference-output cache
+    (paritygate.reference_cache) unless the session turns it off: nothing loads until a batch misses it."""
     key = ("reference", spec.name)
     if key not in session.cache:
         from paritygate.backend.tf.runner import TfRunner
 
-        runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}").activate()
+        runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}")
+        runner.time_as = "reference"
+        if getattr(session, "reference_cache", False):
+            from paritygate.reference_cache import CachedReference
+
+            runner, counted = CachedReference(runner), None
+        else:
+            counted = "computed"
+        runner.activate()
         check_input_spec(spec, runner.input_metadata(), runner.describe(), side="reference")
-        session.cache[key] = ReferenceRunner(runner, _casts(spec, "reference"))
+        session.cache[key] = ReferenceRunner(runner, _casts(spec, "reference"), counted=counted)
     return session.cache[key]
 
 
@@ -86,15 +96,40 @@ def reference_runner(session, spec):
         raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
 
 
+def live_reference(session, spec):
+    """The reference running TensorFlow on every call, never the cache: for the checks whose point is running it
+    (``goldens_reproduce``, latency). Its runs are counted as live in the summary."""
+    key = ("live_reference", spec.name)
+    if key not in session.cache:
+        cached = reference_runner(session, spec)
+        inner = cached.runner.live() if hasattr(cached.runner, "live") else cached.runner
+        try:
+            inner.activate()
+        except RunnerError as err:
+            raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
+        session.cache[key] = ReferenceRunner(inner, cached.casts, counted="live")
+    return session.cache[key]
+
+
 def recorded_mapping(session, spec):
     """The input/output mapping resolved for ``spec`` in this process (None before any candidate was built)."""
     return session.cache.get(("iomap", spec.name))
 
 
 def candidate_runner(session, spec, precision):
+    """The candidate at ``precision``, built once per process. A build that failed is not retried by every
+    check of the model (a tf2onnx conversion that fails costs its full time on each try): they all report the
+    same error."""
     key = ("candidate", session.runtime, spec.name, precision)
+    failed = session.cache.get(("candidate_failed", *key[1:]))
+    if failed is not None:
+        raise failed.with_traceback(None)
     if key not in session.cache:
-        runner = _build_candidate(session, spec, precision)
+        try:
+            runner = _build_candidate(session, spec, precision)
+        except (SuiteError, RunnerError) as err:
+            session.cache[("candidate_failed", *key[1:])] = err
+            raise
         names = {r: m["candidate"] for r, m in io_mapping(session, spec, runner)["inputs"].items()}
         casts = {**_casts(spec, "candidate"), **half_inputs(spec, precision, runner)}
         session.cache[key] = _fed(runner, names, casts)
@@ -174,14 +209,31 @@ class MappedRunner(BaseRunner):
 
 class ReferenceRunner(MappedRunner):
     """The TF reference as every check sees it (inputs cast where the config declares ``reference_dtype``): a
-    failure to run a valid input is a ``SuiteError``."""
+    failure to run a valid input is a ``SuiteError``. ``counted``: the reference cache's counter its runs add to
+    (``computed`` with the cache off, ``live`` for goldens and latency; a CachedReference counts its own)."""
 
-    def __init__(self, runner, casts=None):
+    def __init__(self, runner, casts=None, counted=None):
         super().__init__(runner, {}, casts)
+        self.counted = counted
 
     def infer_impl(self, feed):
         try:
-            return super().infer_impl(feed)
+            outputs = super().infer_impl(feed)
+        except RunnerError as err:
+            raise SuiteError(f"the TensorFlow reference failed: {err}") from err
+        if self.counted:
+            from paritygate.reference_cache import STATS
+
+            STATS[self.counted] += 1
+        return outputs
+
+    def again(self, feed):
+        """A second run of ``feed`` (the noise floor's ``repeat``): live, or the cache's second sample of it."""
+        if not hasattr(self.runner, "infer_sample"):
+            return self.infer(feed)
+        try:
+            return self.runner.infer_sample({k: v.astype(self.casts[k]) if k in self.casts else v
+                                             for k, v in feed.items()}, 1)
         except RunnerError as err:
             raise SuiteError(f"the TensorFlow reference failed: {err}") from err
 
@@ -220,12 +272,16 @@ def _build(session, spec, precision):
         else:
             loader = EngineFromOnnx(onnx_artifact(spec, precision, session.fp16_keep_fp32), spec, precision, cache_root() / "trt")
             what = f"TensorRT engine for {spec.name} {precision}"
-        runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}").activate()
+        runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}")
+        runner.time_as = "candidate"
+        runner.activate()
     else:
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
         path = computed_artifact(session, onnx_artifact(spec, precision, session.fp16_keep_fp32))
-        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
+        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}")
+        runner.time_as = "candidate"
+        runner.activate()
         what = str(path)
     check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate",
                      half=half_inputs(spec, precision, runner))

@@ -128,7 +128,7 @@ def _reference_rows(session, spec, batches, profile):
     if not available("tensorflow"):
         return [], missing_reason("tensorflow")
     from paritygate.backend.base import RunnerError
-    from paritygate.runtimes import reference_runner
+    from paritygate.runtimes import live_reference
     from paritygate.strategies import sample_inputs
 
     rows = []
@@ -137,7 +137,7 @@ def _reference_rows(session, spec, batches, profile):
         if key not in session.cache:
             feed = sample_inputs(spec, batch, np.random.default_rng(0))
             try:
-                timing = measure_runner(reference_runner(session, spec), feed, profile)
+                timing = measure_runner(live_reference(session, spec), feed, profile)
             except (RunnerError, OSError, ValueError) as err:
                 return [], f"{type(err).__name__}: {err}"
             session.cache[key] = latency_row("reference", "tensorflow", batch, timing)
