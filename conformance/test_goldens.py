@@ -6,15 +6,21 @@ pytestmark = [pytest.mark.tf]
 
 
 def test_goldens_reproduce(request, parity_session, parity_model, parity_details):
-    pytest.importorskip("tensorflow")
-    from paritygate.backend.runtimes import reference_runner
+    from paritygate.backend.runtimes import live_reference
     from paritygate.cli import commands
     from paritygate.inputs import goldens
     from paritygate.judge.parity import compare, run_batched
+    from paritygate.lazy import available, missing_reason
     from paritygate.verdict import mark
 
     spec = parity_model
-    runner = reference_runner(parity_session.context, spec)
+    if not available("tensorflow"):
+        pytest.skip(missing_reason("tensorflow"))
+    if not parity_session.update_goldens and not goldens.golden_path(spec).exists():
+        pytest.skip(f"model '{spec.name}' has no goldens ({goldens.golden_path(spec)}); the candidate is "
+                    "compared with the live TF reference instead (create goldens with "
+                    f"`{commands.regenerate_goldens(spec.source, spec.name)}`)")
+    runner = live_reference(parity_session, spec)  # TensorFlow runs here, never the reference-output cache
     if parity_session.update_goldens:
         before = _readable_golden(goldens, spec)
         inputs, labels = goldens.input_set(spec)
@@ -25,10 +31,6 @@ def test_goldens_reproduce(request, parity_session, parity_model, parity_details
         # Comparing TF with the file it just wrote would prove nothing: the check's word is `regenerated`.
         mark(request.node, "regenerated")
         return
-    if not goldens.golden_path(spec).exists():
-        pytest.skip(f"model '{spec.name}' has no goldens ({goldens.golden_path(spec)}); the candidate is "
-                    "compared with the live TF reference instead (create goldens with "
-                    f"`{commands.regenerate_goldens(spec.source, spec.name)}`)")
     golden = goldens.load_golden(spec)
     drift = goldens.reference_drift(spec, runner.weights_sha256())
     parity_details["golden"] = str(goldens.golden_path(spec))

@@ -35,6 +35,7 @@ def beam_subject(parity_session, parity_model):
 @pytest.fixture
 def beam_check(request, parity_session, beam_subject, parity_details):
     """Run a named check: apply its known upstream expectations as strict xfail, record details, assert."""
+    from paritygate.beam.copies import model_copies
     from paritygate.beam.direct import DIRECT_CHECKS
     from paritygate.beam.expectations import expectations_for, match, split
     from paritygate.beam.judge import PIPELINE_CHECKS, batch_latency
@@ -51,7 +52,8 @@ def beam_check(request, parity_session, beam_subject, parity_details):
         if named:
             parity_details["upstream_defects"] = [e.as_dict() for e in named]
         check = {**PIPELINE_CHECKS, **DIRECT_CHECKS, "beam_batch_latency": batch_latency,
-                 "beam_multi_process": multi_process, "beam_model_update": model_update}[name]
+                 "beam_multi_process": multi_process, "beam_model_update": model_update,
+                 "beam_model_copies": model_copies}[name]
         result = check(beam_subject, **kwargs)
         parity_details.update(result.details())
         assert result.passed, (f"{beam_subject.spec.name} {name} ({result.handler}):\n" + "\n".join(result.failures)
@@ -111,6 +113,12 @@ def test_beam_maybe_keyed_mixed(beam_check):
 def test_beam_multi_process(beam_check):
     """The handler pickled into 2 worker processes (Beam's multi-process mode), each loading its own model."""
     beam_check("beam_multi_process")
+
+
+def test_beam_model_copies(beam_check):
+    """load_model calls per worker process (2 workers) within the handler's share_model_across_processes /
+    model_copies promise; with model_copies=1 too when the factory takes it."""
+    beam_check("beam_model_copies")
 
 
 def test_beam_model_update(beam_check):

@@ -128,12 +128,14 @@ def test_defect_is_caught(defect_run, defect, failing_check):
 
 
 def test_reproducer_replays(defect_run):
-    """The printed one-line command replays the shrunk failing example and fails again."""
+    """The printed one-line command, run from the folder holding the config, replays the shrunk failing example
+    and fails again."""
     _, checks = defect_run
     repro = checks["nan_at_zero"]["property_parity"]["details"]["reproducer"]
     with np.load(repro["npz"], allow_pickle=False) as saved:
         assert 0.0 in saved["input:x"], "Hypothesis shrank the failing input to the defect's trigger value"
-    proc = subprocess.run(repro["command"], check=False, shell=True, capture_output=True, text=True,
+    folder = Path(repro["npz"]).resolve().parents[2]  # <config folder>/report/reproducers/<file>.npz
+    proc = subprocess.run(repro["command"], check=False, shell=True, capture_output=True, text=True, cwd=folder,
                           env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "reproduced: the candidate still fails" in proc.stdout

@@ -7,6 +7,7 @@ The install is offline: the wheel is built with ``--no-build-isolation`` and ins
 file (every entry of site-packages but paritygate's own), so nothing of the checkout is importable there.
 """
 
+import fcntl
 import os
 import shutil
 import site
@@ -48,17 +49,39 @@ def _run(cmd, cwd, env, timeout=900):
     return done.returncode, done.stdout + done.stderr
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def installed(tmp_path_factory):
-    """(venv python, venv bin folder, env): the wheel built from a copy of this checkout, installed alone."""
+    """(venv python, venv bin folder, env): the wheel built from a copy of this checkout, installed alone; built
+    once per test run, also under xdist: the first worker builds it under a lock in the run's shared base
+    folder, the others reuse it (pytest-xdist's documented recipe for a session fixture run once)."""
     pytest.importorskip("tensorflow")
     pytest.importorskip("onnxruntime")
     pytest.importorskip("setuptools", reason="building the wheel offline (--no-build-isolation) needs setuptools")
-    work = tmp_path_factory.mktemp("wheel")
-    src = work / "src"
-    shutil.copytree(ROOT, src, ignore=SKIP_COPY, symlinks=True)
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # one base folder per worker under the run's own
+    work = shared / "wheel-installed"
+    with open(shared / "wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (work / "ready").exists():
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            _build_and_install(work)
+            (work / "ready").write_text("")
+    venv = work / "venv"
+    return venv / "bin" / "python", venv / "bin", _env()
+
+
+def _env():
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "PYTHONHOME")}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def _build_and_install(work):
+    src = work / "src"
+    shutil.copytree(ROOT, src, ignore=SKIP_COPY, symlinks=True)
+    env = _env()
     rc, out = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     "-w", work / "dist", src], work, env)
     assert rc == 0, out
@@ -84,7 +107,6 @@ def installed(tmp_path_factory):
                     "print(paritygate.plugin.__file__); print(b.fixtures_dir()); print(b.conformance_dir())")], work, env)
     assert rc == 0, out
     assert all(str(purelib) in line for line in out.strip().splitlines()[-3:]), out
-    return python, venv / "bin", env
 
 
 def _user_project(tmp_path, toy_saved_model, bin_dir, env):

@@ -14,11 +14,14 @@ class RunContext:
     runtime: str = "onnxruntime"  # the candidate runtime: onnxruntime | tensorrt
     fp16_keep_fp32: tuple = None  # ops kept in FP32 in the fp16 artifact (None: the loader's default list)
     numerics: str = "strict"  # --parity-numerics: strict FP16 emulation on ONNX Runtime CPU, or ort
+    reference_cache: bool = False  # --parity-cache: TF outputs served from paritygate.backend.reference_cache (replay: live)
     beam_runner: str = None  # --parity-beam-runner (None: the local runners)
     beam_options: tuple = ()  # --parity-beam-option pass-through
     # -- once per process, each keyed by what it depends on --------------------------------------------------
     references: dict = field(default_factory=dict)  # model -> backend.runtimes.ReferenceRunner
+    live_references: dict = field(default_factory=dict)  # model -> the reference running TF, never the cache
     candidates: dict = field(default_factory=dict)  # (runtime, model, precision) -> the fed candidate runner
+    failed_candidates: dict = field(default_factory=dict)  # (runtime, model, precision) -> the build's error
     mappings: dict = field(default_factory=dict)  # model -> the resolved input/output mapping (backend.iomap)
     computed_dtypes: dict = field(default_factory=dict)  # (runtime, model, precision) -> float16 or None
     precision_coverage: dict = field(default_factory=dict)  # (model, precision) -> the artifact's coverage or None

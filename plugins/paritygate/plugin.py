@@ -3,16 +3,16 @@
 Importing this module imports none of tensorflow, tensorrt, apache_beam or cuda.
 """
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
+from paritygate.extras import require_extras, restore_importorskip
 from paritygate.gpu.device import pin_xdist_worker
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
 from paritygate.models.known import load_known_failures, mark_known_failures
-from paritygate.session import ParitySession, case_of
+from paritygate.session import ParitySession, case_of, parse_shard
 from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
 
 SESSION_KEY = pytest.StashKey[ParitySession]()
@@ -59,6 +59,14 @@ def pytest_addoption(parser):
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
                     help="on a failing fp16/int8 check, localize the node adding the most error and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
+    group.addoption("--parity-cache", metavar="on|off", choices=("on", "off"), default="on",
+                    help="serve the TF reference's outputs for a batch it ran before from $PARITYGATE_CACHE/reference "
+                         "(keyed by its files, signature, TF version, device and the exact batch); goldens and "
+                         "latency always run TF live; converted artifacts stay cached either way (default: on)")
+    group.addoption("--parity-shard", metavar="K/N", default=None,
+                    help="judge only the config's models K, K+N, K+2N, ... (1-based, in config order): shard K of N "
+                         "of one run across CI machines; merge the shards' reports with `paritygate report` "
+                         "(default: every model)")
     group.addoption("--parity-numerics", metavar="strict|ort", choices=("strict", "ort"), default="strict",
                     help="how ONNX Runtime computes a candidate artifact that holds float16 tensors: strict (each "
                          "float16 tensor rounded to FP16 where produced, ops computed in FP32 from FP16 values, as "
@@ -79,7 +87,11 @@ def pytest_configure(config):
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     _register_hypothesis_profiles()
-    _require_extras(config)
+    require_extras(config)
+    try:
+        parse_shard(config.getoption("parity_shard"))
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from err
     session = ParitySession(
         config_path=config.getoption("parity_config"),
         runtime=config.getoption("parity_runtime"),
@@ -95,6 +107,8 @@ def pytest_configure(config):
         is_xdist_worker=hasattr(config, "workerinput"),
         baseline=config.getoption("parity_baseline"),
         baseline_fail=config.getoption("parity_baseline_fail"),
+        reference_cache=config.getoption("parity_cache") != "off",
+        shard=config.getoption("parity_shard"),
     )
     config.stash[SESSION_KEY] = session
     if not session.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected
@@ -141,59 +155,6 @@ def _stop(config, problems):
         sys.stderr.write(f"ERROR: {line}\n")
     sys.stderr.flush()
     raise pytest.UsageError()  # no arguments: pytest prints nothing more after its summary
-
-
-REQUIRE_EXTRAS_ENV = "PARITYGATE_REQUIRE_EXTRAS"
-_IMPORTORSKIP_KEY = pytest.StashKey[object]()
-
-
-def _require_extras(config):
-    """``PARITYGATE_REQUIRE_EXTRAS=tf,onnx,beam,report`` (set by .ci/run from the install line): a module one of
-    these extras promises (lazy.PROMISED) that does not import fails where ``pytest.importorskip`` would skip,
-    so a CI environment whose extra is broken cannot go green. Unset: missing extras skip with the reason."""
-    from paritygate.lazy import promised_by
-
-    names = [n.strip() for n in os.environ.get(REQUIRE_EXTRAS_ENV, "").split(",") if n.strip()]
-    if not names:
-        return
-    try:
-        promised = promised_by(names)
-    except ValueError as err:
-        raise pytest.UsageError(f"{REQUIRE_EXTRAS_ENV}={','.join(names)}: {err}") from None
-    original = pytest.importorskip
-    config.stash[_IMPORTORSKIP_KEY] = original
-
-    def importorskip(modname, *args, **kwargs):
-        try:
-            return original(modname, *args, **kwargs)
-        except pytest.skip.Exception as skipped:
-            extra = promised.get(_missing_root(modname))  # polygraphy.backend.trt without tensorrt: gpu's, not onnx's
-            if extra is None:
-                raise
-            raise pytest.fail.Exception(f"{REQUIRE_EXTRAS_ENV}={','.join(names)} requires the '{extra}' extra, but "
-                                        f"{modname} does not import: {skipped.msg}", pytrace=False) from None
-
-    pytest.importorskip = importorskip
-
-
-def _missing_root(modname):
-    """The top-level name of the module that could not be found when importing ``modname`` (``modname``'s own
-    when it imports, e.g. too old a version)."""
-    import importlib
-
-    try:
-        importlib.import_module(modname)
-    except ModuleNotFoundError as err:
-        return (err.name or modname).split(".")[0]
-    except Exception:  # noqa: BLE001 - any other failure is modname's own
-        return modname.split(".")[0]
-    return modname.split(".")[0]
-
-
-def pytest_unconfigure(config):
-    original = config.stash.get(_IMPORTORSKIP_KEY, None)
-    if original is not None:
-        pytest.importorskip = original
 
 
 def _register_hypothesis_profiles():
@@ -317,6 +278,15 @@ def pytest_runtest_call(item):
         raise
     coverage_verdict(item, item.config.stash[SESSION_KEY])
     return result
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Time each test for the summary's time line (paritygate.report.timeline)."""
+    from paritygate.report.timeline import in_test
+
+    with in_test():
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -444,3 +414,7 @@ def parity_candidate_available(parity_session):
         if parity_session.require_gpu:
             pytest.fail(f"--require-gpu: {reason}", pytrace=False)
         pytest.skip(f"candidate runtime {parity_session.runtime}: {reason}")
+
+
+def pytest_unconfigure(config):
+    restore_importorskip(config)

@@ -6,6 +6,7 @@ import math
 import os
 import platform
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from paritygate.verdict import REPORT_ATTR, STATUSES
 _WORKER_KEY = "paritygate_checks"
 _CACHE_KEY = "paritygate_cache_stats"
 _FINDINGS_KEY = "paritygate_findings"
+_REFERENCE_KEY = "paritygate_reference_cache_stats"
+_TIME_KEY = "paritygate_time"
 DETAILS_KEY = pytest.StashKey[dict]()  # a test's details for its check, filled through `parity_details`
 
 
@@ -43,7 +46,7 @@ class ParitySession:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False,
                  update_goldens=False, device_class=None, beam_runner=None, beam_options=(),
                  fp16_keep_fp32=None, is_xdist_worker=False, localize=True, baseline=None, baseline_fail=(),
-                 numerics="strict"):
+                 numerics="strict", reference_cache=True, shard=None):
         self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
         self.is_bundled = config_path is None
         self.requested_runtime = runtime
@@ -57,6 +60,8 @@ class ParitySession:
             if fp16_keep_fp32 is not None else None
         self.is_xdist_worker = is_xdist_worker
         self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
+        self.reference_cache = reference_cache  # --parity-cache: TF outputs served from paritygate.backend.reference_cache
+        self.shard = parse_shard(shard)  # --parity-shard=K/N: (K, N), this run judges every N-th model from the K-th
         self.numerics = numerics  # --parity-numerics: strict FP16 emulation (default) or ONNX Runtime's own
         self.baseline_path = Path(baseline).resolve() if baseline else None
         self.baseline_fail = list(baseline_fail)
@@ -64,6 +69,10 @@ class ParitySession:
         self.checks = []
         self.findings = []  # facts for the model owner that are no candidate verdict (e.g. reference_unstable)
         self.worker_cache_stats = {}
+        self.worker_reference_stats = {}
+        self.worker_time = {}  # seconds per part of the time line, summed over xdist workers
+        self.workers = 0
+        self.started = time.perf_counter()
         self._models = None
         self._context = None  # the run's context (paritygate.context): what checks compute with, made on first use
         self.validation = None  # paritygate.models.preflight's findings, once the pass ran (controller only)
@@ -80,7 +89,10 @@ class ParitySession:
                 check_files = available("tensorflow")
                 if check_files:
                     _ensure_zoo_built()
-            self._models = load_config(self.config_path, check_files=check_files)
+            models = load_config(self.config_path, check_files=check_files)
+            if self.shard:
+                models = [m for i, m in enumerate(models) if i % self.shard[1] == self.shard[0] - 1]
+            self._models = models
         return self._models
 
     @property
@@ -122,6 +134,7 @@ class ParitySession:
             from paritygate.context import RunContext
 
             self._context = RunContext(runtime=self.runtime, fp16_keep_fp32=self.fp16_keep_fp32, numerics=self.numerics,
+                                       reference_cache=self.reference_cache,
                                        beam_runner=self.beam_runner, beam_options=tuple(self.beam_options))
         return self._context
 
@@ -186,12 +199,31 @@ class ParitySession:
         self.findings.extend(json.loads(workeroutput.get(_FINDINGS_KEY, "[]")))
         for key, n in json.loads(workeroutput.get(_CACHE_KEY, "{}")).items():
             self.worker_cache_stats[key] = self.worker_cache_stats.get(key, 0) + n
+        for key, n in json.loads(workeroutput.get(_REFERENCE_KEY, "{}")).items():
+            self.worker_reference_stats[key] = self.worker_reference_stats.get(key, 0) + n
+        for key, s in json.loads(workeroutput.get(_TIME_KEY, "{}")).items():
+            self.worker_time[key] = self.worker_time.get(key, 0.0) + s
+        self.workers += _TIME_KEY in workeroutput
 
     def cache_stats(self):
         """Artifacts (ONNX conversions, fp16/int8 variants, engines) built vs served from the cache."""
         from paritygate.backend.cache import STATS
 
         return {k: STATS.get(k, 0) + self.worker_cache_stats.get(k, 0) for k in ("builds", "hits")}
+
+    def reference_cache_stats(self):
+        """TF reference runs: computed (and stored), reused from the cache, and live (goldens, latency)."""
+        from paritygate.backend.reference_cache import STATS
+
+        counts = {k: STATS.get(k, 0) + self.worker_reference_stats.get(k, 0) for k in ("computed", "reused", "live")}
+        return {"enabled": self.reference_cache, **counts}
+
+    def time_spent(self):
+        """Seconds per part (conversion, reference, candidate, checks) over this process and its workers."""
+        from paritygate.report.timeline import SPENT
+
+        seconds = {k: round(s + self.worker_time.get(k, 0.0), 3) for k, s in SPENT.items()}
+        return {**seconds, "wall": round(time.perf_counter() - self.started, 3), "processes": 1 + self.workers}
 
     def finish(self, workeroutput=None):
         if workeroutput is not None:  # an xdist worker hands its checks to the controller
@@ -200,6 +232,12 @@ class ParitySession:
             workeroutput[_WORKER_KEY] = json.dumps(self.checks)
             workeroutput[_FINDINGS_KEY] = json.dumps(self.findings)
             workeroutput[_CACHE_KEY] = json.dumps(STATS)
+            from paritygate.backend.reference_cache import STATS as REFERENCE_STATS
+
+            workeroutput[_REFERENCE_KEY] = json.dumps(REFERENCE_STATS)
+            from paritygate.report.timeline import SPENT
+
+            workeroutput[_TIME_KEY] = json.dumps(SPENT)
             return
         stopped = bool(self.validation and self.validation["problems"])  # no check ran: nothing to compare
         if self.baseline_path is not None and not stopped:
@@ -266,6 +304,14 @@ class ParitySession:
         stats = self.cache_stats()
         lines += [f"paritygate: runtime {self.runtime}, {len(self.checks)} checks: {text}",
                   f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]
+        from paritygate.backend.reference_cache import summary_line
+
+        ref = self.reference_cache_stats()
+        lines.append(summary_line(ref, ref["enabled"]))
+        from paritygate.report import timeline
+
+        spent = self.time_spent()
+        lines.append(timeline.summary_line(spent, spent["wall"], spent["processes"]))
         reduced = sorted({c["details"]["numerics"] for c in self.checks if c["details"].get("numerics")})
         if reduced:
             lines.append(f"paritygate: fp16/int8 rows computed with {' and '.join(reduced)} numerics "
@@ -293,6 +339,16 @@ class ParitySession:
             lines.append("paritygate: WARNING: the baseline came from another machine or runtime: "
                          + "; ".join(b["environment_differs"]))
         return lines + [f"paritygate: {r}" for r in self.baseline_fails()]
+
+
+def parse_shard(text):
+    """``K/N`` -> (K, N) with 1 <= K <= N; None for None. A ValueError names what was expected."""
+    if text is None:
+        return None
+    k, _, n = str(text).partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise ValueError(f"--parity-shard={text}: expected K/N with 1 <= K <= N, e.g. 2/4 (the 2nd of 4 shards)")
+    return int(k), int(n)
 
 
 def case_of(item):

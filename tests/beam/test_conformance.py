@@ -64,11 +64,11 @@ def test_conformance_file_over_a_temporary_config(pytester, toy_saved_model, mon
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
     result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={config}", "-p", "no:cacheprovider",
                                            f"--parity-report={pytester.path / 'report'}", "-rfEs")
-    # 16 checks a model. good: 13 pass, 2 Beam-level xfails, model_update fails naming the upstream defect its
+    # 17 checks a model. good: 14 pass, 2 Beam-level xfails, model_update fails naming the upstream defect its
     # handler reaches (no update_model_path: Beam's no-op). bad: exactly_once, dead_letter, batch_extremes,
-    # multi_process and model_update fail, latency is skipped (no budget), 2 xfails, 8 pass. plain: one row,
-    # beam_handler, skipped for want of a [models.beam] table (its 16 checks deselected, not 16 skips)
-    result.assert_outcomes(passed=13 + 8, failed=1 + 5, xfailed=2 + 2, skipped=1 + 1, deselected=2 + 16)
+    # multi_process, model_copies and model_update fail, latency is skipped (no budget), 2 xfails, 8 pass. plain:
+    # one row, beam_handler, skipped for want of a [models.beam] table (its 17 checks deselected, not 17 skips)
+    result.assert_outcomes(passed=14 + 8, failed=1 + 6, xfailed=2 + 2, skipped=1 + 1, deselected=2 + 17)
     result.stdout.fnmatch_lines(["*lost: element #*", "*FAILED*test_beam_exactly_once[[]bad[]]*",
                                  "*SKIPPED*model 'plain' has no [[]models.beam[]] table*key 'beam.handler'*"])
     report = json.loads((pytester.path / "report" / "parity-report.json").read_text())

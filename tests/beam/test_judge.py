@@ -181,3 +181,20 @@ def test_model_update_passes_a_handler_that_honours_it_and_fails_one_that_ignore
     assert good.info["elements"] == 9 and ids["after"] == [good.info["update_target"]] and ids["before"] != ids["after"]
     bad = model_update(toy_subject(toys.factory_of(toys.IgnoresUpdates)))
     assert "(after the update): not the update target's" in _failures(bad)
+
+
+def test_a_handler_wrong_only_on_short_batches_fails_every_pipeline_check(toy_subject):
+    """Every pipeline check runs a count that leaves a short final batch and holds its results to the reference
+    (batch_weight and maybe_keyed_mixed fail on Beam itself for every handler, so they cannot show it)."""
+    from paritygate.beam.copies import model_copies
+    from paritygate.beam.multiprocess import multi_process
+    from paritygate.beam.updates import model_update
+
+    subject = toy_subject(toys.factory_of(toys.PadsShortBatchesAtTheFront))
+    every = {**checks.PIPELINE_CHECKS, "beam_multi_process": multi_process, "beam_model_copies": model_copies}
+    for name, check in every.items():
+        if name not in BEAM_LEVEL:
+            text = _failures(check(subject))
+            pairs = name in ("beam_pairing", "beam_multi_process")  # every result compared already
+            assert ("element #" if pairs else "short batch: element #") in text and "output 'y'" in text, (name, text)
+    assert "before the update): not the original model's outputs" in _failures(model_update(subject))

@@ -28,13 +28,14 @@ def _subject(toy_reference, reference, onnx_path, factory=serving.onnxruntime, m
 
 @pytest.mark.tf
 def test_own_onnxruntime_handler_passes_every_check_where_beams_fails(toy_reference, toy_saved_model, toy_onnx_path):
+    from paritygate.beam.copies import model_copies
     from paritygate.beam.multiprocess import multi_process
     from paritygate.beam.updates import model_update
 
     subject = _subject(toy_reference, toy_saved_model, toy_onnx_path)
     known = expectations_for()
     every = {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS, "beam_model_update": model_update,
-             "beam_multi_process": multi_process}
+             "beam_multi_process": multi_process, "beam_model_copies": model_copies}
     for name, check in every.items():
         result, expected = check(subject), match(name, subject, known)
         assert all(not e.in_handler for e in expected), (name, [e.id for e in expected])  # reaches no handler defect
@@ -54,9 +55,24 @@ def _static(path, batch):
 
 @pytest.mark.tf
 def test_static_batch_is_padded_and_the_padding_dropped(tmp_path, toy_reference, toy_saved_model):
+    """Every pipeline check, each with short final batches, on a model that takes exactly 4 rows."""
+    from paritygate.beam.copies import model_copies
+    from paritygate.beam.multiprocess import multi_process
+    from paritygate.beam.updates import model_update
+
     subject = _subject(toy_reference, toy_saved_model, _static(tmp_path / "static.onnx", 4))
     assert direct.batch_extremes(subject).passed  # batches of 1 and 4 on a model that takes exactly 4
-    assert checks.exactly_once(subject).passed and checks.pairing(subject).passed  # short final batches included
+    known = expectations_for()
+    every = {**checks.PIPELINE_CHECKS, "beam_multi_process": multi_process, "beam_model_copies": model_copies}
+    for name, check in every.items():
+        result = check(subject)
+        assert result.passed != bool(match(name, subject, known)), (name, result.failures)
+        runs = result.info.get("runs", [result.info])
+        if name not in ("beam_batch_weight", "beam_maybe_keyed_mixed"):  # Beam 2.77 fails both for every handler
+            assert result.info.get("cases_with_short_batches") or all(r["short_batches"] for r in runs), name
+    update = model_update(subject)
+    assert update.passed, update.failures
+    assert all(min(sizes) < 4 for sizes in update.info["batch_sizes"].values()), update.info["batch_sizes"]
 
 
 class ProfileOfTwoToThree(serving.OnnxRuntimeHandler):
@@ -137,3 +153,24 @@ def test_tensorrt_handler_passes_every_check(toy_reference, toy_saved_model, toy
         assert check(subject).passed != bool(match(name, subject, known)), name
 
 
+
+
+@pytest.mark.tf
+def test_results_carry_the_references_output_names(tmp_path, toy_reference, toy_saved_model):
+    """ONNX outputs out_y / out_z paired with the reference's y / z through [models.outputs] (iomap): results come
+    back as y / z, and the pipeline checks pair them with the reference."""
+    from tests.conftest import scale
+
+    path = make_onnx(tmp_path / "renamed.onnx", scale("out_y", 5.0), scale("out_z", 2.0), outputs=("out_y", "out_z"))
+    spec = toy_spec(reference=toy_saved_model, onnx=path, outputs={"y": "out_y", "z": "out_z"},
+                    beam={"handler": "paritygate.beam.handlers:onnxruntime"})
+    subject = HandlerUnderTest.from_spec(spec, toy_reference, factory=serving.onnxruntime)
+    handler = subject.make(1, 4)
+    (result,) = handler.run_inference([np.float32([1.0])], handler.load_model())
+    assert sorted(result.inference) == ["y", "z"] and result.inference["y"].tolist() == [5.0]
+    assert serving.onnxruntime(1, 4, spec).run_inference([np.float32([1.0])], handler.load_model())[0].inference.keys() \
+        == {"out_y", "out_z"}  # without the reference's names (the validation pass): the model's own
+    assert checks.pairing(subject).passed and direct.batch_extremes(subject).passed
+    wrong = toy_spec(reference=toy_saved_model, onnx=path, outputs={"y": "nope"})
+    with pytest.raises(ValueError, match=r"key 'outputs'.*'y' is mapped to candidate output 'nope'"):
+        serving.onnxruntime(1, 4, wrong, reference_outputs=["y", "z"])

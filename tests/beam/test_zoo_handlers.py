@@ -59,6 +59,7 @@ def test_the_other_beam_handler_fails_only_where_expected(parity_session, zoo, m
 def test_the_suites_own_onnxruntime_handler_passes_every_check(parity_session, zoo, model):
     """paritygate.beam.handlers:onnxruntime on the model's own candidate ONNX: only Beam's own defects (reached by
     every handler: max_batch_weight, mixed MaybeKeyed batches) remain, as strict xfails."""
+    from paritygate.beam.copies import model_copies
     from paritygate.beam.handlers import onnxruntime
     from paritygate.beam.multiprocess import multi_process
     from paritygate.beam.updates import model_update
@@ -67,7 +68,7 @@ def test_the_suites_own_onnxruntime_handler_passes_every_check(parity_session, z
     subject = _subject(parity_session, specs[model], onnxruntime)
     known = expectations_for()
     every = {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS, "beam_multi_process": multi_process,
-             "beam_model_update": model_update}
+             "beam_model_update": model_update, "beam_model_copies": model_copies}
     for name, check in every.items():
         result, expected = check(subject), match(name, subject, known)
         assert all(not e.in_handler for e in expected), (name, [e.id for e in expected])

@@ -192,3 +192,34 @@ def factory_of(cls):
 
     factory.__name__ = factory.__qualname__ = cls.__name__
     return factory
+
+
+class LoadsPerBatch(ToyHandler):
+    """Loads a fresh session for every batch (self.load_model() in run_inference): the model Beam loaded is unused."""
+
+    def run_inference(self, batch, model, inference_args=None):
+        return super().run_inference(batch, self.load_model(), inference_args)
+
+
+def shares_copies(onnx_path, min_batch_size, max_batch_size, model_copies=None):
+    """Correct: passes Beam's model_copies on to ModelHandler.__init__ (shared across processes when given)."""
+    handler = ToyHandler(onnx_path, min_batch_size, max_batch_size)
+    ModelHandler.__init__(handler, min_batch_size=min_batch_size, max_batch_size=max_batch_size,
+                          model_copies=model_copies)
+    return handler
+
+
+def drops_copies(onnx_path, min_batch_size, max_batch_size, **kwargs):
+    """Takes Beam's ModelHandler arguments (model_copies, large_model) and drops them: one model per process."""
+    return ToyHandler(onnx_path, min_batch_size, max_batch_size)
+
+
+class PadsShortBatchesAtTheFront(ToyHandler):
+    """Pads a short batch to max_batch_size with zero rows in front, then reads the first rows back: full batches
+    are right, every result of a short batch is the zero row's."""
+
+    def run_inference(self, batch, model, inference_args=None):
+        want = self.batch_elements_kwargs()["max_batch_size"]
+        padded = [np.zeros_like(batch[0])] * (want - len(batch)) + list(batch)
+        y, z = self.outputs(padded, model)
+        return [PredictionResult(x, {"y": y[i], "z": z[i]}, self.onnx_path) for i, x in enumerate(batch)]

@@ -28,11 +28,12 @@ def test_render_marks_what_the_model_cannot_tell_and_loads(tmp_path):
     text = render(found, "m", tmp_path, max_batch=2)
     (tmp_path / "parity.toml").write_text(text)
     (spec,) = load_config(tmp_path / "parity.toml", check_files=False)
-    assert spec.inputs["tokens"].shape == (-1, 16) and spec.inputs["tokens"].range == (0, 1)
+    assert spec.inputs["tokens"].shape == (-1, -1) and spec.inputs["tokens"].range == (0, 1)
+    assert spec.inputs["tokens"].profile == ((1, 16), (2, 32), (2, 64))
     assert spec.inputs["image"].range == (0, 255) and spec.inputs["image"].candidate == "in_1"
     assert spec.outputs == {"logits": "StatefulPartitionedCall:0"} and spec.max_batch == 2
     confirm = [line for line in text.splitlines() if CONFIRM in line and not line.startswith("#")]
-    assert any("dimension 1 is dynamic" in line for line in confirm)
+    assert any(line.startswith("profile = ") and "dimension(s) 1 dynamic" in line for line in confirm)
     assert any(line.startswith("candidate = \"in_1\"") and "position" in line for line in confirm)
     assert sum(line.startswith("range = ") for line in confirm) == 2
 

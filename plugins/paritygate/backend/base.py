@@ -4,6 +4,7 @@ A runner is a context manager: ``activate()`` loads, ``infer(feed)`` maps input 
 name -> ndarray, ``deactivate()`` frees. Public methods validate and delegate to ``*_impl`` hooks.
 """
 
+import contextlib
 import time
 
 import numpy as np
@@ -14,6 +15,8 @@ class RunnerError(RuntimeError):
 
 
 class BaseRunner:
+    time_as = None  # the part of the run's time line (paritygate.report.timeline) its loading and runs count in
+
     def __init__(self, name):
         self.name = name
         self.is_active = False
@@ -22,7 +25,8 @@ class BaseRunner:
     # -- lifecycle -----------------------------------------------------------------------------------
     def activate(self):
         if not self.is_active:
-            self.activate_impl()
+            with _timed(self.time_as):
+                self.activate_impl()
             self.is_active = True
         return self
 
@@ -43,9 +47,10 @@ class BaseRunner:
             raise RunnerError(f"{self.name}: infer() called before activate()")
         if not isinstance(feed, dict) or not all(isinstance(v, np.ndarray) for v in feed.values()):
             raise TypeError(f"{self.name}: infer() takes a dict of input name -> numpy.ndarray")
-        start = time.perf_counter()
-        outputs = self.infer_impl(feed)
-        self.last_inference_time = time.perf_counter() - start
+        with _timed(self.time_as):
+            start = time.perf_counter()
+            outputs = self.infer_impl(feed)
+            self.last_inference_time = time.perf_counter() - start
         return outputs
 
     def input_metadata(self):
@@ -64,3 +69,11 @@ class BaseRunner:
 
     def deactivate_impl(self):
         pass
+
+
+def _timed(part):
+    if part is None:
+        return contextlib.nullcontext()
+    from paritygate.report.timeline import spent
+
+    return spent(part)

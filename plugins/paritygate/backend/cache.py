@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from paritygate.report.timeline import spent
+
 STATS = {"hits": 0, "builds": 0}  # per process; the tests read it to prove a warm run builds nothing
 
 
@@ -74,7 +76,8 @@ def cached_file(kind, key, suffix, build):
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{key}-", suffix=suffix)
     os.close(fd)
     try:
-        report = build(Path(tmp))
+        with spent("conversion"):
+            report = build(Path(tmp))
         if report is not None:
             _write_atomically(report_path(target), json.dumps(report, indent=1, sort_keys=True, default=str))
         os.replace(tmp, target)
@@ -95,7 +98,8 @@ def cached_dir(kind, key, build):
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}-"))
     try:
-        build(tmp)
+        with spent("conversion"):
+            build(tmp)
         try:
             os.replace(tmp, target)
         except OSError:

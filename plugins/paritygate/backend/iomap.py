@@ -15,6 +15,7 @@ Anything left over is ambiguous: a ``MappingError`` naming both lists and the co
 """
 
 import re
+from pathlib import Path
 
 _SUFFIX = re.compile(r":\d+$")
 
@@ -85,13 +86,21 @@ def _ambiguous(kind, ref_names, cand_names, left_ref, left_cand):
 def signature_bindings(saved_model_dir, signature):
     """(inputs, outputs): signature key -> graph tensor name, read from saved_model.pb's SignatureDef.
 
-    Empty dicts when the file has no such signature (the runner reports that with its own message)."""
+    Read from the protobuf wire format itself (``_signature_defs``), so that naming tensors imports no
+    TensorFlow (a warm run whose reference outputs come from the cache imports none); TensorFlow's own parser
+    is the fallback for a file the reader does not understand. Empty dicts when the file has no such signature
+    (the runner reports that with its own message)."""
+    data = (Path(saved_model_dir) / "saved_model.pb").read_bytes()
+    try:
+        return _signature_defs(memoryview(data)).get(signature, ({}, {}))
+    except (ValueError, IndexError):
+        pass
     from tensorflow.core.protobuf import saved_model_pb2
 
     path = saved_model_dir / "saved_model.pb"
     proto = saved_model_pb2.SavedModel()
     try:
-        proto.ParseFromString(path.read_bytes())
+        proto.ParseFromString(data)
     except Exception as err:
         raise BindingsError(f"{path}: cannot read the SavedModel's SignatureDef: not a SavedModel protobuf "
                             f"({type(err).__name__}: {err})") from err
@@ -100,6 +109,66 @@ def signature_bindings(saved_model_dir, signature):
             sig = graph.signature_def[signature]
             return ({k: v.name for k, v in sig.inputs.items()}, {k: v.name for k, v in sig.outputs.items()})
     return {}, {}
+
+
+# SavedModel.meta_graphs = 2; MetaGraphDef.signature_def = 5 (map entry: key = 1, value = 2); SignatureDef.inputs
+# = 1, .outputs = 2 (maps of TensorInfo); TensorInfo.name = 1 (tensorflow/core/protobuf/{saved_model,meta_graph}.proto)
+def _signature_defs(buf):
+    """signature key -> (inputs, outputs) from a serialized SavedModel, the first meta graph holding each."""
+    found, graphs = {}, 0
+    for number, graph in _fields(buf):
+        if number != 2:
+            continue
+        graphs += 1
+        for entry_number, entry in _fields(graph):
+            if entry_number == 5:
+                key, sig = _map_entry(entry)
+                found.setdefault(key, ({}, {}))
+                for part, tensors in _fields(sig):
+                    if part in (1, 2):
+                        name, info = _map_entry(tensors)
+                        found[key][part - 1][name] = next(
+                            (bytes(v).decode() for n, v in _fields(info) if n == 1), "")
+    if not graphs:
+        raise ValueError("no MetaGraphDef: not a SavedModel protobuf")  # TensorFlow's parser says what it is
+    return found
+
+
+def _map_entry(entry):
+    fields = dict(_fields(entry))
+    return bytes(fields.get(1, b"")).decode(), fields.get(2, memoryview(b""))
+
+
+def _fields(buf):
+    """(field number, value) of one protobuf message: an int for a varint, a memoryview slice otherwise."""
+    pos = 0
+    while pos < len(buf):
+        tag, pos = _varint(buf, pos)
+        wire = tag & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            value, pos = buf[pos:pos + size], pos + size
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            value, pos = buf[pos:pos + size], pos + size
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        if pos > len(buf):
+            raise ValueError("truncated protobuf message")
+        yield tag >> 3, value
+
+
+def _varint(buf, pos):
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        result |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
 
 
 def bindings_of(spec):

@@ -40,21 +40,35 @@ def check_input_spec(spec, metadata, what, side="candidate", half=()):
             raise RunnerError(f"{spec.where(f'inputs.{name}.{key}')}: declares {tensor.dtype_of(side)}, but {what} "
                               f"has input '{name}' of dtype {dtype}")
         for axis, (have, declared) in enumerate(zip(shape[1:], tensor.shape[1:]), start=1):
-            if have not in (-1, declared):
+            if have not in (-1, declared) and declared != -1:
                 raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares dimension {axis} = {declared}, "
                                   f"but {what} has input '{name}' with dimension {axis} = {have}")
+            bounds = [s[axis] for s in tensor.profile] if declared == -1 else []
+            if have != -1 and any(b != have for b in bounds):
+                raise RunnerError(f"{spec.where(f'inputs.{name}.profile')}: dimension {axis} ranges over "
+                                  f"{sorted(set(bounds))} (min/opt/max), but {what} has input '{name}' fixed at "
+                                  f"dimension {axis} = {have}; expected {have} in min, opt and max")
 
 
 def load_reference(ctx, spec):
-    """The TF reference, loaded and checked against the input spec (once per process, in ``ctx.references``).
-    Raises RunnerError: a SavedModel without the signature or a spec that does not fit it is a config problem,
-    which the validation pass (paritygate.models.preflight) reports before any check runs."""
+    """The TF reference, checked against the input spec (once per process, in ``ctx.references``). Raises
+    RunnerError: a SavedModel without the signature or a spec that does not fit it is a config problem, which the
+    validation pass (paritygate.models.preflight) reports before any check runs. Behind the reference-output cache
+    (paritygate.backend.reference_cache) unless the context turns it off: nothing loads until a batch misses it."""
     if spec.name not in ctx.references:
         from paritygate.backend.tf.runner import TfRunner
 
-        runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}").activate()
+        runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}")
+        runner.time_as = "reference"
+        if ctx.reference_cache:
+            from paritygate.backend.reference_cache import CachedReference
+
+            runner, counted = CachedReference(runner), None
+        else:
+            counted = "computed"
+        runner.activate()
         check_input_spec(spec, runner.input_metadata(), runner.describe(), side="reference")
-        ctx.references[spec.name] = ReferenceRunner(runner, _casts(spec, "reference"))
+        ctx.references[spec.name] = ReferenceRunner(runner, _casts(spec, "reference"), counted=counted)
     return ctx.references[spec.name]
 
 
@@ -67,15 +81,39 @@ def reference_runner(ctx, spec):
         raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
 
 
+def live_reference(ctx, spec):
+    """The reference running TensorFlow on every call, never the cache: for the checks whose point is running it
+    (``goldens_reproduce``, latency). Its runs are counted as live in the summary."""
+    if spec.name not in ctx.live_references:
+        cached = reference_runner(ctx, spec)
+        inner = cached.runner.live() if hasattr(cached.runner, "live") else cached.runner
+        try:
+            inner.activate()
+        except RunnerError as err:
+            raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
+        ctx.live_references[spec.name] = ReferenceRunner(inner, cached.casts, counted="live")
+    return ctx.live_references[spec.name]
+
+
 def recorded_mapping(ctx, spec):
     """The input/output mapping resolved for ``spec`` in this process (None before any candidate was built)."""
     return ctx.mappings.get(spec.name)
 
 
 def candidate_runner(ctx, spec, precision):
+    """The candidate at ``precision``, built once per process. A build that failed is not retried by every
+    check of the model (a tf2onnx conversion that fails costs its full time on each try): they all report the
+    same error."""
     key = (ctx.runtime, spec.name, precision)
+    failed = ctx.failed_candidates.get(key)
+    if failed is not None:
+        raise failed.with_traceback(None)
     if key not in ctx.candidates:
-        runner = _build_candidate(ctx, spec, precision)
+        try:
+            runner = _build_candidate(ctx, spec, precision)
+        except (SuiteError, RunnerError) as err:
+            ctx.failed_candidates[key] = err
+            raise
         names = {r: m["candidate"] for r, m in io_mapping(ctx, spec, runner)["inputs"].items()}
         casts = {**_casts(spec, "candidate"), **half_inputs(spec, precision, runner)}
         ctx.candidates[key] = _fed(runner, names, casts)
@@ -163,14 +201,31 @@ class MappedRunner(BaseRunner):
 
 class ReferenceRunner(MappedRunner):
     """The TF reference as every check sees it (inputs cast where the config declares ``reference_dtype``): a
-    failure to run a valid input is a ``SuiteError``."""
+    failure to run a valid input is a ``SuiteError``. ``counted``: the reference cache's counter its runs add to
+    (``computed`` with the cache off, ``live`` for goldens and latency; a CachedReference counts its own)."""
 
-    def __init__(self, runner, casts=None):
+    def __init__(self, runner, casts=None, counted=None):
         super().__init__(runner, {}, casts)
+        self.counted = counted
 
     def infer_impl(self, feed):
         try:
-            return super().infer_impl(feed)
+            outputs = super().infer_impl(feed)
+        except RunnerError as err:
+            raise SuiteError(f"the TensorFlow reference failed: {err}") from err
+        if self.counted:
+            from paritygate.backend.reference_cache import STATS
+
+            STATS[self.counted] += 1
+        return outputs
+
+    def again(self, feed):
+        """A second run of ``feed`` (the noise floor's ``repeat``): live, or the cache's second sample of it."""
+        if not hasattr(self.runner, "infer_sample"):
+            return self.infer(feed)
+        try:
+            return self.runner.infer_sample({k: v.astype(self.casts[k]) if k in self.casts else v
+                                             for k, v in feed.items()}, 1)
         except RunnerError as err:
             raise SuiteError(f"the TensorFlow reference failed: {err}") from err
 
@@ -209,12 +264,16 @@ def _build(ctx, spec, precision):
         else:
             loader = EngineFromOnnx(onnx_artifact(spec, precision, ctx.fp16_keep_fp32), spec, precision, cache_root() / "trt")
             what = f"TensorRT engine for {spec.name} {precision}"
-        runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}").activate()
+        runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}")
+        runner.time_as = "candidate"
+        runner.activate()
     else:
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
         path = computed_artifact(ctx, onnx_artifact(spec, precision, ctx.fp16_keep_fp32))
-        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}").activate()
+        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}")
+        runner.time_as = "candidate"
+        runner.activate()
         what = str(path)
     check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate",
                      half=half_inputs(spec, precision, runner))

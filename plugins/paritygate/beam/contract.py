@@ -1,11 +1,11 @@
 """The handler contract of ``[models.beam] handler = "module:callable"``.
 
-The callable is called as ``callable(min_batch_size=..., max_batch_size=...)`` (plus ``model=<ModelSpec>`` when it
-sets ``paritygate_takes_model = True``, as the suite's own ``paritygate.beam.handlers:onnxruntime`` / ``:tensorrt``
-do, to serve the model's own candidate) and returns an *unkeyed* Beam
+The callable is called as ``callable(min_batch_size=..., max_batch_size=...)`` (plus ``model=<ModelSpec>`` and
+``reference_outputs=<the reference's output names>`` when it sets ``paritygate_takes_model = True``, as the suite's
+own ``paritygate.beam.handlers:onnxruntime`` / ``:tensorrt`` do, to serve the model's own candidate) and returns an *unkeyed* Beam
 ``ModelHandler`` over numpy: an element is one ndarray without the batch dimension (single-input models) or a
 dict input name -> ndarray (multi-input models). A result's ``inference`` is an ndarray (single output), a dict
-by output name, or a list/tuple in the reference's output order (``TfRunner.output_names``: a SavedModel
+by output name (the candidate's, or exactly the reference's names), or a list/tuple in the reference's output order (``TfRunner.output_names``: a SavedModel
 signature's outputs sorted by name, as TensorFlow flattens them); ``normalise_inference`` turns all three into
 a dict. The suite wraps the handler in ``KeyedModelHandler`` / ``MaybeKeyedModelHandler`` itself; functions
 added with ``with_preprocess_fn`` / ``with_postprocess_fn`` are part of the handler (an element goes through the
@@ -34,7 +34,7 @@ from paritygate.backend.cache import digest
 from paritygate.models.config import PRECISIONS
 
 PRECISION_ATTR = "paritygate_precision"
-TAKES_MODEL_ATTR = "paritygate_takes_model"  # a factory with it True is also given model=<the ModelSpec>
+TAKES_MODEL_ATTR = "paritygate_takes_model"  # True: also given model=<ModelSpec>, reference_outputs=<names>
 NUM_BYTES_ATTR = "paritygate_num_bytes"  # optional formula batch -> int that get_num_bytes follows instead of nbytes
 LOCAL_RUNNERS = ("FnApiRunner", "BundleBasedDirectRunner")  # pinned: Beam 2.77's default (Prism) downloads a binary
 DEFAULT_PRECISION = "fp32"
@@ -68,14 +68,17 @@ def load_factory(spec):
     return factory
 
 
-def make_handler(spec, factory, min_batch_size, max_batch_size):
-    """``factory(min_batch_size=..., max_batch_size=...)``, checked to be a Beam ModelHandler."""
+def make_handler(spec, factory, min_batch_size, max_batch_size, reference_outputs=None, **extra):
+    """``factory(min_batch_size=..., max_batch_size=..., **extra)``, checked to be a Beam ModelHandler (``extra``:
+    Beam's ModelHandler arguments a check asks for, e.g. ``model_copies``, only from factories that take them).
+    A factory that takes the model also gets ``reference_outputs``: the reference's output names (None when not
+    known yet, as in the validation pass)."""
     from apache_beam.ml.inference.base import KeyedModelHandler, MaybeKeyedModelHandler, ModelHandler
 
     where = spec.where("beam.handler")
-    model = {"model": spec} if getattr(factory, TAKES_MODEL_ATTR, False) else {}
+    model = {"model": spec, "reference_outputs": reference_outputs} if getattr(factory, TAKES_MODEL_ATTR, False) else {}
     try:
-        handler = factory(min_batch_size=min_batch_size, max_batch_size=max_batch_size, **model)
+        handler = factory(min_batch_size=min_batch_size, max_batch_size=max_batch_size, **model, **extra)
     except ImportError as err:
         hint = (" (Beam 2.77's tensorflow_inference imports tensorflow_hub, which needs tf_keras under Keras 3; "
                 "paritygate.beam.tf_handler.TFNumpyHandler needs neither)"
@@ -83,8 +86,9 @@ def make_handler(spec, factory, min_batch_size, max_batch_size):
         raise HandlerContractError(f"{where}: {handler_path(spec)} needs a module that is not installed: "
                                    f"{err}{hint}") from err
     except Exception as err:  # the factory's own failure, named as such
+        args = "".join(f", {k}={v!r}" for k, v in extra.items())
         raise HandlerContractError(f"{where}: {handler_path(spec)}(min_batch_size={min_batch_size}, max_batch_size="
-                                   f"{max_batch_size}) raised {type(err).__name__}: {_first_line(err)}") from err
+                                   f"{max_batch_size}{args}) raised {type(err).__name__}: {_first_line(err)}") from err
     if not isinstance(handler, ModelHandler):
         raise HandlerContractError(f"{where}: {handler_path(spec)}(min_batch_size=..., max_batch_size=...) returned "
                                    f"{type(handler).__name__}, not an apache_beam ModelHandler")
@@ -205,7 +209,11 @@ def normalise_inference(spec, output_names, inference):
     HandlerContractError for anything else or for a list of the wrong length."""
     cand_names = [spec.outputs.get(n, n) for n in output_names]
     if isinstance(inference, Mapping):
-        return {str(k): np.array(v) for k, v in inference.items()}
+        keys = {str(k) for k in inference}
+        # keyed by exactly the reference's output names (and not the candidate's): renamed to the candidate's,
+        # which the comparator pairs through [models.outputs] (the suite's own handlers answer by reference name)
+        rename = dict(zip(output_names, cand_names)) if keys == set(output_names) != set(cand_names) else {}
+        return {rename.get(str(k), str(k)): np.array(v) for k, v in inference.items()}
     if isinstance(inference, (list, tuple)):
         if len(inference) != len(cand_names):
             raise HandlerContractError(f"inference is a {type(inference).__name__} of {len(inference)} item(s); "
@@ -242,8 +250,8 @@ class HandlerUnderTest:
     def name(self):
         return handler_path(self.spec) or getattr(self.factory, "__qualname__", repr(self.factory))
 
-    def make(self, min_batch_size, max_batch_size):
-        return make_handler(self.spec, self.factory, min_batch_size, max_batch_size)
+    def make(self, min_batch_size, max_batch_size, **extra):
+        return make_handler(self.spec, self.factory, min_batch_size, max_batch_size, self.output_names, **extra)
 
     def references(self, examples):
         """The native reference's outputs for each element (batched by max_batch, memoised by digest)."""

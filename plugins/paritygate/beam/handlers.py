@@ -11,7 +11,9 @@ on any runner). The handler's ``with_preprocess_fn`` / ``with_postprocess_fn`` f
 """
 
 import os
+import pickle
 import time
+import uuid
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +38,40 @@ class BatchTrace:
     digests: tuple  # the batch's elements, in order
     converted: tuple = ()  # (element digest, returned example digest, description): converted_examples
     pid: int = None  # the process that ran the batch (multi-process runners: a worker)
+
+
+@dataclass(frozen=True)
+class LoadRecord:
+    pid: int  # the process that called load_model (multi-process runners: a worker)
+    seconds: float  # time.time() at the call
+
+
+class CountedLoad:
+    """Set as the handler instance's ``load_model``: each call (Beam's, or the handler's own ``self.load_model()``)
+    writes one LoadRecord under ``folder`` through Beam's FileSystems, then runs the class's load_model. The
+    handler pickles with it into every worker (the instance's attributes travel with it)."""
+
+    def __init__(self, handler, folder):
+        self.handler, self.folder = handler, folder
+
+    def __call__(self):
+        from apache_beam.io.filesystems import FileSystems
+
+        with FileSystems.create(f"{self.folder}/load-{uuid.uuid4().hex}.pkl") as f:
+            f.write(pickle.dumps([("load", LoadRecord(os.getpid(), time.time()))]))
+        return type(self.handler).load_model(self.handler)
+
+
+def count_loads(handler, folder):
+    """Count the load_model calls of the handler the factory returned (of the handler under Beam's pre/post-
+    processing wrappers, which keep it in ``_base``). False when the instance takes no attribute (slots)."""
+    while hasattr(handler, "_base") and isinstance(handler._base, ModelHandler):
+        handler = handler._base
+    try:
+        handler.load_model = CountedLoad(handler, folder)
+    except (AttributeError, TypeError):
+        return False
+    return True
 
 
 def unkeyed(element):
@@ -113,7 +149,7 @@ class Delegating(ModelHandler):
 class WithoutFns(Delegating):
     """The handler with its ``with_preprocess_fn`` / ``with_postprocess_fn`` functions held back: Beam's Keyed
     wrappers refuse a handler that has any ("All pre/postprocessing functions must be defined on the outer model
-    handler", apache_beam/ml/inference/base.py:762 and :1084), so the suite puts them on its outermost handler."""
+    handler", apache_beam/ml/inference/base.py:764 and :1085), so the suite puts them on its outermost handler."""
 
     def get_preprocess_fns(self):
         return []

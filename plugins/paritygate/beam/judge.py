@@ -19,6 +19,9 @@
     maybe_keyed_mixed ``MaybeKeyedModelHandler`` over keyed and unkeyed elements keeps every element and key
     batch_latency     p99 of the suite-timed per-batch ``run_inference`` wall time within
                       ``[models.beam] batch_latency_p99_ms``
+
+Short batches: every check but batch_latency runs element counts that are not a multiple of max_batch_size, and
+each also holds the results of the short batches to the reference (``short_batch_failures``).
 """
 
 from collections import Counter
@@ -241,8 +244,31 @@ def batch_weight_failures(run):
             for t in run.traces if t.payload > run.case.weight and t.size > 1] + exactly_once_failures(run)
 
 
+def short_batches(run):
+    """Sizes of the run's batches below the case's max_batch_size. Every pipeline check but batch_latency (full
+    batches, timed) runs an element count that is not a multiple of max_batch_size (2*max_batch+1 or
+    4*max_batch+1), so that a final batch is short, and holds every result of it (static batches: padded by the
+    handler, the padding dropped)."""
+    return [t.size for t in run.traces if t.size < run.case.max_batch]
+
+
+def short_batch_failures(subject, run):
+    """The results of the run's short batches held to the native reference: every pipeline check holds them, so
+    that a handler wrong only on a short final batch (padding misaligned, a static size assumed) fails each one."""
+    if run.error:
+        return []
+    short = {d for t in run.traces if t.size < run.case.max_batch for d in t.digests}
+    examples = {d: ex for _, _, d, ex in run.inputs}
+    mine = [e for e in run.results if e.digest in short and e.digest in examples and not e.error]
+    refs = subject.references([examples[e.digest] for e in mine])
+    wrong = [(e, compare_element(subject, ref, e.inference)) for e, ref in zip(mine, refs)]
+    return _listed([f"short batch: {_label(run, e.key, e.has_key, e.digest)}: {problem}"
+                    for e, problem in wrong if problem])
+
+
 def case_info(run):
     return {"case": asdict(run.case), "batch_sizes": [t.size for t in run.traces], "error": run.error,
+            "short_batches": short_batches(run),
             "pipeline_seconds": round(run.seconds, 3), "metrics": run.metrics,
             "batch_elements_kwargs": {k: _shown(v) for k, v in run.batching.items()}}
 
@@ -262,14 +288,16 @@ def _property(name, subject, evaluate, poison=False):
 
     result.info = {"precision": subject.precision, "runners": list(runners), "hypothesis_seed": c.SESSION_SEED,
                    "generated_examples": examples, "cases_run": len(ran),
-                   "inputs": {"rows_by_source": rows_by_source(subject.spec, ran)}}
+                   "inputs": {"rows_by_source": rows_by_source(subject.spec, ran)},
+                   "cases_with_short_batches": sum(1 for k in ran if short_batches(run_case(subject, k)))}
     if case is not None:
         result.info["failing"] = case_info(run_case(subject, case))
     return result
 
 
 def exactly_once(subject):
-    return _property("beam_exactly_once", subject, exactly_once_failures)
+    return _property("beam_exactly_once", subject,
+                     lambda run: exactly_once_failures(run) + short_batch_failures(subject, run))
 
 
 def pairing(subject):
@@ -277,15 +305,18 @@ def pairing(subject):
 
 
 def batch_bounds(subject):
-    return _property("beam_batch_bounds", subject, lambda run: batch_bounds_failures(subject, run))
+    return _property("beam_batch_bounds", subject,
+                     lambda run: batch_bounds_failures(subject, run) + short_batch_failures(subject, run))
 
 
 def metric_bytes(subject):
-    return _property("beam_metric_bytes", subject, metric_bytes_failures)
+    return _property("beam_metric_bytes", subject,
+                     lambda run: metric_bytes_failures(run) + short_batch_failures(subject, run))
 
 
 def dead_letter(subject):
-    return _property("beam_dead_letter", subject, dead_letter_failures, poison=True)
+    return _property("beam_dead_letter", subject,
+                     lambda run: dead_letter_failures(run) + short_batch_failures(subject, run), poison=True)
 
 
 def _single(name, subject, case, evaluate):
@@ -304,7 +335,8 @@ def batch_weight(subject):
     one = payload_bytes(case_inputs(spec, Case(1, 1, 1))[0][3])
     weight = one * max(1, spec.max_batch // 2)
     case = Case(2 * spec.max_batch + 1, 1, spec.max_batch, runner=runner, weight=weight)
-    return _single("beam_batch_weight", subject, case, batch_weight_failures)
+    return _single("beam_batch_weight", subject, case,
+                   lambda run: batch_weight_failures(run) + short_batch_failures(subject, run))
 
 
 def maybe_keyed_mixed(subject):

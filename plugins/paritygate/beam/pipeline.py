@@ -34,7 +34,14 @@ from paritygate.beam.contract import (
     handler_fns,
     normalise_inference,
 )
-from paritygate.beam.handlers import BatchTrace, TracedHandler, WithoutFns, unkeyed, weight_batching
+from paritygate.beam.handlers import (
+    BatchTrace,
+    TracedHandler,
+    WithoutFns,
+    count_loads,
+    unkeyed,
+    weight_batching,
+)
 from paritygate.inputs.strategies import sample_inputs
 
 _RUNNER_PATHS = {"FnApiRunner": "apache_beam.runners.portability.fn_api_runner.FnApiRunner"}
@@ -58,6 +65,7 @@ class Case:
     exceptions: bool = False  # RunInference(...).with_exception_handling()
     weight: int = None  # max_batch_weight, in payload bytes (batch-weight check)
     workers: int = 1  # > 1: Beam's multi-process mode, each worker a process that unpickles the handler
+    copies: int = None  # model_copies given to the factory (beam_model_copies); None: the factory's own default
 
 
 @dataclass
@@ -82,6 +90,7 @@ class PipelineRun:
     results: list = field(default_factory=list)  # Emitted
     traces: list = field(default_factory=list)  # handlers.BatchTrace
     dead: list = field(default_factory=list)  # DeadBatch
+    loads: list = field(default_factory=list)  # handlers.LoadRecord: one per load_model call, in any process
     metrics: dict = field(default_factory=dict)  # name -> int (counter) or dict (distribution)
     namespace: str = None
     batching: dict = field(default_factory=dict)  # the handler stack's batch_elements_kwargs() for this case
@@ -123,9 +132,9 @@ def case_arrays(spec, case):
     arrays = sample_inputs(spec, case.count, rng)
     sources = ["spec"] * case.count
     pool = _pool(spec)
-    if len(pool):
+    if len(pool.sources) and pool.dims() == {n: t.dims for n, t in spec.inputs.items()}:  # rows of the case's shape
         for i in np.flatnonzero(rng.random(case.count) < POOL_SHARE):
-            row, perturbed = int(rng.integers(len(pool))), bool(rng.random() < 0.5)
+            row, perturbed = int(rng.integers(len(pool.sources))), bool(rng.random() < 0.5)
             for name, tensor in spec.inputs.items():
                 x = pool.arrays[name][row]
                 arrays[name][i] = perturb(tensor, x, rng) if perturbed else x
@@ -143,8 +152,8 @@ def rows_by_source(spec, cases):
 def poison_element(spec):
     """An element of the right shape holding strings: no numeric model can run it."""
     name, tensor = next(iter(spec.inputs.items()))
-    feed = {n: np.zeros(t.shape[1:], t.dtype) for n, t in spec.inputs.items()}
-    feed[name] = np.full(tensor.shape[1:], POISON)
+    feed = {n: np.zeros(t.dims, t.dtype) for n, t in spec.inputs.items()}
+    feed[name] = np.full(tensor.dims, POISON)
     return element_of(spec, feed)
 
 
@@ -163,9 +172,12 @@ def case_inputs(spec, case):
 
 
 # -- the pipeline ------------------------------------------------------------------------------------
-def handler_stack(subject, case):
-    """TracedHandler over the (keyed) handler; its pre/post-processing functions move to the outermost level."""
-    handler = subject.make(case.min_batch, case.max_batch)
+def handler_stack(subject, case, folder=None):
+    """TracedHandler over the (keyed) handler; its pre/post-processing functions move to the outermost level.
+    With ``folder``, every load_model call of the handler writes a LoadRecord there (``handlers.count_loads``)."""
+    handler = subject.make(case.min_batch, case.max_batch, **({"model_copies": case.copies} if case.copies else {}))
+    if folder is not None:
+        count_loads(handler, folder)
     pre, post = handler_fns(handler)
     core = WithoutFns(handler) if pre or post else handler
     inner = core
@@ -234,17 +246,17 @@ def _run(subject, case):
     try:
         with warnings.catch_warnings():  # a leaked file is reported by the handler_load_model check, not here
             warnings.simplefilter("ignore", ResourceWarning)
-            handler = handler_stack(subject, case)
+            handler = handler_stack(subject, case, folder)
             run.batching = dict(handler.batch_elements_kwargs())
             run.namespace = handler.get_metrics_namespace()
             with worker_import_path(case.workers):
                 result = _build_and_run(subject, case, handler, folder)
             run.metrics = _metrics(result, run.namespace)
     except Exception as err:  # noqa: BLE001 - the pipeline failing is an outcome the checks report
-        run.error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:500] if str(err).strip() else ''}"
+        run.error = failure_text(err)
     run.seconds = time.perf_counter() - start
-    for kind, item in _read_records(folder):
-        getattr(run, {"result": "results", "trace": "traces", "dead": "dead"}[kind]).append(item)
+    for kind, item in read_records(folder):
+        getattr(run, {"result": "results", "trace": "traces", "dead": "dead", "load": "loads"}[kind]).append(item)
     _as_sent(run, subject)
     return run
 
@@ -271,9 +283,7 @@ def _as_sent(run, subject):
 def _build_and_run(subject, case, handler, folder):
     p = make_pipeline(case.runner, subject.options, case.workers)
     transform = RunInference(handler)
-    # Several workers: Create's reshuffle lets the runner split the elements between the worker processes.
-    pcoll = (p | "Indices" >> beam.Create(range(case.count), reshuffle=case.workers > 1)
-             | "Elements" >> beam.Map(_Element(subject.spec, case)))
+    pcoll = case_elements(p, subject.spec, case)
     if case.exceptions:
         out, dlq = pcoll | "RunInference" >> transform.with_exception_handling()
         _ = dlq.failed_inferences | "DeadRecords" >> beam.Map(_dead_record) | "WriteDead" >> beam.ParDo(
@@ -292,7 +302,20 @@ def _build_and_run(subject, case, handler, folder):
 
 
 # -- on the workers ----------------------------------------------------------------------------------
-class _Element:
+def case_elements(p, spec, case):
+    """The case's elements as a PCollection of pipeline ``p`` (made on the workers: ``Element``). Several workers:
+    Create's reshuffle lets the runner split the elements between the worker processes."""
+    return (p | "Indices" >> beam.Create(range(case.count), reshuffle=case.workers > 1)
+            | "Elements" >> beam.Map(Element(spec, case)))
+
+
+def failure_text(err):
+    """A pipeline's failure in one line: the exception's type and the last line of its message."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[-1][:500] if text else ''}"
+
+
+class Element:
     """Element ``i`` of the case, made on the worker from the seed (shipping arrays in the pipeline graph
     costs Beam's pickler seconds of bz2 for a few MB), then passed through Beam's coder: RunInference gets
     what it gets behind any fusion break or from ``beam.Create`` (arrays that are views on decoded bytes)."""
@@ -355,7 +378,9 @@ class WriteRecords(beam.DoFn):
                 f.write(pickle.dumps(self.records))
 
 
-def _read_records(folder):
+def read_records(folder):
+    """The (kind, record) pairs written under ``folder`` (``WriteRecords``, ``handlers.CountedLoad``); the folder
+    is deleted."""
     try:
         files = FileSystems.match([f"{folder}/*.pkl"])[0].metadata_list
     except Exception:  # noqa: BLE001 - nothing was written (the pipeline failed before a bundle finished)

@@ -58,13 +58,16 @@ class ArrayHandler(ModelHandler):
         bindings: one ``Binding`` per model input; a single binding with ``element=None`` takes bare ndarrays.
         max_batch: the most rows the model takes in one call (the config's ``max_batch``); a static batch in the
             file, or a TensorRT profile's maximum, lowers it.
+        outputs: model output name -> the name a result carries for it (the reference's: ``output_names_for``);
+            an output not named keeps the model's name.
         **kwargs: Beam's ModelHandler arguments (``min_batch_size``, ``max_batch_size``, ``model_copies``,
             ``large_model``, ...).
     """
 
-    def __init__(self, path, bindings, max_batch, **kwargs):
+    def __init__(self, path, bindings, max_batch, outputs=None, **kwargs):
         super().__init__(**kwargs)
         self._path, self._bindings, self._max_batch = str(path), tuple(bindings), int(max_batch)
+        self._outputs = dict(outputs or {})
 
     # -- what a runtime provides ---------------------------------------------------------------------
     def open(self, path):
@@ -95,7 +98,8 @@ class ArrayHandler(ModelHandler):
         rows = []
         for start in range(0, len(batch), most):
             chunk = {k: v[start:start + most] for k, v in feed.items()}
-            rows += split_rows(model.infer(padded(chunk, static or fewest)), len(next(iter(chunk.values()))))
+            rows += split_rows(model.infer(padded(chunk, static or fewest)), len(next(iter(chunk.values()))),
+                               self._outputs)
         return [PredictionResult(element, row, path) for element, row in zip(batch, rows)]
 
     def stack(self, batch, dtypes):
@@ -148,9 +152,12 @@ def padded(chunk, rows_needed):
     return {k: np.concatenate([v, np.repeat(v[-1:], want - rows, axis=0)]) for k, v in chunk.items()}
 
 
-def split_rows(outputs, rows):
-    """The first ``rows`` rows of every output, one dict per row, each array a copy owning its data."""
-    return [{name: np.array(np.asarray(value)[i]) for name, value in outputs.items()} for i in range(rows)]
+def split_rows(outputs, rows, names=None):
+    """The first ``rows`` rows of every output, one dict per row (keys renamed by ``names``), each array a copy
+    owning its data."""
+    names = names or {}
+    return [{names.get(name, name): np.array(np.asarray(value)[i]) for name, value in outputs.items()}
+            for i in range(rows)]
 
 
 class OnnxRuntimeHandler(ArrayHandler):
@@ -190,38 +197,63 @@ class TensorRTHandler(ArrayHandler):
 
 
 # -- factories: ``[models.beam] handler = "paritygate.beam.handlers:onnxruntime"`` ------------------------
-def bindings_for(spec, onnx_path):
-    """One Binding per model input: the config's input name (the element's key) -> the ONNX input it answers to
-    (``iomap.input_map``: explicit, name, signature, decorated, single)."""
+def _graph_names(onnx_path):
+    """(input names without initializers, output names) of an ONNX file."""
     import onnx
-
-    from paritygate.backend.iomap import input_map
 
     graph = onnx.load(str(onnx_path), load_external_data=False).graph
     weights = {t.name for t in graph.initializer}
-    pairs = input_map(spec, [i.name for i in graph.input if i.name not in weights])
+    return [i.name for i in graph.input if i.name not in weights], [o.name for o in graph.output]
+
+
+def bindings_for(spec, onnx_path):
+    """One Binding per model input: the config's input name (the element's key) -> the ONNX input it answers to
+    (``iomap.input_map``: explicit, name, signature, decorated, single)."""
+    from paritygate.backend.iomap import input_map
+
+    pairs = input_map(spec, _graph_names(onnx_path)[0])
     single = len(spec.inputs) == 1
     return [Binding(None if single else name, pairs[name]) for name in spec.inputs]
 
 
-def onnxruntime(min_batch_size, max_batch_size, model, **kwargs):
+def output_names_for(spec, onnx_path, reference_outputs):
+    """ONNX output name -> the reference's name for it, resolved as every other check pairs outputs
+    (``iomap.map_names``: ``[models.outputs]``, name, signature, decorated, single): results then carry the
+    reference's output names (tf2onnx's ``StatefulPartitionedCall:1`` comes back as ``note``). Empty without
+    ``reference_outputs`` (results keep the ONNX names)."""
+    if not reference_outputs:
+        return {}
+    from paritygate.backend.iomap import MappingError, bindings_of, map_names
+
+    try:
+        pairs = map_names("output", list(reference_outputs), _graph_names(onnx_path)[1], spec.outputs,
+                          bindings_of(spec)[1], spec.signature)
+    except MappingError as err:
+        raise MappingError(f"{spec.where('outputs')}: {onnx_path}: {err}") from None
+    return {cand: ref for ref, (cand, _) in pairs.items()}
+
+
+def onnxruntime(min_batch_size, max_batch_size, model, reference_outputs=None, **kwargs):
     """OnnxRuntimeHandler over the model's own fp32 candidate ONNX (the config's ``onnx``, else the suite's
-    conversion). ``kwargs``: Beam's ModelHandler arguments (``model_copies``, ``large_model``, ...)."""
+    conversion), results by the reference's output names when given. ``kwargs``: Beam's ModelHandler arguments
+    (``model_copies``, ``large_model``, ...)."""
     from paritygate.backend.onnx.loader import onnx_artifact
 
     path = onnx_artifact(model, "fp32")
-    return OnnxRuntimeHandler(path, bindings_for(model, path), model.max_batch, min_batch_size=min_batch_size,
+    return OnnxRuntimeHandler(path, bindings_for(model, path), model.max_batch,
+                              output_names_for(model, path, reference_outputs), min_batch_size=min_batch_size,
                               max_batch_size=max_batch_size, **kwargs)
 
 
-def tensorrt(min_batch_size, max_batch_size, model, **kwargs):
+def tensorrt(min_batch_size, max_batch_size, model, reference_outputs=None, **kwargs):
     """TensorRTHandler over an fp32 engine the suite builds from the candidate ONNX (profile 1..max_batch)."""
     from paritygate.backend.onnx.loader import onnx_artifact
     from paritygate.backend.trt.loader import EngineFromOnnx
 
     onnx_path = onnx_artifact(model, "fp32")
     plan = EngineFromOnnx(onnx_path, model, "fp32")()
-    return TensorRTHandler(plan, bindings_for(model, onnx_path), model.max_batch, min_batch_size=min_batch_size,
+    return TensorRTHandler(plan, bindings_for(model, onnx_path), model.max_batch,
+                           output_names_for(model, onnx_path, reference_outputs), min_batch_size=min_batch_size,
                            max_batch_size=max_batch_size, **kwargs)
 
 

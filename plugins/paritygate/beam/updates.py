@@ -4,7 +4,7 @@ Two pipelines over the same elements (2*max_batch+1: a short final batch), each 
 model_metadata_pcoll=...)``: "before" with an empty side input, which keeps the default model (Beam:
 EmptySideInput -> ``update_model(None)``, apache_beam/ml/inference/base.py:2151), and "after" with
 ``ModelMetadata(model_id=<update target>)``, for which Beam calls ``update_model_path(model_id)`` and reloads
-(base.py:2157, :2004). Not one pipeline with a window before and a window after the update: a batch pipeline
+(base.py:2163, :2004). Not one pipeline with a window before and a window after the update: a batch pipeline
 processes windows in no set order, and a window with an empty side input processed after the update's window
 is served by the update (observed here with a correct handler: base.py:2004 sets the handler's path only when a
 side input names one, so reloading the "default" loads whatever path the handler last got). The check holds:
@@ -87,18 +87,19 @@ def update_case(spec):
 
 
 def run_update(subject, case, target):
-    """(results as (element digest, inference, model_id), pipeline error or None) of one pipeline whose side
-    input holds the update to ``target`` (None: an empty side input)."""
+    """(results as (element digest, inference, model_id), pipeline error or None, batch sizes) of one pipeline
+    whose side input holds the update to ``target`` (None: an empty side input)."""
     import apache_beam as beam
     from apache_beam.ml.inference.base import ModelMetadata, RunInference
 
     from paritygate.beam.pipeline import (
         WriteRecords,
-        _Element,
-        _read_records,
+        case_elements,
+        failure_text,
         handler_stack,
         make_pipeline,
         output_folder,
+        read_records,
     )
 
     folder, error = output_folder(case.runner, subject.options), None
@@ -107,16 +108,15 @@ def run_update(subject, case, target):
         try:
             p = make_pipeline(case.runner, subject.options)
             update = p | "Update" >> beam.Create([ModelMetadata(target, UPDATE_NAME)] if target else [])
-            elements = (p | "Indices" >> beam.Create(range(case.count))
-                        | "Elements" >> beam.Map(_Element(subject.spec, case)))
-            out = elements | "RunInference" >> RunInference(handler_stack(subject, case), model_metadata_pcoll=update)
+            out = case_elements(p, subject.spec, case) | "RunInference" >> RunInference(handler_stack(subject, case), model_metadata_pcoll=update)
             _ = (out | "Records" >> beam.Map(_Record(subject.spec, subject.output_names))
                  | "Write" >> beam.ParDo(WriteRecords(folder)))
             p.run().wait_until_finish()
             gc.collect()  # the handler's leaked files close here, inside the filter
         except Exception as err:  # noqa: BLE001 - the pipeline failing is the finding
-            error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:500] if str(err).strip() else ''}"
-    return [r for kind, r in _read_records(folder) if kind == "result"], error
+            error = failure_text(err)
+    records = read_records(folder)
+    return [r for kind, r in records if kind == "result"], error, [r for kind, r in records if kind == "trace"]
 
 
 class _Record:
@@ -128,7 +128,7 @@ class _Record:
         from paritygate.beam.handlers import BatchTrace
 
         if isinstance(output, BatchTrace):
-            return "trace", None
+            return "trace", output.size
         try:
             inference = normalise_inference(self.spec, self.output_names, output.inference)
         except (HandlerContractError, AttributeError) as err:
@@ -138,13 +138,15 @@ class _Record:
 
 def update_failures(subject, inputs, runs, target):
     """``runs``: {"before": results, "after": results} of the two pipelines."""
-    index = {d: i for i, (_, _, d, _) in enumerate(inputs)}
     refs = subject.references([ex for _, _, _, ex in inputs])
     failures, seen, default_ids = [], set(), set()
     for phase, d, inference, model_id in ((ph, *r) for ph, rs in runs.items() for r in rs):
-        i = index.get(d)
+        # elements with equal contents (an input-set row drawn twice) share a digest: each result takes the
+        # first one of them not yet seen in its phase
+        i = next((i for i, (_, _, dd, _) in enumerate(inputs) if dd == d and (phase, i) not in seen), None)
         if i is None:
-            failures.append(f"a result ({phase} the update): its example is none of the elements sent")
+            failures.append(f"a result ({phase} the update): its example is none of the elements sent, or one "
+                            "sent once came back twice")
             continue
         seen.add((phase, i))
         want = refs[i] if phase == "before" else shifted(refs[i])
@@ -172,12 +174,14 @@ def model_update(subject):
     from paritygate.beam.pipeline import case_inputs
 
     case, target = update_case(subject.spec), update_target(subject.spec)
-    (before, error_before), (after, error_after) = run_update(subject, case, None), run_update(subject, case, target)
+    (before, error_before, sizes_before), (after, error_after, sizes_after) = (run_update(subject, case, None),
+                                                                               run_update(subject, case, target))
     errors = [f"pipeline {phase} the update failed: {e}" for phase, e in (("before", error_before),
                                                                             ("after", error_after)) if e]
     inputs = case_inputs(subject.spec, case)
     failures = errors or update_failures(subject, inputs, {"before": before, "after": after}, target)
     return BeamCheckResult("beam_model_update", subject.spec.name, subject.name, failures,
                            {"precision": subject.precision, "update_target": target, "update_offset": UPDATE_OFFSET,
-                            "elements": case.count, "model_ids": {"before": sorted({str(m) for *_, m in before}),
+                            "elements": case.count, "batch_sizes": {"before": sizes_before, "after": sizes_after},
+                            "model_ids": {"before": sorted({str(m) for *_, m in before}),
                                                                   "after": sorted({str(m) for *_, m in after})}})

@@ -18,7 +18,7 @@ from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras
 from paritygate.models.config import ConfigError, load_config
 
 DEFAULT_RANGES = {"f": (-1.0, 1.0), "u": (0, 255), "i": (0, 1), "b": (0, 1)}  # numpy dtype kind -> range
-DYNAMIC_DIM = 16  # size proposed for a dynamic dimension other than the batch
+DYNAMIC_DIM = 16  # min size proposed for a dynamic dimension other than the batch (opt 2x, max 4x)
 CONFIRM = "# CONFIRM"
 
 
@@ -116,17 +116,22 @@ def _path(target, config_dir):
         return Path(target).resolve().as_posix()
 
 
-def _input_lines(name, dtype, shape, mapped):
-    dims, notes = [], []
-    for i, d in enumerate(shape):
-        if i > 0 and d == -1:
-            d = DYNAMIC_DIM
-            notes.append(f"dimension {i} is dynamic in the model: {DYNAMIC_DIM} chosen")
-        dims.append(int(d))
-    dims[0] = -1
+def _profile_line(shape, max_batch):
+    """``profile = { min, opt, max }`` for the dynamic dims of ``shape`` (batch 1, max_batch, max_batch)."""
+    dynamic = [i for i, d in enumerate(shape) if i > 0 and d == -1]
+    sizes = {"min": (1, 1), "opt": (max_batch, 2), "max": (max_batch, 4)}
+    table = ", ".join(f"{k} = {json.dumps([b] + [DYNAMIC_DIM * f if d == -1 else int(d) for d in shape[1:]])}"
+                      for k, (b, f) in sizes.items())
+    return (f"profile = {{ {table} }}  {CONFIRM}: dimension(s) {', '.join(map(str, dynamic))} dynamic in the model: "
+            f"the sizes it must take, min <= opt <= max ({DYNAMIC_DIM}..{4 * DYNAMIC_DIM} proposed; TensorRT builds "
+            "this optimization profile)")
+
+
+def _input_lines(name, dtype, shape, mapped, max_batch=4):
+    dims = [-1] + [int(d) for d in shape[1:]]
     low, high = DEFAULT_RANGES.get(np.dtype(dtype).kind, (0, 1))
-    lines = [f"[models.inputs.{_key(name)}]",
-             f"shape = {json.dumps(dims)}" + (f"  {CONFIRM}: {'; '.join(notes)}" if notes else ""),
+    lines = [f"[models.inputs.{_key(name)}]", f"shape = {json.dumps(dims)}",
+             *([_profile_line(shape, max_batch)] if -1 in dims[1:] else []),
              f'dtype = "{np.dtype(dtype).name}"',
              (f"range = [{low!r}, {high!r}]  {CONFIRM}: the inclusive bounds of valid values (default for "
              f"{np.dtype(dtype).name}); generated inputs stay inside")]
@@ -162,7 +167,7 @@ def render(found, name, config_dir, max_batch=4):
               f'task = "generic"                       {CONFIRM}: classification | regression | detection | generic',
               ""]
     for inp, (dtype, shape) in found.inputs.items():
-        lines += _input_lines(inp, dtype, shape, found.input_map.get(inp)) + [""]
+        lines += _input_lines(inp, dtype, shape, found.input_map.get(inp), max_batch) + [""]
     lines.append("# reference output -> candidate output" if found.output_map else
                  f"# reference outputs: {', '.join(found.outputs)} (paired with the candidate's by name when "
                  "converted here)")

@@ -51,9 +51,12 @@ def build_parser():
     replay = sub.add_parser("replay", help="replay a saved reproducer (.npz)")
     replay.add_argument("file", metavar="FILE", help="a reproducer written by a failing property check")
 
-    report = sub.add_parser("report", help="re-render parity-report.md and .html from a parity-report.json")
-    report.add_argument("json", metavar="JSON", help="a parity-report.json")
-    report.add_argument("--out", metavar="DIR", help="where to write them (default: beside JSON)")
+    report = sub.add_parser("report", help="re-render parity-report.md and .html from a parity-report.json, or "
+                            "merge shard reports into one", description="One JSON: re-render its Markdown and "
+                            "HTML (exit 0). Several (the shards of one run): merge them into one "
+                            "parity-report.json/.md/.html in --out and exit with the merged verdict (0 pass, 1 fail).")
+    report.add_argument("json", metavar="JSON", nargs="+", help="a parity-report.json (several: shard reports)")
+    report.add_argument("--out", metavar="DIR", help="where to write them (default: beside JSON; required to merge)")
     return parser
 
 
@@ -109,7 +112,9 @@ def _replay(args, _extra):
 def _report(args, _extra):
     from paritygate.report import render_html, render_markdown
 
-    source = Path(args.json)
+    if len(args.json) > 1:
+        return _merge(args)
+    source = Path(args.json[0])
     try:
         data = json.loads(source.read_text())
     except (OSError, ValueError) as err:
@@ -124,6 +129,31 @@ def _report(args, _extra):
     (out / "parity-report.html").write_text(render_html(data))
     print(f"wrote {out / 'parity-report.md'} and {out / 'parity-report.html'}")
     return OK
+
+
+def _merge(args):
+    from paritygate.report import write_data
+    from paritygate.report.merge import MergeError, merge_reports
+    from paritygate.report.text import counts, run_fails
+
+    if not args.out:
+        print("paritygate report: error: merging shard reports needs --out DIR (the shards' own files stay as they "
+              "are)", file=sys.stderr)
+        return USAGE
+    try:
+        data = merge_reports(args.json)
+    except MergeError as err:
+        print(f"paritygate report: error: {err}", file=sys.stderr)
+        return USAGE
+    out = write_data(data, Path(args.out))
+    base = data.get("baseline") or {}
+    failed = run_fails(data["checks"]) or base.get("new_failures") or any(d.get("gating") for d in base.get("drift", []))
+    tally = ", ".join(f"{n} {s}" for s, n in counts(data["checks"]).items() if n)
+    print(f"paritygate report: {len(args.json)} shards, {len(data['checks'])} checks: {tally}; "
+          f"verdict {'FAIL' if failed else 'PASS'}; wrote {out / 'parity-report.json'}, .md and .html")
+    for line in data["environment_differs"]:
+        print(f"paritygate report: WARNING: shards ran on different environments: {line}")
+    return FAILED if failed else OK
 
 
 if __name__ == "__main__":

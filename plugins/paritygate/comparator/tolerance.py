@@ -124,8 +124,9 @@ DETERMINISM_SOURCE = "bitwise: identical inputs, artifact and device give identi
 
 
 def reduction_length(spec):
-    """n of the batch-invariance bound: the number of input elements of one example."""
-    return int(sum(np.prod(t.shape[1:], dtype=np.int64) for t in spec.inputs.values()))
+    """n of the batch-invariance bound: the number of input elements of one example (of the profile's max shape
+    for a dynamic input: the bound grows with n, so it holds for every shape of the profile)."""
+    return int(sum(np.prod(t.profile_dims()[-1], dtype=np.int64) for t in spec.inputs.values()))
 
 
 def invariance_bound(spec, alone, other, computed=None):

@@ -58,6 +58,8 @@ def _fill_int(pattern, low, high, shape, rng):
     return np.where(positions < lengths[..., None], x, low)
 
 
-def sample_inputs(spec, count, rng):
-    """``count`` uniformly drawn samples per input (a seeded, reproducible input set)."""
-    return {name: _fill("uniform", t, t.with_batch(count), rng) for name, t in spec.inputs.items()}
+def sample_inputs(spec, count, rng, dims=None):
+    """``count`` uniformly drawn samples per input (a seeded, reproducible input set); ``dims``: input name ->
+    non-batch dims (default each input's ``dims``: the profile's opt for a dynamic input)."""
+    dims = dims or {}
+    return {name: _fill("uniform", t, t.with_batch(count, dims.get(name)), rng) for name, t in spec.inputs.items()}

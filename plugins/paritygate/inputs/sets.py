@@ -7,13 +7,19 @@ which checks, in this order:
     opens       the file is an .npz archive numpy reads without pickles (any failure: one line naming it)
     names       one array per input of the spec, by name; nothing else but ``__labels__``
     dtypes      each array has its input's declared dtype
-    shapes      each array is [N, *the declared non-batch dims], the same N for every input
+    shapes      each array is [N, *the declared non-batch dims], the same N for every input; a dynamic input's
+                dims lie within its profile (``inputs.<name>.profile``, min..max per dim)
     finite      float arrays hold no NaN or Inf
     range       every value lies in the input's declared range (``inputs.<name>.range``)
     labels      ``__labels__``: one per row; for a classification model integers >= 0
 
 Each problem is an ``InputSetError`` (a ``SuiteError``: the suite's own data, never the candidate's ``fail``) whose
-one-line message names the file, the array and what was expected. ``paritygate.models.preflight`` runs it on every data
+one-line message names the file, the array and what was expected.
+
+Several shapes in one file (a model with a dynamic input): each input's array of one shape is keyed
+``<input>@<dims>``, dims the non-batch dims joined by ``x`` (``image@48x48x3``, ``image@97x131x3``), its labels
+``__labels__@<dims>``; the arrays of one suffix form one group, checked as above. The suffix names the first
+input's dims; every input of the group carries the same suffix. ``paritygate.models.preflight`` runs it on every data
 file of every model before any check (exit code 4); the checks read the same files through it again.
 """
 
@@ -35,9 +41,13 @@ class InputSetError(SuiteError):
 @dataclass
 class InputSet:
     path: Path
-    inputs: dict  # input name -> array, in the spec's order
+    inputs: dict  # input name -> array, in the spec's order (the first group's, when the file holds several shapes)
     labels: object  # np.ndarray or None
     rows: int
+    groups: list = None  # one InputSet per shape (``<input>@<dims>`` keys); [self] for a file of one shape
+
+    def __post_init__(self):
+        self.groups = self.groups or [self]
 
 
 def read_npz(path, what="input set"):
@@ -73,6 +83,37 @@ def read_input_set(spec, path, what="input set", labels="optional"):
     """The input set at ``path`` checked against ``spec``; ``labels``: "optional", "required" or "none" (a
     ``__labels__`` array is then refused)."""
     arrays = read_npz(path, what)
+    groups = split_shapes(spec, path, arrays, what)
+    if len(groups) > 1:
+        sets = [_read_group(spec, path, g, what, labels) for g in groups]
+        first = sets[0]
+        return InputSet(Path(path), first.inputs, first.labels, sum(s.rows for s in sets), sets)
+    return _read_group(spec, path, groups[0], what, labels)
+
+
+def split_shapes(spec, path, arrays, what="input set"):
+    """The arrays of ``path`` as one dict per shape group: plain keys form one group, ``<name>@<dims>`` keys one
+    group per suffix (see the module docstring); mixing both layouts, or a malformed suffix, is refused."""
+    suffixed = {k for k in arrays if "@" in k}
+    if not suffixed:
+        return [arrays]
+    plain = sorted(set(arrays) - suffixed)
+    if plain:
+        raise InputSetError(f"{path}: {what} mixes plain array(s) {plain} with shape-suffixed ones "
+                            f"{sorted(suffixed)[:3]}; expected every array keyed '<input>@<dims>' (e.g. "
+                            f"'{next(iter(spec.inputs))}@48x48x3') or none")
+    groups = {}
+    for key in sorted(suffixed):
+        name, _, dims = key.partition("@")
+        if not all(d.isdigit() for d in dims.split("x")):
+            raise InputSetError(f"{path}: array '{key}': shape suffix '{dims}' is not dims joined by 'x'; expected "
+                                f"e.g. '{name}@48x48x3'")
+        groups.setdefault(dims, {})[name] = arrays[key]
+    return list(groups.values())
+
+
+def _read_group(spec, path, arrays, what, labels):
+    arrays = dict(arrays)
     label = arrays.pop(LABELS, None)
     if label is None and labels == "required":
         raise InputSetError(f"{path}: {what} has no '{LABELS}' array; expected one label per row")
@@ -96,9 +137,11 @@ def check_arrays(spec, path, arrays, what="input set"):
     rows = {}
     for name, t in spec.inputs.items():
         x = arrays[name]
-        if x.dtype != t.dtype or x.ndim != len(t.shape) or tuple(x.shape[1:]) != tuple(t.shape[1:]):
+        if x.dtype != t.dtype or x.ndim != len(t.shape) or not t.accepts_dims(tuple(x.shape[1:])):
+            within = (f" within the profile min {list(t.profile[0])} .. max {list(t.profile[2])}" if t.profile
+                      else "")
             raise InputSetError(f"{path}: array '{name}' is {x.dtype}{list(x.shape)}, expected {t.dtype} "
-                                f"{list(t.with_batch('N'))} (inputs.{name} of {spec.source})")
+                                f"{['N', *t.shape[1:]]}{within} (inputs.{name} of {spec.source})")
         _check_values(spec, path, name, t, x)
         rows[name] = len(x)
     if len(set(rows.values())) > 1:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.inputs.sampling import (  # noqa: F401 - sample_inputs re-exported
+from paritygate.inputs.sampling import (
     FLOAT_PATTERNS,
     INT_PATTERNS,
     _fill,
@@ -55,19 +55,34 @@ class Feed(dict):
 
 @dataclass
 class InputPool:
-    """Rows of a model's own input sets, stacked: ``arrays`` by input name, ``sources`` per row."""
+    """Rows of a model's own input sets, stacked: ``arrays`` by input name, ``sources`` per row. Rows of one
+    shape stack; a dynamic model's rows of another shape go to a pool of their own in ``others`` (by dims), so
+    that ``parts()`` lists one pool per shape and ``len`` counts every row."""
 
     arrays: dict = field(default_factory=dict)
     sources: list = field(default_factory=list)
     files: dict = field(default_factory=dict)  # source -> the file its rows came from
+    others: dict = field(default_factory=dict)  # dims key -> InputPool of rows of another shape
 
     def __len__(self):
-        return len(self.sources)
+        return len(self.sources) + sum(len(p) for p in self.others.values())
+
+    def parts(self):
+        """One pool per shape, each of stacked rows (this pool first, when it holds rows)."""
+        return ([self] if self.sources else []) + list(self.others.values())
+
+    def dims(self):
+        """Input name -> the non-batch dims of this pool's rows."""
+        return {k: tuple(v.shape[1:]) for k, v in self.arrays.items()}
 
     def add(self, spec, source, path, arrays):
         rows = check_arrays(spec, path, arrays)
         if not rows:
             return
+        dims = {k: tuple(arrays[k].shape[1:]) for k in spec.inputs}
+        if self.sources and dims != self.dims():
+            self.files[source] = str(path)
+            return self.others.setdefault(tuple(dims.items()), InputPool()).add(spec, source, path, arrays)
         for name in spec.inputs:
             have = self.arrays.get(name)
             self.arrays[name] = arrays[name] if have is None else np.concatenate([have, arrays[name]])
@@ -86,14 +101,17 @@ def model_input_pool(spec):
         pool.add(spec, "golden", goldens.golden_path(spec), goldens.load_golden(spec).inputs)
     elif goldens.input_set_path(spec).exists():
         path = goldens.input_set_path(spec)
-        pool.add(spec, "input_set", path, read_input_set(spec, path).inputs)
+        _add_groups(spec, pool, "input_set", read_input_set(spec, path))
     if goldens.heldout_set_path(spec).exists():
-        path = goldens.heldout_set_path(spec)
-        pool.add(spec, "heldout", path, read_input_set(spec, path, "held-out set").inputs)
+        _add_groups(spec, pool, "heldout", read_input_set(spec, goldens.heldout_set_path(spec), "held-out set"))
     if spec.calibration is not None and Path(spec.calibration).exists():
-        pool.add(spec, "calibration", spec.calibration,
-                 read_input_set(spec, spec.calibration, "calibration set").inputs)
+        _add_groups(spec, pool, "calibration", read_input_set(spec, spec.calibration, "calibration set"))
     return pool
+
+
+def _add_groups(spec, pool, source, found):
+    for group in found.groups:  # one per shape
+        pool.add(spec, source, found.path, group.inputs)
 
 
 # A perturbed row moves by Gaussian noise of 1% of the input's range width (0.02 on an image in [-1, 1]), or,
@@ -125,25 +143,50 @@ def pool_feeds(spec, pool, batch=None):
     """One feed per source of ``pool``: ``batch`` (default max_batch) of its rows, evenly spaced, unperturbed."""
     batch = batch or spec.max_batch
     feeds_ = []
-    for source in dict.fromkeys(pool.sources):
-        rows = np.flatnonzero(np.array(pool.sources) == source)
-        pick = rows[np.linspace(0, len(rows) - 1, min(batch, len(rows))).astype(int)]
-        feeds_.append(Feed({k: v[pick] for k, v in pool.arrays.items()}, [source] * len(pick)))
+    for part in pool.parts():  # one shape each
+        for source in dict.fromkeys(part.sources):
+            rows = np.flatnonzero(np.array(part.sources) == source)
+            pick = rows[np.linspace(0, len(rows) - 1, min(batch, len(rows))).astype(int)]
+            feeds_.append(Feed({k: v[pick] for k, v in part.arrays.items()}, [source] * len(pick)))
     return feeds_
+
+
+def profile_corners(spec):
+    """Input name -> non-batch dims, one dict per corner of the inputs' profiles: min, opt, max (one dict, the
+    declared dims, when no input is dynamic). Inputs take their corners together: min with min."""
+    if not any(t.profile for t in spec.inputs.values()):
+        return [{name: t.dims for name, t in spec.inputs.items()}]
+    return [{name: t.profile_dims()[i] if t.profile else t.dims for name, t in spec.inputs.items()}
+            for i in range(3)]
+
+
+def batch_feeds(spec, inputs, batch):
+    """Feeds of ``batch`` rows at each corner of the profile (min, opt, max dims): ``inputs`` (rows of the
+    model's data) repeated to ``batch`` where they have the corner's dims, else seeded uniform samples."""
+    out = []
+    for dims in profile_corners(spec):
+        if all(tuple(inputs[k].shape[1:]) == tuple(d) for k, d in dims.items()):
+            feed = {k: np.resize(v, (batch, *v.shape[1:])) for k, v in inputs.items()}
+        else:
+            feed = sample_inputs(spec, batch, np.random.default_rng(batch), dims)
+        out.append(feed)
+    return out
 
 
 def corner_feeds(spec):
     """Feeds Hypothesis always tries first: every input at its low bound, its high bound, and zero (clipped
-    into range), at the largest batch. Defects at the edges of the valid range are then found every run."""
+    into range), at the largest batch, at each corner of a dynamic input's profile (min, opt, max). Defects at
+    the edges of the valid range and of the profile are then found every run."""
     batch = spec.max_batch
     corners = []
-    for value in ("low", "high", "zero"):
-        feed = {}
-        for name, t in spec.inputs.items():
-            low, high = t.range
-            v = {"low": low, "high": high, "zero": min(max(0, low), high)}[value]
-            feed[name] = np.full(t.with_batch(batch), v, dtype=t.dtype)
-        corners.append(Feed(feed, [f"corner:{value}"] * batch))
+    for dims in profile_corners(spec):
+        for value in ("low", "high", "zero"):
+            feed = {}
+            for name, t in spec.inputs.items():
+                low, high = t.range
+                v = {"low": low, "high": high, "zero": min(max(0, low), high)}[value]
+                feed[name] = np.full(t.with_batch(batch, dims[name]), v, dtype=t.dtype)
+            corners.append(Feed(feed, [f"corner:{value}"] * batch))
     return corners
 
 
@@ -168,18 +211,36 @@ def feeds(spec, batch_sizes=None, pool=None):
     from hypothesis import strategies as st
 
     sizes = st.sampled_from(sorted(batch_sizes)) if batch_sizes else st.integers(1, spec.max_batch)
+    dynamic = any(t.dynamic for t in spec.inputs.values())
 
     @st.composite
     def strategy(draw):
         batch = draw(sizes)
-        arrays = {name: draw(_tensors(t, batch)) for name, t in spec.inputs.items()}
+        part = pool.parts()[0] if pool is not None and len(pool) and not dynamic else None
+        dims = {}
+        if dynamic:  # one shape per batch: a shape of the model's own rows, or one drawn across the profile
+            parts = pool.parts() if pool is not None else []
+            part = draw(st.one_of(st.none(), st.sampled_from(parts))) if parts else None
+            dims = part.dims() if part is not None else {n: draw(_dims(t)) for n, t in spec.inputs.items()}
+        arrays = {name: draw(_tensors(t, batch, dims.get(name))) for name, t in spec.inputs.items()}
         sources = ["noise"] * batch
-        if pool is not None and len(pool):
+        if part is not None:
             for i in range(batch):
-                sources[i] = draw(_pool_rows(spec, pool, arrays, i)) or sources[i]
+                sources[i] = draw(_pool_rows(spec, part, arrays, i)) or sources[i]
         return Feed(arrays, sources)
 
     return strategy()
+
+
+def _dims(tensor):
+    """Non-batch dims within the tensor's profile: its min, opt or max, or any dims in between."""
+    from hypothesis import strategies as st
+
+    if not tensor.profile:
+        return st.just(tensor.dims)
+    low, high = tensor.profile[0][1:], tensor.profile[2][1:]
+    between = st.tuples(*(st.integers(a, b) for a, b in zip(low, high)))
+    return st.one_of(st.sampled_from(tensor.profile_dims()), between)
 
 
 def _pool_rows(spec, pool, arrays, i):
@@ -188,7 +249,7 @@ def _pool_rows(spec, pool, arrays, i):
 
     @st.composite
     def strategy(draw):
-        row = draw(st.one_of(st.none(), st.integers(0, len(pool) - 1)))
+        row = draw(st.one_of(st.none(), st.integers(0, len(pool.sources) - 1)))
         if row is None:
             return None
         seed = draw(st.one_of(st.none(), st.integers(0, 2**32 - 1)))
@@ -201,10 +262,10 @@ def _pool_rows(spec, pool, arrays, i):
     return strategy()
 
 
-def _tensors(tensor, batch):
+def _tensors(tensor, batch, dims=None):
     from hypothesis import strategies as st
 
-    shape = tensor.with_batch(batch)
+    shape = tensor.with_batch(batch, dims)
     patterns = INT_PATTERNS if tensor.dtype.kind in "iub" else FLOAT_PATTERNS
 
     @st.composite

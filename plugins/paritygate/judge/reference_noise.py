@@ -51,7 +51,8 @@ class ReferenceNoise:
         if key not in self.profiles:
             arrays = dict(feed)
             outputs = _numpy(self.runner.infer(arrays))
-            configs = {"repeat": _numpy(self.runner.infer(arrays))}
+            again = getattr(self.runner, "again", self.runner.infer)  # the cache keeps a repeat as its own sample
+            configs = {"repeat": _numpy(again(arrays))}
             n = len(next(iter(arrays.values())))
             if n > 1:
                 rows = [self._single({k: v[i:i + 1] for k, v in arrays.items()}) for i in range(n)]
@@ -131,9 +132,11 @@ class Ledger:
         self.failing_feed = self.failing_worst = None
         self.feeds = []  # every distinct input, in order: what a repair plan must pass too (paritygate.judge.plans)
         self.unstable = []  # one entry per input where the reference's spread exceeded the check's limit
+        self.shapes = Counter()  # the distinct feed shapes run: ((input, shape), ...) -> examples
 
     def add(self, feed, profile):
         self.examples += 1
+        self.shapes[tuple((k, tuple(np.shape(v))) for k, v in feed.items())] += 1
         if profile.digest not in self.seen:  # Hypothesis may replay an input: count its information once
             self.seen.add(profile.digest)
             self.feeds.append(feed)
@@ -166,7 +169,9 @@ class Ledger:
 
     def details(self, spec, pool):
         d = {"examples": self.examples, "inputs": {"rows_by_source": dict(sorted(self.sources.items())),
-                                                   "distinct_inputs": len(self.seen), "input_sets": pool.files}}
+                                                   "distinct_inputs": len(self.seen), "input_sets": pool.files,
+                                                   "shapes": [{"shape": {k: list(s) for k, s in key}, "examples": n}
+                                                              for key, n in self.shapes.items()]}}
         if self.worst:
             from paritygate.judge.parity import ParityResult
 

@@ -49,10 +49,11 @@ class TaskRows:
     def sweep(self, pool, reference, candidate):
         """Every row of ``pool`` as is, in batches of max_batch through both runners."""
         batch = self.spec.max_batch
-        for start in range(0, len(pool), batch):
-            feed = {k: v[start:start + batch] for k, v in pool.arrays.items()}
-            wrapped = _Feed(feed, pool.sources[start:start + batch])
-            self.add(wrapped, reference.infer(feed), candidate.infer(feed))
+        for part in pool.parts():  # one shape each
+            for start in range(0, len(part.sources), batch):
+                feed = {k: v[start:start + batch] for k, v in part.arrays.items()}
+                wrapped = _Feed(feed, part.sources[start:start + batch])
+                self.add(wrapped, reference.infer(feed), candidate.infer(feed))
 
     def judge(self):
         """(metric per source, failure lines, the inputs of the rows that failed) over the collected rows."""

@@ -34,10 +34,18 @@ HELP = ("inputs that move the reference would help: the model's own data (golden
 
 
 def stack_outputs(outputs_list):
-    """Reference outputs of every example (dicts name -> batch-first array) stacked per output."""
+    """Reference outputs of every example (dicts name -> batch-first array) stacked per output. Outputs whose
+    shape follows a dynamic input's (a fully convolutional model's maps) stack only with rows of their own
+    shape: the shape that most rows have is taken, whose elements line up across inputs."""
     names = outputs_list[0].keys() if outputs_list else ()
-    return {k: np.concatenate([np.asarray(o[k]).reshape(-1, *np.shape(o[k])[1:]) for o in outputs_list])
-            for k in names}
+    stacked = {}
+    for k in names:
+        rows = [np.asarray(o[k]).reshape(-1, *np.shape(o[k])[1:]) for o in outputs_list]
+        by_shape = {}
+        for r in rows:
+            by_shape.setdefault(r.shape[1:], []).append(r)
+        stacked[k] = np.concatenate(max(by_shape.values(), key=lambda rs: sum(len(r) for r in rs)))
+    return stacked
 
 
 def informativeness(spec, outputs_list, limit):

@@ -138,7 +138,7 @@ def _reference_rows(session, spec, batches, profile):
     if not available("tensorflow"):
         return [], missing_reason("tensorflow")
     from paritygate.backend.base import RunnerError
-    from paritygate.backend.runtimes import reference_runner
+    from paritygate.backend.runtimes import live_reference
     from paritygate.inputs.strategies import sample_inputs
 
     rows = []
@@ -147,7 +147,7 @@ def _reference_rows(session, spec, batches, profile):
         if key not in session.context.reference_latency:
             feed = sample_inputs(spec, batch, np.random.default_rng(0))
             try:
-                timing = measure_runner(reference_runner(session.context, spec), feed, profile)
+                timing = measure_runner(live_reference(session, spec), feed, profile)
             except (RunnerError, OSError, ValueError) as err:
                 return [], f"{type(err).__name__}: {err}"
             session.context.reference_latency[key] = latency_row("reference", "tensorflow", batch, timing)

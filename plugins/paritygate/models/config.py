@@ -29,15 +29,35 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
-    shape: tuple  # -1 at index 0 marks the batch dimension
+    shape: tuple  # -1 at index 0 marks the batch dimension; -1 elsewhere a dynamic dim, bounded by ``profile``
     dtype: np.dtype
     range: tuple  # inclusive (low, high)
     candidate: str = None  # the candidate's name for this input, when it differs (``candidate = "..."``)
     reference_dtype: np.dtype = None  # the dtype a side declares, when it differs: its feed is cast, exactly
     candidate_dtype: np.dtype = None
+    profile: tuple = None  # (min, opt, max) shapes, TensorRT's optimization profile; None for a fixed shape
 
-    def with_batch(self, batch):
-        return (batch,) + tuple(self.shape[1:])
+    @property
+    def dynamic(self):
+        return -1 in self.shape[1:]
+
+    @property
+    def dims(self):
+        """The non-batch dims a feed takes by default: the declared ones, the profile's opt for a dynamic dim."""
+        return tuple(self.profile[1][1:]) if self.profile else tuple(self.shape[1:])
+
+    def with_batch(self, batch, dims=None):
+        """The concrete shape ``[batch, *dims]``; ``dims`` defaults to ``self.dims`` (opt for dynamic dims)."""
+        return (batch,) + tuple(self.dims if dims is None else dims)
+
+    def profile_dims(self):
+        """The non-batch dims of the profile's min, opt and max shapes (the declared dims when fixed)."""
+        return [tuple(s[1:]) for s in self.profile] if self.profile else [self.dims]
+
+    def accepts_dims(self, dims):
+        """Whether non-batch ``dims`` lie within the profile (equal the declared dims when fixed)."""
+        lo, hi = (self.profile[0][1:], self.profile[2][1:]) if self.profile else (self.shape[1:], self.shape[1:])
+        return len(dims) == len(lo) and all(a <= d <= b for a, d, b in zip(lo, dims, hi))
 
     def dtype_of(self, side):
         """The dtype ``side`` ("reference" / "candidate") is fed: its own declared dtype, else ``dtype``."""
@@ -134,17 +154,17 @@ def _resolve(base, value, spec_where, must_exist=True):
     return p
 
 
-def _tensor_spec(where, name, table):
+def _tensor_spec(where, name, table, max_batch=None):
     """``where(key)`` names the config file, the model and the key; each error names ``inputs.<name>.<field>``."""
     def key(field):
         return where(f"inputs.{name}.{field}")
 
     shape = tuple(table["shape"])
-    if shape[0] != -1 or -1 in shape[1:]:
-        raise ConfigError(f"{key('shape')}: {list(shape)}: expected -1 as the first (batch) dimension and fixed "
-                          "sizes elsewhere")
+    if shape[0] != -1:
+        raise ConfigError(f"{key('shape')}: {list(shape)}: expected -1 as the first (batch) dimension")
     if 0 in shape:
         raise ConfigError(f"{key('shape')}: {list(shape)}: dimensions must be positive")
+    profile = _profile(key, name, shape, table.get("profile"), max_batch)
     low, high = table["range"]
     if low > high:
         raise ConfigError(f"{key('range')}: {[low, high]}: low must be <= high")
@@ -162,7 +182,40 @@ def _tensor_spec(where, name, table):
         raise ConfigError(f"{key('range')}: {[low, high]}: expected finite bounds within {dtype}")
     sides = {f"{side}_dtype": _exact_cast(key(f"{side}_dtype"), name, dtype, (low, high), table.get(f"{side}_dtype"))
              for side in ("reference", "candidate")}
-    return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high), candidate=table.get("candidate"), **sides)
+    return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high), candidate=table.get("candidate"),
+                      profile=profile, **sides)
+
+
+def _profile(key, name, shape, table, max_batch):
+    """The (min, opt, max) shapes of a dynamic input: TensorRT's optimization profile (IOptimizationProfile::
+    setDimensions takes the same three), checked against the declared shape and max_batch."""
+    if table is None:
+        if -1 in shape[1:]:
+            batch = {"min": 1, "opt": max_batch or 1, "max": max_batch or 1}
+            example = {k: [b] + [{"min": 16, "opt": 64, "max": 256}[k] if d == -1 else d for d in shape[1:]]
+                       for k, b in batch.items()}
+            line = "profile = { " + ", ".join(f"{k} = {v}" for k, v in example.items()) + " }"
+            raise ConfigError(f"{key('shape')}: {list(shape)}: a dynamic (-1) dimension other than the batch needs "
+                              f"the sizes it takes; write e.g. `{line}` in the table of inputs.{name}, with your "
+                              "sizes for the -1 dims (min <= opt <= max per dim, TensorRT's optimization profile)")
+        return None
+    shapes = tuple(tuple(table[k]) for k in ("min", "opt", "max"))
+    for k, s in zip(("min", "opt", "max"), shapes):
+        if len(s) != len(shape):
+            raise ConfigError(f"{key('profile.' + k)}: {list(s)}: rank {len(s)}, expected rank {len(shape)} "
+                              f"of shape {list(shape)}")
+        for axis, (have, declared) in enumerate(zip(s[1:], shape[1:]), start=1):
+            if declared != -1 and have != declared:
+                raise ConfigError(f"{key('profile.' + k)}: {list(s)}: dimension {axis} is {have}, expected "
+                                  f"{declared} (fixed in shape {list(shape)})")
+    for axis, (lo, opt, hi) in enumerate(zip(*shapes)):
+        if not lo <= opt <= hi:
+            raise ConfigError(f"{key('profile')}: dimension {axis}: min {lo}, opt {opt}, max {hi}: expected "
+                              "min <= opt <= max")
+    if max_batch is not None and shapes[2][0] != max_batch:
+        raise ConfigError(f"{key('profile.max')}: {list(shapes[2])}: batch dimension {shapes[2][0]}, expected "
+                          f"max_batch = {max_batch} (the largest batch the suite runs)")
+    return shapes
 
 
 def _exact_cast(where, name, dtype, bounds, target):
@@ -193,7 +246,7 @@ def _model_spec(path, table, check_files):
     def where(key):
         return f"{path}: model '{name}': key '{key}'"
 
-    inputs = {n: _tensor_spec(where, n, t) for n, t in table["inputs"].items()}
+    inputs = {n: _tensor_spec(where, n, t, table["max_batch"]) for n, t in table["inputs"].items()}
     engines = {p: _resolve(base, v, where(f"engines.{p}"), check_files) for p, v in table.get("engines", {}).items()}
     unknown = set(engines) - set(table["precisions"])
     if unknown:

@@ -13,7 +13,8 @@ def report_dict(session):
     data = {"schema": SCHEMA, "environment": session.environment, "runtime": session.runtime,
             "numerics": getattr(session, "numerics", "strict"),
             "config": str(session.config_path), "device_class": session.device_class,
-            "artifact_cache": session.cache_stats(), "validation": session.validation,
+            "artifact_cache": session.cache_stats(),
+            "reference_cache": session.reference_cache_stats(), "time": session.time_spent(), "validation": session.validation,
             "checks": sorted(session.checks, key=lambda c: (c["model"], c["precision"] or "", c["check"])),
             "findings": sorted(session.findings, key=lambda f: (f["kind"], f["model"], f["precision"] or "",
                                                                 f["check"]))}
@@ -24,9 +25,13 @@ def report_dict(session):
 
 def write_report(session, folder, data=None):
     """Write all three files; called at session end also when checks failed."""
+    return write_data(report_dict(session) if data is None else data, folder)
+
+
+def write_data(data, folder):
+    """Write a report dict as parity-report.json, .md and .html into ``folder``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    data = report_dict(session) if data is None else data
     (folder / "parity-report.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     (folder / "parity-report.md").write_text(render_markdown(data))
     (folder / "parity-report.html").write_text(render_html(data))

@@ -73,3 +73,15 @@ def test_deactivate_is_idempotent(toy_onnx):
     runner.deactivate()
     runner.deactivate()
     assert not runner.is_active
+
+
+def test_threads_do_not_spin_in_an_xdist_worker_and_outputs_are_the_same(toy_onnx, monkeypatch):
+    x = {"x": np.linspace(-1, 1, 8, dtype=np.float32).reshape(8, 1)}
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    alone = OnnxrtRunner(toy_onnx).activate()
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    worker = OnnxrtRunner(toy_onnx).activate()
+    assert alone.spin and not worker.spin and OnnxrtRunner(toy_onnx, spin=True).spin
+    assert worker._sess.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    for k, v in alone.infer(x).items():
+        assert np.array_equal(v, worker.infer(x)[k])

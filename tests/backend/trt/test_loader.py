@@ -59,6 +59,44 @@ def test_profile_opt_batch_is_a_choice_within_the_range():
         util.profile_shapes(spec, opt_batch=9)
 
 
+DYNAMIC = ((1, 12, 12, 3), (4, 48, 48, 3), (8, 160, 160, 3))  # the config's profile = { min, opt, max }
+
+
+def _dynamic_spec():
+    from dataclasses import replace
+
+    spec = make_spec(max_batch=8, inputs={"image": ((-1, -1, -1, 3), "float32"), "mask": ((-1, 5), "int64")})
+    image = replace(spec.inputs["image"], profile=DYNAMIC)
+    return replace(spec, inputs={"image": image, "mask": spec.inputs["mask"]})
+
+
+def test_profile_of_a_dynamic_input_is_the_configs_min_opt_max():
+    spec = _dynamic_spec()
+    assert util.profile_shapes(spec) == {"image": DYNAMIC, "mask": ((1, 5), (8, 5), (8, 5))}
+    assert util.profile_shapes(spec, opt_batch=2)["image"] == (DYNAMIC[0], (2, 48, 48, 3), DYNAMIC[2])
+    assert util.build_settings(spec)["profile"]["image"] == [list(s) for s in DYNAMIC]
+
+
+def test_the_builder_config_takes_the_configs_profile(tmp_path):
+    """The Polygraphy Profile handed to CreateConfig (built without TensorRT: Profile is plain Python)."""
+    pytest.importorskip("polygraphy")
+    onnx = tmp_path / "m.onnx"
+    onnx.write_bytes(b"")
+    config = loader.EngineFromOnnx(onnx, _dynamic_spec(), "fp32", cache_dir=tmp_path, identity=A100).config_loader()
+    profile = config.profiles[0]
+    assert tuple(profile["image"].min) == DYNAMIC[0]
+    assert tuple(profile["image"].opt) == DYNAMIC[1]
+    assert tuple(profile["image"].max) == DYNAMIC[2]
+    assert tuple(profile["mask"].max) == (8, 5)
+
+
+def test_check_io_accepts_any_size_on_a_dynamic_dim_of_the_config():
+    spec = _dynamic_spec()
+    io = [util.TensorInfo("image", True, (-1, -1, -1, 3), np.dtype("float32"), DYNAMIC),
+          util.TensorInfo("mask", True, (-1, 5), np.dtype("int64"), ((1, 5), (8, 5), (8, 5)))]
+    util.check_io(io, spec, "engine.plan")
+
+
 def test_build_settings_are_strongly_typed_without_tf32():
     settings = util.build_settings(make_spec(max_batch=2))
     assert settings["strongly_typed"] is True

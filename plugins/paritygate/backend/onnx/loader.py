@@ -143,18 +143,19 @@ def fp16_onnx(spec, keep_fp32=FP16_KEEP_FP32):
 
 
 # -- int8 --------------------------------------------------------------------------------------------------
-def load_calibration(spec):
+def load_calibration(spec, groups=False):
     """The calibration set's inputs, read and checked by ``paritygate.inputs.sets`` (an InputSetError, which is a
-    SuiteError, names the file and the array)."""
+    SuiteError, names the file and the array); ``groups``: a list of them, one per shape the file holds."""
     if spec.calibration is None:
         raise RunnerError(f"{spec.where('calibration')}: int8 needs calibration data, but none is configured")
     from paritygate.inputs.sets import read_input_set
 
-    return read_input_set(spec, spec.calibration, "calibration set").inputs
+    found = read_input_set(spec, spec.calibration, "calibration set")
+    return [g.inputs for g in found.groups] if groups else found.inputs
 
 
 def int8_onnx(spec, ops=INT8_OPS):
-    calib = load_calibration(spec)
+    calib = load_calibration(spec, groups=True)
     src = fp32_onnx(spec)
     plan = precision_list(spec, "int8_exclude")  # [models.precision]: node names or op types left unquantized
     key = key_of(src=hash_path(src), calib=hash_path(spec.calibration), ops=sorted(ops),
@@ -167,8 +168,8 @@ def int8_onnx(spec, ops=INT8_OPS):
         source = load_checked(src)
         check_precision_list(spec, "int8_exclude", plan, source)
         names = _input_names(spec, source)  # reference -> ONNX input names
-        rows = len(next(iter(calib.values())))
-        feeds = [{names[k]: v[i:i + 1] for k, v in calib.items()} for i in range(rows)]
+        feeds = [{names[k]: v[i:i + 1] for k, v in group.items()}  # one row at a time, of each shape
+                 for group in calib for i in range(len(next(iter(group.values()))))]
         try:
             report = int8.quantize(source, out, feeds, [op for op in ops if op not in plan], exclude=plan)
         except Exception as err:  # quantize_static raises ValueError, RuntimeError, ORT errors

@@ -107,7 +107,7 @@ def smoke_feeds(spec, model, names, calibration=None):
             value = calibration[ref][:1]
         else:
             low, high = tensor.range
-            shape = (1, *tensor.shape[1:])
+            shape = tensor.with_batch(1)
             if np.issubdtype(tensor.dtype, np.integer) or tensor.dtype == np.bool_:
                 value = rng.integers(int(low), int(high) + 1, size=shape)
             else:

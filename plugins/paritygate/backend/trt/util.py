@@ -57,13 +57,20 @@ def profile_shapes(spec, opt_batch=None):
     """Input name -> (min, opt, max) shapes for optimization profile 0: batch 1..max_batch on dim 0.
 
     opt defaults to max_batch: Beam's RunInference batches elements up to max_batch_size, so serving runs
-    at or near the largest batch; pass opt_batch to tune for another size.
+    at or near the largest batch; pass opt_batch to tune for another size. An input with a ``profile`` in the
+    config takes its min/opt/max shapes as written (opt_batch, when given, sets the batch of its opt).
     """
     opt = spec.max_batch if opt_batch is None else opt_batch
     if not 1 <= opt <= spec.max_batch:
         raise ValueError(f"{spec.where('max_batch')}: opt_batch={opt} must lie in 1..{spec.max_batch}")
-    return {name: (t.with_batch(1), t.with_batch(opt), t.with_batch(spec.max_batch))
-            for name, t in spec.inputs.items()}
+    shapes = {}
+    for name, t in spec.inputs.items():
+        if t.profile is None:
+            shapes[name] = (t.with_batch(1), t.with_batch(opt), t.with_batch(spec.max_batch))
+            continue
+        low, best, high = (tuple(s) for s in t.profile)
+        shapes[name] = (low, best if opt_batch is None else (opt_batch, *best[1:]), high)
+    return shapes
 
 
 def build_settings(spec, tf32=False, opt_batch=None):
@@ -154,7 +161,7 @@ def check_io(io, spec, where):
         if info.dtype != tensor.dtype:
             raise RunnerError(f"{where}: input '{name}' is {info.dtype}, {expected}")
         for axis, (have, want) in enumerate(zip(info.shape[1:], tensor.shape[1:]), start=1):
-            if have not in (-1, want):
+            if have not in (-1, want) and want != -1:
                 raise RunnerError(f"{where}: input '{name}' dimension {axis} is {have} "
                                   f"(engine shape {list(info.shape)}), {expected}")
         low, high = batch_range(info)
