@@ -20,7 +20,7 @@ def test_goldens_reproduce(request, parity_session, parity_model, parity_details
         pytest.skip(f"model '{spec.name}' has no goldens ({goldens.golden_path(spec)}); the candidate is "
                     "compared with the live TF reference instead (create goldens with "
                     f"`{commands.regenerate_goldens(spec.source, spec.name)}`)")
-    runner = live_reference(parity_session, spec)  # TensorFlow runs here, never the reference-output cache
+    runner = live_reference(parity_session.context, spec)  # TensorFlow runs here, never the reference-output cache
     if parity_session.update_goldens:
         before = _readable_golden(goldens, spec)
         inputs, labels = goldens.input_set(spec)

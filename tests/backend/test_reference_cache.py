@@ -15,8 +15,9 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("tensorflow")
 
 from paritygate.backend import reference_cache as rc
-from paritygate.backend.runtimes import RuntimeSettings, live_reference, reference_runner
+from paritygate.backend.runtimes import live_reference, reference_runner
 from paritygate.backend.tf.runner import TfRunner
+from paritygate.context import RunContext
 from tests.conftest import make_onnx, save_toy_model, toy_spec, write_config
 
 pytestmark = [pytest.mark.tf]
@@ -85,7 +86,7 @@ def test_an_unreadable_entry_is_recomputed_and_replaced(cache, toy_saved_model):
 
 
 def test_a_repeat_is_its_own_sample_and_goldens_run_live(cache, toy_saved_model):
-    settings = RuntimeSettings(reference_cache=True)
+    settings = RunContext(reference_cache=True)
     spec = toy_spec(toy_saved_model)
     ref = reference_runner(settings, spec)
     ref.infer({"x": X}), ref.again({"x": X})
@@ -99,7 +100,7 @@ def test_a_repeat_is_its_own_sample_and_goldens_run_live(cache, toy_saved_model)
 
 
 def test_replay_and_cache_off_run_tensorflow_every_time(cache, toy_saved_model):
-    ref = reference_runner(RuntimeSettings(), toy_spec(toy_saved_model))
+    ref = reference_runner(RunContext(), toy_spec(toy_saved_model))
     ref.infer({"x": X}), ref.infer({"x": X})
     assert rc.STATS == {"computed": 2, "reused": 0, "live": 0}
     assert not (cache / "reference").exists()

@@ -147,7 +147,7 @@ def _reference_rows(session, spec, batches, profile):
         if key not in session.context.reference_latency:
             feed = sample_inputs(spec, batch, np.random.default_rng(0))
             try:
-                timing = measure_runner(live_reference(session, spec), feed, profile)
+                timing = measure_runner(live_reference(session.context, spec), feed, profile)
             except (RunnerError, OSError, ValueError) as err:
                 return [], f"{type(err).__name__}: {err}"
             session.context.reference_latency[key] = latency_row("reference", "tensorflow", batch, timing)
