@@ -107,7 +107,10 @@ def _statuses(pytester, config, *args, ini="[pytest]\n", **more):
 @pytest.mark.tf
 @pytest.mark.onnx
 @pytest.mark.slow
-def test_a_nonfinite_reference_is_a_finding_whatever_the_callers_warning_settings(pytester, parity_cache):
+def test_a_nonfinite_reference_is_a_finding_whatever_the_callers_warning_settings(pytester, parity_cache, monkeypatch):
+    # The three runs must draw the same inputs to be compared: the derandomized `ci` profile. (Under `dev`, one draw
+    # of a subnormal x made logx_allowed fail: ONNX Runtime's Log returned -inf where TensorFlow's is finite.)
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
     pytest.importorskip("onnxruntime")
     pytest.importorskip("hypothesis")
     import tensorflow as tf
