@@ -22,7 +22,6 @@ Writes are atomic (a temporary file renamed into place), so xdist workers sharin
 written entry; an unreadable entry is recomputed. ``--parity-cache=off`` runs every batch live.
 """
 
-import hashlib
 import json
 import os
 import platform
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.backend.base import BaseRunner
-from paritygate.backend.cache import cache_root, hash_path, key_of
+from paritygate.backend.cache import cache_root, digest, hash_path, key_of
 from paritygate.lazy import dist_version
 
 FORMAT = "reference-outputs-v1"  # bump when an entry's layout or key changes
@@ -75,13 +74,8 @@ def versions(path):
 
 
 def batch_digest(feed):
-    """sha256 over each input's name, dtype, shape and bytes, in name order."""
-    digest = hashlib.sha256()
-    for name in sorted(feed):
-        value = np.ascontiguousarray(feed[name])
-        digest.update(f"{name}|{value.dtype.str}|{value.shape}|".encode())
-        digest.update(value.tobytes())
-    return digest.hexdigest()
+    """The exact input batch: each input's name, dtype, shape and bytes (``backend.cache.digest``)."""
+    return digest({k: np.asarray(v) for k, v in feed.items()})
 
 
 class CachedReference(BaseRunner):

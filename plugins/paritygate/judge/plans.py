@@ -19,9 +19,9 @@ its own inputs and keeps it when it holds, else searches again starting from it,
 earlier one in every check of that artifact in this process (``PlanBook``).
 """
 
-import hashlib
-
 import numpy as np
+
+from paritygate.backend.cache import digest
 
 FRESH_SEED = 20240611  # any fixed seed other than the run's: the sample is fresh, and the same on every run
 FRESH_EXAMPLES = 12  # Hypothesis feeds of 1..max_batch rows (about 30 rows at max_batch 4)
@@ -46,7 +46,7 @@ class Evidence:
         """Property-style feeds (``strategies.Feed`` with row sources, or plain dicts: noise), each once."""
         added = 0
         for feed in feeds:
-            key = _digest(feed)
+            key = digest({k: np.asarray(v) for k, v in feed.items()})
             if key not in self._digests:
                 self._digests.add(key)
                 self.feeds.append(feed)
@@ -102,14 +102,6 @@ def _first(failures, where):
 def _sources(feed):
     return getattr(feed, "sources", None) or ["noise"]
 
-
-def _digest(arrays):
-    h = hashlib.sha1()
-    for k in sorted(arrays):
-        v = np.ascontiguousarray(arrays[k])
-        h.update(f"{k}|{v.dtype}|{v.shape}|".encode())
-        h.update(v.tobytes())
-    return h.hexdigest()
 
 
 def _batched(run, inputs, max_batch):
