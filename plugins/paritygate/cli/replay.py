@@ -125,9 +125,7 @@ def _reference_unstable(settings, spec, precision, inputs, meta):
     from paritygate.judge.reference_noise import Ledger, reference_noise
 
     found_by = str((meta.get("failures") or [""])[0]).split(":", 1)[0].split()[-1:] or ["property_parity"]
-    limit, which = {"batch_invariance": (lambda n, r: p._invariance_limit(spec, r), "batch1"),
-                    "determinism": (p._determinism_limit(spec), "repeat")}.get(
-        found_by[0], (lambda n, r: p._policy_limit(spec, precision, n, r), None))
+    limit, which = p.check_limit(found_by[0], spec, precision)
     ledger = Ledger()
     ledger.note_unstable(inputs, reference_noise(settings, spec).profile(inputs), limit, which)
     return Replayed("reference_unstable", not ledger.unstable,

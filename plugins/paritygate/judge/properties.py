@@ -259,6 +259,16 @@ def _within(spec, name, alone, other, spread, row, source, bounded=True, compute
     return out
 
 
+def check_limit(check, spec, precision):
+    """(limit(name, ref), the reference-noise configuration it is held against) of a property check: the
+    per-element limit each check judges by, as its reference noise floor compares with it (replay uses this)."""
+    if check == "batch_invariance":
+        return (lambda name, ref: _invariance_limit(spec, ref)), "batch1"
+    if check == "determinism":
+        return _determinism_limit(spec), "repeat"
+    return (lambda name, ref: _policy_limit(spec, precision, name, ref)), None
+
+
 def _policy_limit(spec, precision, name, ref):
     return tolerance_for(spec, precision, name).limit(ref)
 
