@@ -50,7 +50,30 @@ class Loaded:
         return self._path, self._dtypes, self._limits
 
 
-class ArrayHandler(ModelHandler):
+class NumpyContract(ModelHandler):
+    """What every handler of the suite's own answers alike: exact bytes (``nbytes``: Beam's coder hands over
+    views, whose sys.getsizeof is only the array header), the metrics namespace, model updates
+    (``model_metadata_pcoll``: serve ``model_path`` from the next load) and no inference_args. Subclasses keep the
+    served model's path in ``self._model_uri``."""
+
+    metrics_namespace = METRICS_NAMESPACE
+
+    def get_num_bytes(self, batch):
+        return sum(int(np.asarray(v).nbytes) for e in batch for v in (e.values() if isinstance(e, Mapping) else [e]))
+
+    def get_metrics_namespace(self):
+        return self.metrics_namespace
+
+    def update_model_path(self, model_path=None):
+        if model_path:
+            self._model_uri = str(model_path)
+
+    def validate_inference_args(self, inference_args):
+        if inference_args:
+            raise ValueError(f"{type(self).__name__} takes no inference_args, got {sorted(inference_args)}")
+
+
+class ArrayHandler(NumpyContract):
     """RunInference over numpy for a model file served by a runner with ``infer(feed) -> {name: array}``.
 
     Args:
@@ -66,7 +89,7 @@ class ArrayHandler(ModelHandler):
 
     def __init__(self, path, bindings, max_batch, outputs=None, **kwargs):
         super().__init__(**kwargs)
-        self._path, self._bindings, self._max_batch = str(path), tuple(bindings), int(max_batch)
+        self._model_uri, self._bindings, self._max_batch = str(path), tuple(bindings), int(max_batch)
         self._outputs = dict(outputs or {})
 
     # -- what a runtime provides ---------------------------------------------------------------------
@@ -80,14 +103,14 @@ class ArrayHandler(ModelHandler):
 
     # -- Beam's ModelHandler -------------------------------------------------------------------------
     def load_model(self):
-        runner = self.open(self._path)
+        runner = self.open(self._model_uri)
         meta = runner.input_metadata()
         missing = sorted({b.tensor for b in self._bindings} - set(meta))
         if missing:
-            raise ValueError(f"{self._path}: the model has no input(s) {missing}; its inputs are {sorted(meta)}")
+            raise ValueError(f"{self._model_uri}: the model has no input(s) {missing}; its inputs are {sorted(meta)}")
         static, most, fewest = self.batch_limits(runner)
         limit = min(x for x in (static, most, self._max_batch) if x)
-        return Loaded(runner, self._path, {b.tensor: np.dtype(meta[b.tensor][0]) for b in self._bindings},
+        return Loaded(runner, self._model_uri, {b.tensor: np.dtype(meta[b.tensor][0]) for b in self._bindings},
                       static, limit, fewest or 1)
 
     def run_inference(self, batch, model, inference_args=None):
@@ -117,19 +140,6 @@ class ArrayHandler(ModelHandler):
             feed[b.tensor] = array
         return feed
 
-    def get_num_bytes(self, batch):
-        return sum(int(np.asarray(v).nbytes) for e in batch for v in (e.values() if isinstance(e, Mapping) else [e]))
-
-    def get_metrics_namespace(self):
-        return METRICS_NAMESPACE
-
-    def update_model_path(self, model_path=None):
-        if model_path:
-            self._path = str(model_path)
-
-    def validate_inference_args(self, inference_args):
-        if inference_args:
-            raise ValueError(f"{type(self).__name__} takes no inference_args, got {sorted(inference_args)}")
 
 
 def _field(element, binding):

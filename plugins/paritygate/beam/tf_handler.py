@@ -20,14 +20,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+from apache_beam.ml.inference.base import PredictionResult
 
 from paritygate.backend.tf.runner import TfRunner
+from paritygate.beam.serving import NumpyContract
 
 METRICS_NAMESPACE = "paritygate_TFNumpy"
 
 
-class TFNumpyHandler(ModelHandler):
+class TFNumpyHandler(NumpyContract):
     """RunInference over a TensorFlow SavedModel signature or a ``.keras`` file, numpy in and out.
 
     Args:
@@ -37,6 +38,8 @@ class TFNumpyHandler(ModelHandler):
             file; a name, not a dict, so that the handler pickles and each worker imports them itself.
         **kwargs: Beam's ModelHandler batching arguments (``min_batch_size``, ``max_batch_size``, ...).
     """
+
+    metrics_namespace = METRICS_NAMESPACE
 
     def __init__(self, model_uri, signature="serving_default", custom_objects=None, **kwargs):
         super().__init__(**kwargs)
@@ -68,24 +71,6 @@ class TFNumpyHandler(ModelHandler):
         feed = {name: np.stack([np.asarray(f[name]) for f in feeds]) for name in names}
         outputs = model.infer(feed)
         return [PredictionResult(element, _row(outputs, i), self._model_uri) for i, element in enumerate(batch)]
-
-    def get_num_bytes(self, batch):
-        """Bytes of the batch's arrays (``nbytes``: Beam's coder hands over views, whose sys.getsizeof is
-        only the array header)."""
-        return sum(int(np.asarray(v).nbytes) for e in batch
-                   for v in (e.values() if isinstance(e, Mapping) else [e]))
-
-    def get_metrics_namespace(self):
-        return METRICS_NAMESPACE
-
-    def update_model_path(self, model_path=None):
-        """RunInference's model update (``model_metadata_pcoll``): serve ``model_path`` from the next load."""
-        if model_path:
-            self._model_uri = str(model_path)
-
-    def validate_inference_args(self, inference_args):
-        if inference_args:
-            raise ValueError(f"{type(self).__name__} takes no inference_args, got {sorted(inference_args)}")
 
 
 def _row(outputs, i):
