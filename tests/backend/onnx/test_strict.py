@@ -160,12 +160,12 @@ def conv_act_fp16():
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_deferred_rounding_gives_the_values_of_rounding_where_produced(level):
-    """Relu/Clip commute with the FP16 rounding: rounding after them (defer=True, what checks run) gives the
-    values rounding every float16 tensor where produced gives (defer=False, what localization runs), on inputs
-    whose Conv outputs overflow FP16, land on subnormals, and on NaN."""
+    """Relu/Clip commute with the FP16 rounding: rounding after them (defer=True) gives the values rounding every
+    float16 tensor where produced gives (defer=False), on inputs whose Conv outputs overflow FP16, land on
+    subnormals, and on NaN. Without the fused kernels (fuse=False), which would absorb the activations."""
     half = conv_act_fp16()
-    deferred, report = strict.emulate(half, defer=True)
-    plain, plain_report = strict.emulate(half, defer=False)
+    deferred, report = strict.emulate(half, defer=True, fuse=False)
+    plain, plain_report = strict.emulate(half, defer=False, fuse=False)
     assert report["deferred"] == 2 and report["rounded"] == plain_report["rounded"]  # moved after relu0, relu6
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.normal(0, 1, (4, 3, 8, 8)) * s for s in (1e-9, 1e-6, 1.0, 30.0)]).astype(np.float32)
@@ -187,13 +187,14 @@ def test_deferred_rounding_lets_onnxruntime_fuse_the_activation(tmp_path):
         ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         return sum(n.op_type in ("Relu", "Clip") for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node)
 
-    assert activations(strict.emulate(half, defer=False)[0]) == 3
-    assert activations(strict.emulate(half, defer=True)[0]) == 1  # relu2 reads c2, which add2 reads too
+    assert activations(strict.emulate(half, defer=False, fuse=False)[0]) == 3
+    assert activations(strict.emulate(half, defer=True, fuse=False)[0]) == 1  # relu2 reads c2, which add2 reads too
+    assert activations(strict.emulate(half)[0]) == 1  # the fused view rounds after relu0 and relu6 as well
 
 
 def test_a_float16_clip_and_relu_need_no_rounding_of_their_own():
     """Fed FP16 values, Clip with FP16 bounds and Relu return FP16 values: no rounding after them."""
     half = conv_act_fp16()
-    emulated, _ = strict.emulate(half, defer=False)
+    emulated, _ = strict.emulate(half, defer=False, fuse=False)
     rounded = {n.input[0] for n in emulated.graph.node if n.name.endswith(strict.ROUND)}
     assert not {"r0__fp32", "r1__fp32", "r2__fp32"} & rounded and {"c0__fp32", "c1__fp32"} <= rounded

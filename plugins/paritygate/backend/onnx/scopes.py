@@ -77,6 +77,18 @@ def declared_types(model):
     return types
 
 
+def declared_shapes(model):
+    """Tensor name -> dims (an int each, None where not known), over every graph, as declared (inputs, outputs,
+    value_info, initializers)."""
+    shapes = {}
+    for g in graphs(model.graph):
+        shapes.update({v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+                       for v in [*g.input, *g.output, *g.value_info]
+                       if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")})
+        shapes.update({t.name: list(t.dims) for t in g.initializer})
+    return shapes
+
+
 def inferred_types(model):
     """``declared_types`` of ``model`` after ONNX shape inference (non-strict: what cannot be inferred stays
     undeclared)."""

@@ -25,7 +25,7 @@ same as without deferral (tests/backend/onnx/test_strict.py compares them bit fo
 artifact with ``defer=False``: every float16 tensor there is rounded where the artifact produces it.
 """
 
-from paritygate.backend.onnx import scopes
+from paritygate.backend.onnx import fusion, scopes
 from paritygate.backend.onnx.util import fresh_name, tensor_names
 from paritygate.lazy import lazy_import
 
@@ -42,7 +42,7 @@ EXACT_OPS = {"Relu", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", 
 DEFER_OPS = {"Relu", "Clip"}
 MODES = ("strict", "ort")
 DEFAULT = "strict"
-BUILD = "strict-fp16-roundtrip-v3"  # part of the cache key: bump when the rewrite changes
+BUILD = "strict-fp16-fused-v4"  # part of the cache key: bump when the rewrite changes
 ROUND = "__round_fp16"  # suffix of the Cast(to=FLOAT16) nodes the rewrite adds
 TYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
               "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Bernoulli": "dtype"}
@@ -59,16 +59,19 @@ def float16_tensors(model):
     return sorted(n for n, t in scopes.inferred_types(model).items() if t == onnx.TensorProto.FLOAT16)
 
 
-def emulate(source, defer=True):
+def emulate(source, defer=True, fuse=True):
     """(float32 ModelProto with the FP16 rounding explicit, report) for the ModelProto ``source`` (unchanged).
     A model without float16 tensors comes back as a copy with ``report["rounded"] == 0``. ``defer``: round a
-    tensor read only by ``DEFER_OPS`` after them (same values; lets ONNX Runtime fuse Conv+Relu and the like)."""
+    tensor read only by ``DEFER_OPS`` after them (same values; lets ONNX Runtime fuse Conv+Relu and the like).
+    ``fuse``: the engine model's fused kernels (``fusion.interior``): a tensor inside a Conv/Gemm/MatMul chain
+    with pointwise epilogues is not rounded, only the chain's output is (other values than ``fuse=False``)."""
     model = onnx.ModelProto()
     model.CopyFrom(source)
-    types, taken = scopes.inferred_types(model), tensor_names(model)
+    inferred, taken = onnx.shape_inference.infer_shapes(model), tensor_names(model)
+    types, shapes = scopes.declared_types(inferred), scopes.declared_shapes(inferred)
     half = {n for n, t in types.items() if t == onnx.TensorProto.FLOAT16}
     report = {"build": BUILD, "float16_tensors": len(half), "rounded": 0, "deferred": 0, "unread": 0,
-              "initializers": 0, "retyped_nodes": 0, "exact_ops": sorted(EXACT_OPS), "defer_ops": sorted(DEFER_OPS)}
+              "initializers": 0, "retyped_nodes": 0, "fused": 0, "exact_ops": sorted(EXACT_OPS), "defer_ops": sorted(DEFER_OPS)}
     # innermost graphs first: rebuilding a graph's node list copies its nodes, and the subgraphs they hold with them
     for graph in reversed(list(scopes.graphs(model.graph))):
         top = graph is model.graph
@@ -79,6 +82,7 @@ def emulate(source, defer=True):
             _retype(graph.input)
         outputs = {o.name for o in graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
         readers, unrounded, rebuilt = _readers(graph), set(), []
+        inside = fusion.interior(graph, half, shapes) if fuse else set()
         for node in list(graph.node):
             report["retyped_nodes"] += _retarget(node)
             rebuilt.append(node)
@@ -89,7 +93,10 @@ def emulate(source, defer=True):
             for k, out in enumerate(node.output):
                 if not out or out not in half or (exact and out not in outputs):
                     continue
-                if defer and out not in outputs and not readers.get(out):
+                if out in inside:
+                    unrounded.add(out)
+                    report["fused"] += 1  # inside a fused kernel: its FP32 value goes on to the epilogue
+                elif defer and out not in outputs and not readers.get(out):
                     report["unread"] += 1  # read by no node and no graph output: no reader sees its rounding
                 elif defer and out not in outputs and _deferrable(readers.get(out), out, half):
                     unrounded.add(out)
