@@ -280,15 +280,15 @@ def _build(ctx, spec, precision):
     return runner
 
 
-def computed_artifact(ctx, path, defer=True):
+def computed_artifact(ctx, path):
     """The file ONNX Runtime runs for the artifact ``path``: under strict numerics (``--parity-numerics``, the
-    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict``;
-    ``defer=False`` for localization: the same values, every float16 tensor rounded where it is produced)."""
+    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict``; the
+    checks, localization and the repair search all run this one file: docs/numerics.md, "Fused kernels")."""
     if getattr(ctx, "numerics", "strict") != "strict":
         return path
     from paritygate.backend.onnx.strict import strict_onnx
 
-    return strict_onnx(path, defer)
+    return strict_onnx(path)
 
 
 def computed_dtype(ctx, spec, precision):

@@ -3,9 +3,9 @@ FP32 time on the same model). A pytest-benchmark measurement, not a timed assert
 ``pytest tests/backend/onnx/test_strict_cost.py -m slow -p no:xdist --benchmark-enable``; each row's
 ``extra_info`` holds the FP32 and ORT-own medians and the ratios, timed interleaved with the strict run.
 
-Beside it, the exactness the optimizations must keep: the artifact the checks run (rounding deferred past Relu /
-Clip so ONNX Runtime fuses them) gives the values of the artifact localization runs (every float16 tensor rounded
-where it is produced), on the goldens, bit for bit as numbers."""
+Beside it, the exactness the deferral must keep: the artifact the checks and localization run (rounding deferred
+past Relu / Clip so ONNX Runtime fuses them) gives the values of the same rewrite without deferral (every float16
+tensor outside a fused kernel rounded where it is produced), on the goldens, bit for bit as numbers."""
 
 import time
 
@@ -55,12 +55,12 @@ def median_ms(sess, feed, calls=100):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_checks_and_localization_compute_the_same_strict_values(bundled, name, parity_cache):
+def test_deferring_the_rounding_changes_no_strict_value(bundled, name, parity_cache):
     spec, inputs = bundled[name]
     fp16 = loader.fp16_onnx(spec)
-    checked, localized = session(strict.strict_onnx(fp16)), session(strict.strict_onnx(fp16, defer=False))
+    checked, plain = session(strict.strict_onnx(fp16)), session(strict.strict_onnx(fp16, defer=False))
     feed = onnx_feed(spec, checked, {k: v for k, v in inputs.items()})
-    for a, b in zip(checked.run(None, feed), localized.run(None, feed)):
+    for a, b in zip(checked.run(None, feed), plain.run(None, feed)):
         np.testing.assert_array_equal(a, b)
 
 

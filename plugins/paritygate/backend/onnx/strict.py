@@ -21,8 +21,14 @@ Cost (docs/numerics.md, "Cost"): a rounding is left out where it changes no valu
 Runtime fuse. Rounding to FP16 is monotone and keeps every FP16 value, so it commutes with Relu and with a Clip
 whose bounds are FP16 values: Relu(round(x)) == round(Relu(x)). A float16 tensor read only by such ops (``DEFER_OPS``)
 is rounded after them (``defer=True``), so Conv+Relu / Conv+Clip / Gemm+Relu stay fusable; the values are the
-same as without deferral (tests/backend/onnx/test_strict.py compares them bit for bit). Localization builds the
-artifact with ``defer=False``: every float16 tensor there is rounded where the artifact produces it.
+same as without deferral (tests/backend/onnx/test_strict.py compares them bit for bit).
+
+Fused kernels (``fusion``, docs/numerics.md "Fused kernels"): a Conv / ConvTranspose / Gemm / MatMul and the
+pointwise epilogues a TensorRT engine fuses into it (scale and shift by constants, batch norm, activation, a
+Conv's residual sum) are one kernel: only the chain's output is stored, so only it is rounded (``fuse=True``, the
+default; this changes values against rounding every tensor, unlike deferral). The checks, localization and the
+repair search all run this one artifact: localization must explain the failure the check saw, and a view that
+rounds inside a fused kernel can overflow where the engine (and the check) does not.
 """
 
 from paritygate.backend.onnx import fusion, scopes
@@ -215,7 +221,7 @@ def rounded_of(model):
 def strict_onnx(path, defer=True):
     """The strict artifact for the ONNX file ``path`` (built once, cached by content hash), or ``path`` itself
     when it holds no float16 tensor (an FP32 or a float32 Q/DQ artifact: ONNX Runtime computes it as typed).
-    ``defer=False``: every float16 tensor rounded where it is produced (localization compares each of them)."""
+    ``defer=False``: no rounding moved past Relu / Clip (the same values; tests compare the two)."""
     from pathlib import Path
 
     from paritygate.backend.cache import cached_file, hash_path, key_of
