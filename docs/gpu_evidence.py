@@ -161,7 +161,7 @@ def compare(folder, gpu):
         checks[check] = {**verdict, "b_c_agree": verdict["b_strict"] == verdict["c_gpu_fp16"],
                          "max_abs_b": b_max, "max_abs_c": c_max, "max_ratio_c_over_b": ratio(b_max, c_max)}
     return {"outputs": outputs, "checks": checks, "tolerance": meta["tolerance"], "rule": meta["rule"],
-            "made_with": meta.get("made_with")}
+            "made_with": meta.get("made_with"), "strict_build": meta.get("strict_build")}
 
 
 def environment(device, stubbed):
@@ -199,6 +199,27 @@ def table(results):
     return "\n".join(lines)
 
 
+def measure(folder, wheels=".whl", device="cuda"):
+    """({model: compare()'s result, or {"error": ...}}, torchvision stubbed) for every model folder under
+    ``folder`` that docs/gpu_evidence_prep.py made: the table's computation (main, tests/backend/onnx/
+    test_strict_gpu.py)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # the kept-FP32 ops stay FP32 (TF32 would round their inputs)
+    torch.backends.cudnn.allow_tf32 = False
+    onnx2torch, stubbed = import_onnx2torch(wheels)
+    results = {}
+    for sub in sorted(p for p in Path(folder).iterdir() if (p / "meta.json").exists()):
+        started = time.perf_counter()
+        try:
+            results[sub.name] = compare(sub, run_gpu(sub, device, onnx2torch))
+        except Exception as err:  # noqa: BLE001 - one model's converter gap must not hide the others
+            results[sub.name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:400] if str(err) else ''}"}
+        results[sub.name]["seconds"] = round(time.perf_counter() - started, 2)
+        print(sub.name, "error: " + results[sub.name]["error"] if "error" in results[sub.name] else "ok", flush=True)
+    return results, stubbed
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", default=".gpuev")
@@ -208,21 +229,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     import os
 
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False  # the kept-FP32 ops stay FP32 (TF32 would round their inputs)
-    torch.backends.cudnn.allow_tf32 = False
-    onnx2torch, stubbed = import_onnx2torch(args.wheels)
-    results = {}
-    for folder in sorted(p for p in Path(args.folder).iterdir() if (p / "meta.json").exists()):
-        started = time.perf_counter()
-        try:
-            results[folder.name] = compare(folder, run_gpu(folder, args.device, onnx2torch))
-        except Exception as err:  # noqa: BLE001 - one model's converter gap must not hide the others
-            results[folder.name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:400] if str(err) else ''}"}
-        results[folder.name]["seconds"] = round(time.perf_counter() - started, 2)
-        print(folder.name, "error: " + results[folder.name]["error"] if "error" in results[folder.name] else "ok",
-              flush=True)
+    results, stubbed = measure(args.folder, args.wheels, args.device)
     doc = {"environment": environment(args.device, stubbed), "models": results}
     out = Path(args.out or Path(os.environ.get("OUT", ".")) / "gpu_evidence.json")
     out.write_text(json.dumps(doc, indent=1))

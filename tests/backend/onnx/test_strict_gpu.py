@@ -1,8 +1,20 @@
-"""Strict FP16 emulation against real FP16 GPU kernels (``gpu``): the same fp16 artifact run by ONNX Runtime CPU
-with strict numerics and by PyTorch CUDA through onnx2torch (FP16 kernels). Skips, with its reason, where there is
-no CUDA device, PyTorch or onnx2torch. No TensorRT is involved and no TensorRT claim is made.
+"""Strict FP16 emulation against real FP16 GPU kernels (``gpu``): fp16 artifacts run by ONNX Runtime CPU with strict
+numerics and by PyTorch CUDA through onnx2torch (FP16 kernels). Skips, with its reason, where there is no CUDA
+device, PyTorch or onnx2torch, or (the evidence table) no prepared folder. No TensorRT is involved or claimed.
 
-Run on a GPU machine: ``pytest -m gpu tests/backend/onnx/test_strict_gpu.py -rs`` (docs/numerics.md)."""
+- ``test_the_evidence_table_agrees_as_recorded`` re-measures docs/numerics.md's "GPU evidence" table: it runs
+  docs/gpu_evidence.py's computation (``measure``) over ``.gpuev/`` (made on the CPU machine by
+  docs/gpu_evidence_prep.py, with TensorFlow) and asserts, per model and check, that strict emulation (b) and the
+  GPU's FP16 kernels (c) agree (pass/fail) as recorded in docs/gpu_evidence.json, and that a model recorded as a
+  converter gap still is one. onnx2torch comes from its wheel in ``.whl/`` (docs/gpu_evidence.py).
+- ``test_strict_emulation_agrees_with_fp16_cuda_kernels``: issue 15's RMS-norm graph, which overflows in FP16.
+
+Run on a GPU machine from the repository root, ``.gpuev/`` and ``.whl/`` present (docs/numerics.md):
+``pytest -m gpu tests/backend/onnx/test_strict_gpu.py -rA -s``."""
+
+import importlib.util
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,8 +22,9 @@ import pytest
 from paritygate.backend.onnx import strict
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
 pytestmark = [pytest.mark.gpu, pytest.mark.onnx]
+ROOT = Path(__file__).resolve().parents[3]
+FOLDER, WHEELS, RECORDED = ROOT / ".gpuev", ROOT / ".whl", ROOT / "docs" / "gpu_evidence.json"
 
 
 def _torch_cuda():
@@ -38,8 +51,41 @@ def rms_norm_fp16():
     return float16.convert_float_to_float16(model, keep_io_types=True)
 
 
+def evidence_module():
+    spec = importlib.util.spec_from_file_location("gpu_evidence", ROOT / "docs" / "gpu_evidence.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_evidence_table_agrees_as_recorded():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device")
+    if not any(FOLDER.glob("*/meta.json")):
+        pytest.skip(f"no prepared folder {FOLDER} (make it on a machine with TensorFlow: "
+                    "python docs/gpu_evidence_prep.py, then carry .gpuev/ here)")
+    if not any(WHEELS.glob("onnx2torch-*.whl")):
+        pytest.skip(f"no onnx2torch wheel in {WHEELS}")
+    recorded = json.loads(RECORDED.read_text())["models"]
+    results, _ = evidence_module().measure(FOLDER, WHEELS, "cuda")
+    print(evidence_module().table(results))  # the re-measured table (-s shows it)
+    stale = {m: r.get("strict_build") for m, r in results.items() if "error" not in r and r.get("strict_build") != strict.BUILD}
+    assert not stale, f"{FOLDER} holds strict outputs of another rewrite {stale}, not {strict.BUILD}: make it again"
+    assert set(results) == set(recorded), (sorted(results), sorted(recorded))
+    for model, got in results.items():
+        want = recorded[model]
+        if "error" in want:  # a converter gap recorded (Loop, GatherND with batch_dims): still one, same kind
+            assert got.get("error", "").split(":")[0] == want["error"].split(":")[0], (model, got.get("error"))
+            continue
+        assert "error" not in got, (model, got["error"])
+        agree = {c: v["b_c_agree"] for c, v in got["checks"].items()}
+        assert agree == {c: v["b_c_agree"] for c, v in want["checks"].items()}, (model, got["checks"])
+
+
 def test_strict_emulation_agrees_with_fp16_cuda_kernels():
     torch = _torch_cuda()
+    ort = pytest.importorskip("onnxruntime")
     from onnx2torch import convert
 
     half = rms_norm_fp16()
