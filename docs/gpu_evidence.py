@@ -29,6 +29,8 @@ import numpy as np
 
 
 def import_onnx2torch(wheels):
+    if "onnx2torch" in sys.modules:  # imported (and its converters added) once per process: adding twice raises
+        return sys.modules["onnx2torch"], getattr(sys.modules.get("torchvision"), "__version__", "") == "0+stub"
     for wheel in sorted(Path(wheels).glob("onnx2torch-*.whl")):
         sys.path.insert(0, str(wheel))  # a pure-Python wheel is a zip archive Python imports from
     stubbed = False
