@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from paritygate.gpu import device as _gpu
-from paritygate.lazy import available, missing_reason
+from paritygate.lazy import available
 from paritygate.models.config import BUNDLED_CONFIG, load_config
 from paritygate.result import CheckResult, jsonable
 from paritygate.verdict import REPORT_ATTR, STATUSES
@@ -101,13 +101,9 @@ class ParitySession:
         """Why the selected candidate runtime cannot run here (None when it can)."""
         if self.runtime == "tensorrt":
             return self.gpu_skip_reason(needs_trt=True)
-        needs = ["onnx", "onnxruntime"]
-        if any(m.onnx is None for m in self.models):  # converted from the TF reference
-            needs += ["tensorflow", "tf2onnx"]
-        if any("fp16" in m.precisions for m in self.models):
-            needs.append("onnxconverter_common")
-        missing = [name for name in needs if not available(name)]
-        return "; ".join(missing_reason(name) for name in missing) or None
+        from paritygate.backend.runtimes import candidate_missing
+
+        return candidate_missing(self.models)
 
     @property
     def context(self):

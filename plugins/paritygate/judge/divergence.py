@@ -56,7 +56,7 @@ def plan_book(ctx, spec, precision):
         from paritygate.judge.parity import reference_set
         from paritygate.judge.reference_noise import reference_noise
 
-        evidence = plans.base_evidence(spec, precision, reference_noise(ctx, spec).profile,
+        evidence = plans.base_evidence(spec, precision, reference_noise(ctx, spec).runs,
                                        reference_set(ctx, spec), input_pool(ctx, spec))
         ctx.plan_books[key] = plans.PlanBook(evidence)
     return ctx.plan_books[key]
@@ -165,14 +165,14 @@ def _standalone_book(ctx):
     standing in for the reference (``localize_and_repair`` called directly)."""
     from paritygate.backend.onnx.loader import fp32_onnx
     from paritygate.backend.onnxrt.runner import OnnxrtRunner
-    from paritygate.judge import plans
     from paritygate.inputs.goldens import Golden
+    from paritygate.judge import plans
     from paritygate.judge.reference_noise import ReferenceNoise
 
     runner = OnnxrtRunner(fp32_onnx(ctx.spec), name=f"onnxruntime:{ctx.spec.name}:fp32:reference").activate()
     noise = ReferenceNoise(_Renamed(runner, ctx.onnx_feed))
     ref = Golden(ctx.feed, ctx.reference_outputs, ctx.labels, "the failing inputs")
-    return plans.PlanBook(plans.base_evidence(ctx.spec, ctx.precision, noise.profile, ref))
+    return plans.PlanBook(plans.base_evidence(ctx.spec, ctx.precision, noise.runs, ref))
 
 
 class _Renamed:

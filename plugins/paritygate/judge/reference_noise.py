@@ -43,12 +43,12 @@ class ReferenceNoise:
 
     def __init__(self, runner):
         self.runner = runner
-        self.profiles = {}
+        self.feeds = {}
         self.singles = {}  # row digest -> outputs of that row alone (batch 1)
 
-    def profile(self, feed):
+    def runs(self, feed):
         key = digest(feed)
-        if key not in self.profiles:
+        if key not in self.feeds:
             arrays = dict(feed)
             outputs = _numpy(self.runner.infer(arrays))
             again = getattr(self.runner, "again", self.runner.infer)  # the cache keeps a repeat as its own sample
@@ -57,8 +57,8 @@ class ReferenceNoise:
             if n > 1:
                 rows = [self._single({k: v[i:i + 1] for k, v in arrays.items()}) for i in range(n)]
                 configs["batch1"] = {k: np.concatenate([r[k] for r in rows]) for k in outputs}
-            self.profiles[key] = Profile(outputs, configs, key)
-        return self.profiles[key]
+            self.feeds[key] = ReferenceRuns(outputs, configs, key)
+        return self.feeds[key]
 
     def _single(self, row):
         key = digest(row)
@@ -71,8 +71,9 @@ def _numpy(outputs):
     return {k: np.asarray(v) for k, v in outputs.items()}
 
 
-class Profile:
-    """One feed's reference outputs (the whole batch, as compared) and its other configurations."""
+class ReferenceRuns:
+    """One feed's reference outputs (the whole batch, as compared) and its other configurations. (A ``Profile``
+    is something else: a latency measurement setting, ``paritygate.latency.harness.Profile``.)"""
 
     def __init__(self, outputs, configs, digest):
         self.outputs, self.configs, self.digest = outputs, configs, digest

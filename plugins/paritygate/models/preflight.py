@@ -138,10 +138,11 @@ def _task_outputs(spec, reference, v):
 
 # -- candidate ------------------------------------------------------------------------------------------
 def _candidate(ctx, spec, v, reference_ok):
-    needs = ["onnx", "onnxruntime"] + (["tensorflow", "tf2onnx"] if spec.onnx is None else [])
-    missing = [n for n in needs if not available(n)]
+    from paritygate.backend.runtimes import candidate_missing
+
+    missing = candidate_missing([spec], fp16=False)
     if missing:
-        v.note("onnx", "candidate not checked: " + "; ".join(missing_reason(n) for n in missing))
+        v.note("onnx", "candidate not checked: " + missing)
         return
     if not reference_ok and spec.onnx is None:
         v.note("onnx", "candidate not checked: it is converted from the reference, which did not load")
