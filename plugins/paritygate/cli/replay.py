@@ -52,7 +52,7 @@ def _property(check):
         ledger = Ledger()
         candidate = candidate_runner(settings, spec, precision)
         judge = CHECKS[check](resolved_spec(settings, spec), precision, candidate, ledger)
-        profile = reference_noise(settings, spec).runs(inputs)
+        profile = reference_noise(settings, spec).profile(inputs)
         try:
             judge(inputs, profile)
         except AssertionError as err:
@@ -78,7 +78,7 @@ def _reference_unstable(settings, spec, precision, inputs, meta):
     found_by = str((meta.get("failures") or [""])[0]).split(":", 1)[0].split()[-1:] or ["property_parity"]
     limit, which = p.check_limit(found_by[0], spec, precision)
     ledger = Ledger()
-    ledger.note_unstable(inputs, reference_noise(settings, spec).runs(inputs), limit, which)
+    ledger.note_unstable(inputs, reference_noise(settings, spec).profile(inputs), limit, which)
     return replayed("reference_unstable", spec, precision, not ledger.unstable,
                     _unstable_lines(ledger) or ["the reference agrees with itself within the check's limit"],
                     subject="the reference")

@@ -56,7 +56,7 @@ def plan_book(ctx, spec, precision):
         from paritygate.judge.parity import reference_set
         from paritygate.judge.reference_noise import reference_noise
 
-        evidence = plans.base_evidence(spec, precision, reference_noise(ctx, spec).runs,
+        evidence = plans.base_evidence(spec, precision, reference_noise(ctx, spec).profile,
                                        reference_set(ctx, spec), input_pool(ctx, spec))
         ctx.plan_books[key] = plans.PlanBook(evidence)
     return ctx.plan_books[key]
@@ -172,7 +172,7 @@ def _standalone_book(ctx):
     runner = OnnxrtRunner(fp32_onnx(ctx.spec), name=f"onnxruntime:{ctx.spec.name}:fp32:reference").activate()
     noise = ReferenceNoise(_Renamed(runner, ctx.onnx_feed))
     ref = Golden(ctx.feed, ctx.reference_outputs, ctx.labels, "the failing inputs")
-    return plans.PlanBook(plans.base_evidence(ctx.spec, ctx.precision, noise.runs, ref))
+    return plans.PlanBook(plans.base_evidence(ctx.spec, ctx.precision, noise.profile, ref))
 
 
 class _Renamed:

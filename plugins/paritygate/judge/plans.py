@@ -29,7 +29,7 @@ FRESH_EXAMPLES = 12  # Hypothesis feeds of 1..max_batch rows (about 30 rows at m
 
 class Evidence:
     """What a plan must pass for one model and precision (module doc). ``profile(feed)`` is the reference's
-    noise profile of a feed (``reference_noise.ReferenceNoise.runs``), cached per feed."""
+    noise profile of a feed (``reference_noise.ReferenceNoise.profile``), cached per feed."""
 
     def __init__(self, spec, precision, profile):
         self.spec, self.precision, self.profile = spec, precision, profile

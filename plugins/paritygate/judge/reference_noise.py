@@ -46,7 +46,9 @@ class ReferenceNoise:
         self.feeds = {}
         self.singles = {}  # row digest -> outputs of that row alone (batch 1)
 
-    def runs(self, feed):
+    def profile(self, feed):
+        """The feed's ``ReferenceRuns`` (the method keeps its name: the derandomized ``ci`` draws of the property
+        checks hash the source of their Hypothesis test function, which calls it)."""
         key = digest(feed)
         if key not in self.feeds:
             arrays = dict(feed)
