@@ -5,7 +5,7 @@ import pytest
 pytestmark = [pytest.mark.tf]
 
 
-def test_goldens_reproduce(request, parity_session, parity_model, parity_details):
+def test_goldens_reproduce(request, parity_context, parity_model, parity_result):
     from paritygate.backend.runtimes import live_reference
     from paritygate.cli import commands
     from paritygate.inputs import goldens
@@ -16,30 +16,31 @@ def test_goldens_reproduce(request, parity_session, parity_model, parity_details
     spec = parity_model
     if not available("tensorflow"):
         pytest.skip(missing_reason("tensorflow"))
-    if not parity_session.update_goldens and not goldens.golden_path(spec).exists():
+    if not parity_context.update_goldens and not goldens.golden_path(spec).exists():
         pytest.skip(f"model '{spec.name}' has no goldens ({goldens.golden_path(spec)}); the candidate is "
                     "compared with the live TF reference instead (create goldens with "
                     f"`{commands.regenerate_goldens(spec.source, spec.name)}`)")
-    runner = live_reference(parity_session.context, spec)  # TensorFlow runs here, never the reference-output cache
-    if parity_session.update_goldens:
+    runner = live_reference(parity_context, spec)  # TensorFlow runs here, never the reference-output cache
+    if parity_context.update_goldens:
         before = _readable_golden(goldens, spec)
         inputs, labels = goldens.input_set(spec)
         outputs = run_batched(runner, inputs, spec.max_batch)
         path = goldens.write_golden(spec, inputs, outputs, runner.weights_sha256(), labels)
         goldens.load_golden(spec)  # the file just written reads back and matches its manifest (else: error)
-        parity_details.update(action="regenerated", golden=str(path), previous=_change(before, inputs, outputs))
+        parity_result.details.update(action="regenerated", golden=str(path), previous=_change(before, inputs, outputs))
         # Comparing TF with the file it just wrote would prove nothing: the check's word is `regenerated`.
         mark(request.node, "regenerated")
         return
     golden = goldens.load_golden(spec)
     drift = goldens.reference_drift(spec, runner.weights_sha256())
-    parity_details["golden"] = str(goldens.golden_path(spec))
+    parity_result.details["golden"] = str(goldens.golden_path(spec))
     assert drift is None, (f"{spec.reference}: the reference changed since its goldens were made "
                            f"(weights sha256 {drift[0]} -> {drift[1]}); regenerate deliberately with "
                            f"`{commands.regenerate_goldens(spec.source, spec.name)}`")
     today = run_batched(runner, golden.inputs, spec.max_batch)
-    result = compare(spec, "fp32", golden.outputs, today, compare_task=False, nonfinite_reference="match")
-    parity_details.update(result.details(tensorflow=parity_session.environment["tensorflow"]))
+    result = compare(spec, "fp32", golden.outputs, today, compare_task=False, nonfinite_reference="match",
+                     check="goldens_reproduce")
+    parity_result.take(result).details["tensorflow"] = parity_context.versions()["tensorflow"]
     assert result.passed, "today's TensorFlow no longer reproduces the goldens:\n" + "\n".join(result.failures)
 
 

@@ -13,17 +13,16 @@ import pytest
 pytestmark = [pytest.mark.latency, pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 
 
-def test_latency(parity_session, parity_case, parity_details):
-    from paritygate.latency import latency_check
+def test_latency(parity_context, parity_case, parity_result):
+    from paritygate.latency import latency_check, numbers
     from paritygate.verdict import SuiteError
 
     spec, precision = parity_case
-    result = latency_check(parity_session, spec, precision)
-    parity_details.update(result.details())
+    result = parity_result.take(latency_check(parity_context, spec, precision))
     if result.inconclusive:  # load only slows a run down: a pass stands, a miss cannot tell
-        raise result.inconclusive
+        raise result.inconclusive_error()
     assert result.passed, "\n".join(result.failures + result.errors)  # the candidate missed a budget: fail
     if result.errors:
         raise SuiteError("\n".join(result.errors))
-    if result.unbudgeted:  # nothing was gated: a pass here could not have failed
-        pytest.skip(f"measured, no budget: {result.unbudgeted}; {result.numbers()}")
+    if result.details["unbudgeted"]:  # nothing was gated: a pass here could not have failed
+        pytest.skip(f"measured, no budget: {result.details['unbudgeted']}; {numbers(result)}")

@@ -5,31 +5,24 @@ import pytest
 pytestmark = [pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 
 
-def test_matches_reference(parity_session, parity_case, parity_details):
+def test_matches_reference(parity_context, parity_case, parity_result):
     from paritygate.backend.runtimes import recorded_mapping
     from paritygate.judge.parity import candidate_parity
 
     spec, precision = parity_case
-    result, ref = candidate_parity(parity_session, spec, precision)
-    parity_details.update(result.details(reference=ref.source, samples=len(next(iter(ref.inputs.values()))),
-                                         candidate=_describe_candidate(parity_session, spec, precision),
-                                         io_mapping=recorded_mapping(parity_session.context, spec)))
+    result, ref = candidate_parity(parity_context, spec, precision)
+    parity_result.take(result).details.update(
+        reference=ref.source, samples=len(next(iter(ref.inputs.values()))),
+        candidate=_describe_candidate(parity_context, spec, precision),
+        io_mapping=recorded_mapping(parity_context, spec))
     if not result.passed:
-        parity_details["reproducer"] = parity_session.save_reproducer(spec, precision, "matches_reference",
-                                                                       ref.inputs, result.failures)
-        _localize(parity_session, spec, precision, ref, parity_details)
-    from paritygate.verdict import inconclusive
-
-    unjudged = inconclusive(_nonfinite_reference(parity_session, spec, precision, ref, parity_details))
+        _localize(parity_context, spec, precision, ref, parity_result.details)
     assert result.passed, "\n".join(result.failures)
-    if unjudged:
-        raise unjudged
-    parity_details["informativeness"] = result.informativeness
-    if result.inconclusive:
-        raise result.inconclusive
+    if result.inconclusive:  # a NaN / Inf reference, or inputs that could not have shown a failure
+        raise result.inconclusive_error()
 
 
-def test_accepts_every_batch_size(parity_session, parity_case, parity_details):
+def test_accepts_every_batch_size(parity_context, parity_case, parity_details):
     """The candidate must accept every batch size 1..max_batch (a rejection fails, it is not skipped), at each
     corner (min, opt, max) of a dynamic input's profile."""
     from paritygate.backend.runtimes import candidate_runner
@@ -37,8 +30,8 @@ def test_accepts_every_batch_size(parity_session, parity_case, parity_details):
     from paritygate.judge.parity import reference_set
 
     spec, precision = parity_case
-    runner = candidate_runner(parity_session.context, spec, precision)
-    ref = reference_set(parity_session, spec)
+    runner = candidate_runner(parity_context, spec, precision)
+    ref = reference_set(parity_context, spec)
     rejected, shapes = {}, []
     for batch in range(1, spec.max_batch + 1):
         for feed in batch_feeds(spec, ref.inputs, batch):
@@ -64,7 +57,7 @@ def _shape_of(feed):
     return ", ".join(f"{k} {list(v.shape)}" for k, v in feed.items())
 
 
-def test_task_on_heldout(parity_session, parity_case, parity_details):
+def test_task_on_heldout(parity_context, parity_case, parity_details):
     """The task metric on the model's full held-out set (``inputs/<model>_heldout.npz`` beside the config):
     e.g. accuracy >= 99% of the reference's on real held-out data (MLPerf's rule)."""
     from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
@@ -84,45 +77,34 @@ def test_task_on_heldout(parity_session, parity_case, parity_details):
         pytest.skip(f"model '{spec.name}' has no held-out set ({path})")
     heldout = read_input_set(spec, path, "held-out set")
     inputs, labels = heldout.inputs, heldout.labels
-    ref = run_batched(reference_runner(parity_session.context, spec), inputs, spec.max_batch)
-    cand = run_batched(candidate_runner(parity_session.context, spec, precision), inputs, spec.max_batch)
-    task = task_metrics(resolved_spec(parity_session.context, spec), precision, ref, cand, labels)
+    ref = run_batched(reference_runner(parity_context, spec), inputs, spec.max_batch)
+    cand = run_batched(candidate_runner(parity_context, spec, precision), inputs, spec.max_batch)
+    task = task_metrics(resolved_spec(parity_context, spec), precision, ref, cand, labels)
     parity_details.update(task=task, heldout=str(path))
     assert task["passed"], f"{spec.name} {precision}: task metric on {path.name} failed: {task}"
 
 
-def _nonfinite_reference(session, spec, precision, ref, details):
-    """A NaN / Inf in the reference set's outputs: the reference_nonfinite finding; the message when the check is
-    inconclusive for it (None: finite throughout, or the model allows it)."""
-    from paritygate.inputs.strategies import Feed
-    from paritygate.judge.nonfinite import NonfiniteLog
-
-    log = NonfiniteLog()
-    log.note(Feed(ref.inputs, [ref.source.split()[0]] * len(next(iter(ref.inputs.values())))), ref.outputs)
-    return log.conclude(session, spec, precision, "matches_reference", details)
-
-
-def _describe_candidate(session, spec, precision):
+def _describe_candidate(ctx, spec, precision):
     """What ran as the candidate: runtime, artifact, for fp16 the ops kept in FP32, and the ONNX artifact's report
     (TensorRT lint findings, FP16 nodes blocked, constants FP16 cannot hold: paritygate.backend.onnx.loader)."""
     from paritygate.backend.onnx.loader import FP16_KEEP_FP32, artifact_report
     from paritygate.backend.runtimes import candidate_runner
 
-    runner = candidate_runner(session.context, spec, precision)
-    out = {"runtime": session.runtime, "runner": runner.name, "artifact": str(getattr(runner, "path", "") or "")}
+    runner = candidate_runner(ctx, spec, precision)
+    out = {"runtime": ctx.runtime, "runner": runner.name, "artifact": str(getattr(runner, "path", "") or "")}
     if precision == "fp16":
-        out["fp16_keep_fp32"] = list(session.fp16_keep_fp32 or FP16_KEEP_FP32)
+        out["fp16_keep_fp32"] = list(ctx.fp16_keep_fp32 or FP16_KEEP_FP32)
     if precision not in spec.engines:  # a prebuilt engine has no ONNX artifact
-        report = artifact_report(spec, precision, session.fp16_keep_fp32)
+        report = artifact_report(spec, precision, ctx.fp16_keep_fp32)
         out.update({k: report[k] for k in ("lint", "fp16_blocked", "constants_out_of_range", "built_by_suite")})
     return out
 
 
-def _localize(session, spec, precision, ref, details):
+def _localize(ctx, spec, precision, ref, details):
     """A failing fp16/int8 check: where precision breaks and a verified plan (``--parity-localize=off``: none)."""
     from paritygate.judge.divergence import localize_failure
 
-    found = localize_failure(session, spec, precision, ref.inputs, reference_outputs=ref.outputs, labels=ref.labels,
+    found = localize_failure(ctx, spec, precision, ref.inputs, reference_outputs=ref.outputs, labels=ref.labels,
                              compare_task=True, check="matches_reference")
     if found is not None:
         details["divergence"] = found

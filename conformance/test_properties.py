@@ -15,18 +15,18 @@ pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.usefixtures("parity_
 
 
 def _verdict(result):
-    assert result.passed, result.failure
+    assert result.passed, "\n".join(result.failures)
     if result.inconclusive:
-        raise result.inconclusive
+        raise result.inconclusive_error()
 
 
-def test_property_parity(parity_session, parity_case, parity_details):
-    _verdict(properties.property_parity(parity_session, *parity_case, details=parity_details))
+def test_property_parity(parity_context, parity_case, parity_result):
+    _verdict(properties.property_parity(parity_context, *parity_case, result=parity_result))
 
 
-def test_batch_invariance(parity_session, parity_case, parity_details):
-    _verdict(properties.batch_invariance(parity_session, *parity_case, details=parity_details))
+def test_batch_invariance(parity_context, parity_case, parity_result):
+    _verdict(properties.batch_invariance(parity_context, *parity_case, result=parity_result))
 
 
-def test_determinism(parity_session, parity_case, parity_details):
-    _verdict(properties.determinism(parity_session, *parity_case, details=parity_details))
+def test_determinism(parity_context, parity_case, parity_result):
+    _verdict(properties.determinism(parity_context, *parity_case, result=parity_result))

@@ -29,11 +29,11 @@ def beam_subject(parity_session, parity_model):
                     "RunInference handler to check")
     from paritygate.beam.judge import subject_for
 
-    return subject_for(parity_session, spec)
+    return subject_for(parity_session.context, spec)
 
 
 @pytest.fixture
-def beam_check(request, parity_session, beam_subject, parity_details):
+def beam_check(request, parity_session, beam_subject, parity_result):
     """Run a named check: apply its known upstream expectations as strict xfail, record details, assert."""
     from paritygate.beam.copies import model_copies
     from paritygate.beam.direct import DIRECT_CHECKS
@@ -48,15 +48,14 @@ def beam_check(request, parity_session, beam_subject, parity_details):
         if xfail:
             reason = " | ".join(e.describe() for e in xfail)
             request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
-            parity_details["expectations"] = [e.as_dict() for e in xfail]
+            parity_result.details["expectations"] = [e.as_dict() for e in xfail]
         if named:
-            parity_details["upstream_defects"] = [e.as_dict() for e in named]
+            parity_result.details["upstream_defects"] = [e.as_dict() for e in named]
         check = {**PIPELINE_CHECKS, **DIRECT_CHECKS, "beam_batch_latency": batch_latency,
                  "beam_multi_process": multi_process, "beam_model_update": model_update,
                  "beam_model_copies": model_copies}[name]
-        result = check(beam_subject, **kwargs)
-        parity_details.update(result.details())
-        assert result.passed, (f"{beam_subject.spec.name} {name} ({result.handler}):\n" + "\n".join(result.failures)
+        result = parity_result.take(check(beam_subject, **kwargs))
+        assert result.passed, (f"{beam_subject.spec.name} {name} ({result.details['handler']}):\n" + "\n".join(result.failures)
                                + "".join(_named(e, beam_subject.spec.name, name) for e in named))
 
     return run

@@ -146,3 +146,11 @@ class CudaResult(int):
         err = super().__new__(cls, value)
         err.name = name
         return err
+
+
+def record_of(model, precision, check, status, details=None):
+    """A check's ``CheckResult`` as its report record ``{model, precision, check, status, details}`` reads back."""
+    from paritygate.result import CheckResult
+
+    return CheckResult.from_dict({"model": model, "precision": precision, "check": check, "status": status,
+                                  "details": details or {}})

@@ -6,7 +6,10 @@ computed once per process. Backends take it, a spec and arrays; they never see t
 one of these without pytest.
 """
 
+import platform
 from dataclasses import dataclass, field
+
+from paritygate.lazy import dist_version as _version
 
 
 @dataclass
@@ -17,6 +20,11 @@ class RunContext:
     reference_cache: bool = False  # --parity-cache: TF outputs served from paritygate.backend.reference_cache (replay: live)
     beam_runner: str = None  # --parity-beam-runner (None: the local runners)
     beam_options: tuple = ()  # --parity-beam-option pass-through
+    localize: bool = True  # --parity-localize: explain and repair failing fp16/int8 checks (judge.divergence)
+    reproducer_dir: object = None  # where failing inputs are saved (--parity-report DIR/reproducers, else the cache's)
+    device_class: str = "cpu"  # latency budget class (--parity-device-class, or derived from the GPU)
+    serial: bool = True  # False on an xdist worker: latency is never measured beside other work
+    update_goldens: bool = False  # --parity-update-goldens: the goldens are being rewritten, not read
     # -- once per process, each keyed by what it depends on --------------------------------------------------
     references: dict = field(default_factory=dict)  # model -> backend.runtimes.ReferenceRunner
     live_references: dict = field(default_factory=dict)  # model -> the reference running TF, never the cache
@@ -26,7 +34,7 @@ class RunContext:
     computed_dtypes: dict = field(default_factory=dict)  # (runtime, model, precision) -> float16 or None
     precision_coverage: dict = field(default_factory=dict)  # (model, precision) -> the artifact's coverage or None
     preflight_runners: dict = field(default_factory=dict)  # model -> a bare fp32 ONNX Runtime runner (preflight)
-    reference_sets: dict = field(default_factory=dict)  # model -> judge.parity.ReferenceSet
+    reference_sets: dict = field(default_factory=dict)  # model -> inputs.goldens.Golden (goldens, or live TF)
     input_pools: dict = field(default_factory=dict)  # model -> inputs.strategies.InputPool
     noise: dict = field(default_factory=dict)  # model -> judge.reference_noise.ReferenceNoise
     reference_latency: dict = field(default_factory=dict)  # (model, batch, profile) -> the TF reference's row
@@ -35,6 +43,21 @@ class RunContext:
     beam_expectations: list = None  # known upstream defects (beam.expectations), read once
     environment: dict = None  # versions and device (session.environment), read once
 
+    def versions(self):
+        """Versions and device (``environment()``), read once."""
+        if self.environment is None:
+            self.environment = environment()
+        return self.environment
+
+    def save_reproducer(self, spec, precision, check, inputs, failures):
+        """Save ``inputs`` as a reproducer of ``check`` (paritygate.inputs.reproducer); returns its paths and the
+        replay command, for the result's ``reproducer``."""
+        from paritygate.backend.cache import cache_root
+        from paritygate.inputs.reproducer import save_reproducer
+
+        folder = self.reproducer_dir or cache_root() / "reproducers"
+        return save_reproducer(folder, spec, precision, check, self.runtime, inputs, failures, self.fp16_keep_fp32)
+
     def output_names(self, spec):
         """Reference output name -> candidate output name for ``spec``: the config's ``[models.outputs]`` completed
         with the mapping resolved when the candidate was built (the spec itself is never written to)."""
@@ -42,3 +65,22 @@ class RunContext:
         if mapping is None:
             return dict(spec.outputs)
         return {**spec.outputs, **{r: m["candidate"] for r, m in mapping["outputs"].items() if m["rule"] != "name"}}
+
+
+def environment():
+    """Versions and device, read from package metadata: nothing heavy is imported."""
+    from paritygate.gpu import device as _gpu
+
+    probe = _gpu.probe()
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
+        "onnxruntime": _version("onnxruntime") or _version("onnxruntime-gpu"),
+        "onnx": _version("onnx"),
+        "tf2onnx": _version("tf2onnx"),
+        "tensorrt": _version("tensorrt") or _version("tensorrt-cu12") or _version("tensorrt-cu13"),
+        "apache-beam": _version("apache-beam"),
+        "gpu": probe.describe() if probe.available else None,
+        "gpu_unavailable_reason": probe.reason,
+    }

@@ -250,7 +250,7 @@ def _validate(config):
 
     parity = config.stash[SESSION_KEY]
     try:
-        found = validate_models(parity)
+        found = parity.validation = validate_models(parity.context, parity.models, parity.config_path)
     except ConfigError as err:
         _stop(config, [str(err)])
     if found["problems"]:
@@ -274,9 +274,9 @@ def pytest_runtest_call(item):
     try:
         result = yield
     except BaseException:
-        coverage_after_failure(item, item.config.stash[SESSION_KEY])
+        coverage_after_failure(item, item.config.stash[SESSION_KEY].context, _result_of(item))
         raise
-    coverage_verdict(item, item.config.stash[SESSION_KEY])
+    coverage_verdict(item, item.config.stash[SESSION_KEY].context, _result_of(item))
     return result
 
 
@@ -397,13 +397,31 @@ from paritygate.gpu.device import cuda_stream, gpu_fixture, gpu_memory_guard, gp
 
 
 @pytest.fixture
-def parity_details(request):
-    """A dict a conformance test fills; it becomes the ``details`` of the test's check in the report."""
-    from paritygate.session import DETAILS_KEY
+def parity_result(request):
+    """The test's ``paritygate.result.CheckResult``, which the session records with the test's outcome as status."""
+    return _result_of(request.node)
 
-    details = {}
-    request.node.stash[DETAILS_KEY] = details
-    return details
+
+@pytest.fixture
+def parity_details(parity_result):
+    """The free-form ``details`` of the test's result (the report shows them)."""
+    return parity_result.details
+
+
+@pytest.fixture(scope="session")
+def parity_context(parity_session):
+    """The run's ``RunContext``: what judge code computes with (options, runners, reference outputs)."""
+    return parity_session.context
+
+
+def _result_of(item):
+    from paritygate.result import CheckResult
+    from paritygate.session import RESULT_KEY
+
+    if RESULT_KEY not in item.stash:
+        model, precision = case_of(item)
+        item.stash[RESULT_KEY] = CheckResult(model, precision, item.originalname.removeprefix("test_"))
+    return item.stash[RESULT_KEY]
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,10 @@
-"""The one ParitySession of a pytest run: config, runtime choice, recorded checks, the report. What checks compute
-with (runners, reference outputs, resolved mappings) lives in its ``context`` (``paritygate.context.RunContext``)."""
+"""The one ParitySession of a pytest run: the recorder. It holds the config and runtime choice, takes each check's
+``paritygate.result.CheckResult`` (the one a conformance test filled, ``RESULT_KEY``) with the pytest outcome's
+status, and writes the report. What checks compute with (options, runners, reference outputs, resolved mappings)
+lives in its ``context`` (``paritygate.context.RunContext``): judge code takes that, never the session."""
 
 import json
-import math
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from paritygate.gpu import device as _gpu
-from paritygate.lazy import available, missing_reason
-from paritygate.lazy import dist_version as _version
+from paritygate.lazy import available
 from paritygate.models.config import BUNDLED_CONFIG, load_config
+from paritygate.result import CheckResult, jsonable
 from paritygate.verdict import REPORT_ATTR, STATUSES
 
 _WORKER_KEY = "paritygate_checks"
@@ -22,24 +22,7 @@ _CACHE_KEY = "paritygate_cache_stats"
 _FINDINGS_KEY = "paritygate_findings"
 _REFERENCE_KEY = "paritygate_reference_cache_stats"
 _TIME_KEY = "paritygate_time"
-DETAILS_KEY = pytest.StashKey[dict]()  # a test's details for its check, filled through `parity_details`
-
-
-def environment():
-    """Versions and device, read from package metadata: nothing heavy is imported."""
-    probe = _gpu.probe()
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
-        "onnxruntime": _version("onnxruntime") or _version("onnxruntime-gpu"),
-        "onnx": _version("onnx"),
-        "tf2onnx": _version("tf2onnx"),
-        "tensorrt": _version("tensorrt") or _version("tensorrt-cu12") or _version("tensorrt-cu13"),
-        "apache-beam": _version("apache-beam"),
-        "gpu": probe.describe() if probe.available else None,
-        "gpu_unavailable_reason": probe.reason,
-    }
+RESULT_KEY = pytest.StashKey[CheckResult]()  # a test's result for its check, filled through `parity_result`
 
 
 class ParitySession:
@@ -118,13 +101,9 @@ class ParitySession:
         """Why the selected candidate runtime cannot run here (None when it can)."""
         if self.runtime == "tensorrt":
             return self.gpu_skip_reason(needs_trt=True)
-        needs = ["onnx", "onnxruntime"]
-        if any(m.onnx is None for m in self.models):  # converted from the TF reference
-            needs += ["tensorflow", "tf2onnx"]
-        if any("fp16" in m.precisions for m in self.models):
-            needs.append("onnxconverter_common")
-        missing = [name for name in needs if not available(name)]
-        return "; ".join(missing_reason(name) for name in missing) or None
+        from paritygate.backend.runtimes import candidate_missing
+
+        return candidate_missing(self.models)
 
     @property
     def context(self):
@@ -134,46 +113,44 @@ class ParitySession:
             from paritygate.context import RunContext
 
             self._context = RunContext(runtime=self.runtime, fp16_keep_fp32=self.fp16_keep_fp32, numerics=self.numerics,
-                                       reference_cache=self.reference_cache,
-                                       beam_runner=self.beam_runner, beam_options=tuple(self.beam_options))
+                                       reference_cache=self.reference_cache, localize=self.localize,
+                                       beam_runner=self.beam_runner, beam_options=tuple(self.beam_options),
+                                       reproducer_dir=self.report_dir / "reproducers" if self.report_dir else None,
+                                       device_class=self.device_class, serial=not self.is_xdist_worker,
+                                       update_goldens=self.update_goldens)
         return self._context
 
     @property
     def environment(self):
-        if self.context.environment is None:
-            self.context.environment = environment()
-        return self.context.environment
-
-    def save_reproducer(self, spec, precision, check, inputs, failures):
-        from paritygate.backend.cache import cache_root
-        from paritygate.cli.replay import save_reproducer
-
-        folder = (self.report_dir or cache_root()) / "reproducers"
-        return save_reproducer(folder, spec, precision, check, self.runtime, inputs, failures, self.fp16_keep_fp32)
+        return self.context.versions()
 
     # -- checks ---------------------------------------------------------------------------------------
-    def record(self, model, precision, check, status, details=None):
-        if status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
-        self.checks.append({"model": model, "precision": precision, "check": check, "status": status,
-                            "details": _jsonable(details or {})})
-        return self.checks[-1]
+    def record(self, result):
+        """Keep one check's CheckResult (a copy, as its JSON reads back) and its findings; returns the copy."""
+        result = CheckResult.from_dict(result.to_dict())  # to_dict refuses a status outside verdict.STATUSES
+        if result.status is None:
+            raise ValueError(f"status must be one of {STATUSES}, got None ({result.model} {result.check})")
+        self.checks.append(result)
+        self.findings += result.findings
+        return result
 
     def record_finding(self, kind, model, precision, check, details):
-        """A finding about the model rather than a verdict on the candidate (``reference_unstable``: the
-        reference disagrees with itself beyond the policy); ``details`` holds its numbers and a ``summary``."""
+        """A finding about the model rather than a verdict on the candidate, outside any check's result."""
         self.findings.append({"kind": kind, "model": model, "precision": precision, "check": check,
-                              "details": _jsonable(details or {})})
+                              "details": jsonable(details or {})})
 
     def record_test_outcome(self, item, report):
-        """Each conformance test over a model is one check: its outcome becomes the check's status."""
+        """Each conformance test over a model is one check: its outcome becomes the status of the test's result."""
         model, precision = case_of(item)
         if model is None:
             return
         status = _status_of(report)
         if status is None:
             return
-        details = dict(item.stash.get(DETAILS_KEY, {}))
+        check = item.originalname.removeprefix("test_")
+        result = CheckResult.from_dict(item.stash.get(RESULT_KEY, CheckResult(model, precision, check)).to_dict())
+        result.model, result.precision, result.check, result.status = model, precision, check, status
+        details = result.details
         allowed = [v for k, v in report.user_properties if k == "paritygate_inconclusive_allowed"]
         if allowed:
             details.update(allow_uninformative=True, message=allowed[0])
@@ -187,15 +164,12 @@ class ParitySession:
         from paritygate.cli import commands
 
         details.setdefault("rerun", commands.rerun(self.config_path, item.nodeid))
-        if precision in ("fp16", "int8"):  # every reduced-precision row names the numerics it was computed with
-            details.setdefault("numerics", self.numerics if self.runtime == "onnxruntime" else self.runtime)
-        check = item.originalname.removeprefix("test_")
-        from paritygate.report.evidence import attach_worst_inputs
-
-        return self.record(model, precision, check, status, attach_worst_inputs(details))
+        if precision in ("fp16", "int8") and result.numerics is None:  # every reduced-precision row names its numerics
+            result.numerics = self.numerics if self.runtime == "onnxruntime" else self.runtime
+        return self.record(result)
 
     def merge_worker(self, workeroutput):
-        self.checks.extend(json.loads(workeroutput.get(_WORKER_KEY, "[]")))
+        self.checks.extend(CheckResult.from_dict(c) for c in json.loads(workeroutput.get(_WORKER_KEY, "[]")))
         self.findings.extend(json.loads(workeroutput.get(_FINDINGS_KEY, "[]")))
         for key, n in json.loads(workeroutput.get(_CACHE_KEY, "{}")).items():
             self.worker_cache_stats[key] = self.worker_cache_stats.get(key, 0) + n
@@ -229,7 +203,7 @@ class ParitySession:
         if workeroutput is not None:  # an xdist worker hands its checks to the controller
             from paritygate.backend.cache import STATS
 
-            workeroutput[_WORKER_KEY] = json.dumps(self.checks)
+            workeroutput[_WORKER_KEY] = json.dumps([c.to_dict() for c in self.checks])
             workeroutput[_FINDINGS_KEY] = json.dumps(self.findings)
             workeroutput[_CACHE_KEY] = json.dumps(STATS)
             from paritygate.backend.reference_cache import STATS as REFERENCE_STATS
@@ -298,7 +272,7 @@ class ParitySession:
         lines = validation_lines(self.validation)
         if not self.checks and not self.findings:
             return lines
-        counts = {s: sum(c["status"] == s for c in self.checks) for s in STATUSES}
+        counts = {s: sum(c.status == s for c in self.checks) for s in STATUSES}
         # the four verdicts always, so that "0 error" is said; skip/xfail/regenerated when they occurred
         text = ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("pass", "fail", "error", "inconclusive"))
         stats = self.cache_stats()
@@ -312,14 +286,14 @@ class ParitySession:
 
         spent = self.time_spent()
         lines.append(timeline.summary_line(spent, spent["wall"], spent["processes"]))
-        reduced = sorted({c["details"]["numerics"] for c in self.checks if c["details"].get("numerics")})
+        reduced = sorted({c.numerics for c in self.checks if c.numerics})
         if reduced:
             lines.append(f"paritygate: fp16/int8 rows computed with {' and '.join(reduced)} numerics "
                          f"({'; '.join(describe_numerics(n) for n in reduced)})")
         for c in self.checks:
-            repro = c["details"].get("reproducer")
-            if repro:
-                lines.append(f"paritygate: {c['model']} {precision_label(c)} {c['check']} failed; replay: {repro['command']}")
+            if c.reproducer:
+                lines.append(f"paritygate: {c.model} {precision_label(c.to_dict())} {c.check} failed; replay: "
+                             f"{c.reproducer['command']}")
         for f in self.findings:
             lines.append(f"paritygate: finding {f['kind']}: {f['model']} {f['precision'] or ''} {f['check']}: "
                          f"{f['details'].get('summary', '')}".replace("  ", " "))
@@ -388,34 +362,6 @@ def _short_failure(report):
     if text.startswith("AssertionError: ") and "\nassert " in text:  # the test's message, not pytest's rewrite
         text = text.split("\nassert ", 1)[0]
     return text if len(text) <= 4000 else text[:4000] + " …(truncated in the report; see the pytest log)"
-
-
-def _jsonable(obj):
-    """Plain JSON (strict: no NaN/Infinity tokens, which jq and browsers reject): non-finite floats become
-    the strings "nan", "inf" and "-inf"."""
-    return _finite(json.loads(json.dumps(obj, default=_default)))
-
-
-def _finite(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def _default(obj):
-    import numpy as np
-
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    return repr(obj)
 
 
 def _ensure_zoo_built():

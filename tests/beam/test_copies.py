@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.beam, pytest.mark.tf, pytest.mark.onnx, pytest.mark.sl
 def test_correct_handler_shares_one_copy_between_two_workers(toy_subject):
     result = model_copies(toy_subject(toys.shares_copies))
     assert result.passed, result.failures
-    own, asked = result.info["runs"]
+    own, asked = result.details["runs"]
     assert own["share_model_across_processes"] is False and all(n == 1 for n in own["loads_by_pid"].values())
     assert asked["model_copies"] == 1 and sum(asked["loads_by_pid"].values()) == 1, asked
     assert len(asked["batches_by_pid"]) == 2, asked  # both workers ran batches on the one shared copy
@@ -28,7 +28,7 @@ def test_correct_handler_shares_one_copy_between_two_workers(toy_subject):
 def test_factory_without_model_copies_checks_its_own_promise(toy_subject):
     result = model_copies(toy_subject(toys.correct))
     assert result.passed, result.failures
-    assert len(result.info["runs"]) == 1 and "takes no model_copies" in result.info["note"]
+    assert len(result.details["runs"]) == 1 and "takes no model_copies" in result.details["note"]
 
 
 def test_handler_loading_per_batch_fails(toy_subject):

@@ -68,7 +68,7 @@ def test_latency_over_budget_is_caught(toy_subject):
     subject = toy_subject(toys.factory_of(toys.SlowHandler))
     result = checks.batch_latency(subject, budget_ms=1000 * toys.SLOW_SECONDS / 2)
     assert "exceeds the budget" in _failures(result)
-    (row,) = result.details()["latency"]
+    (row,) = result.latency
     assert row["batch"] == "all" and row["p99_ms"] >= 1000 * toys.SLOW_SECONDS
     assert len(row["samples_ms"]) == checks.LATENCY_BATCHES and row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
     # one percentile in the suite: nearest rank (an observed sample), as the latency rows and the comparator
@@ -91,7 +91,7 @@ def test_a_1000x_byte_over_report_is_caught(toy_subject):
 def test_a_declared_byte_formula_is_held_exactly(toy_subject):
     subject = toy_subject(toys.factory_of(toys.DeclaresItsBytes))
     assert checks.metric_bytes(subject).passed and direct.num_bytes(subject).passed
-    assert direct.num_bytes(subject).info["rule"] == "paritygate_num_bytes declared by the handler"
+    assert direct.num_bytes(subject).details["rule"] == "paritygate_num_bytes declared by the handler"
 
 
 def test_a_pre_and_post_processing_handler_passes(toy_subject):
@@ -149,7 +149,7 @@ def test_dead_letter_keeps_every_other_element(toy_subject):
 
 def test_a_failing_check_records_the_failing_case(toy_subject):
     result = checks.exactly_once(toy_subject(toys.factory_of(toys.DropsElement)))
-    details = result.details()
+    details = result.to_dict()["details"]
     assert details["failing"]["case"]["count"] >= 1 and details["failing"]["batch_sizes"]
     assert details["runners"] == ["FnApiRunner", "BundleBasedDirectRunner"]
 
@@ -162,7 +162,7 @@ def test_batch_latency_p99_is_the_latency_rows_statistic(toy_subject):
     from paritygate.latency import percentile
 
     subject = toy_subject(toys.correct, beam={"handler": "toy_handlers:correct", "batch_latency_p99_ms": 1000.0})
-    (row,) = checks.batch_latency(subject, 1000.0).info["latency"]
+    (row,) = checks.batch_latency(subject, 1000.0).latency
     samples = row["samples_ms"]
     assert len(samples) == checks.LATENCY_BATCHES < 100
     assert row["p99_ms"] == max(samples) == percentile(samples, 99)
@@ -177,8 +177,8 @@ def test_model_update_passes_a_handler_that_honours_it_and_fails_one_that_ignore
 
     good = model_update(toy_subject(toys.correct))
     assert good.passed, good.failures
-    ids = good.info["model_ids"]
-    assert good.info["elements"] == 9 and ids["after"] == [good.info["update_target"]] and ids["before"] != ids["after"]
+    ids = good.details["model_ids"]
+    assert good.details["elements"] == 9 and ids["after"] == [good.details["update_target"]] and ids["before"] != ids["after"]
     bad = model_update(toy_subject(toys.factory_of(toys.IgnoresUpdates)))
     assert "(after the update): not the update target's" in _failures(bad)
 

@@ -43,7 +43,7 @@ def loaded_by_factory(onnx_path, min_batch_size=None, max_batch_size=None):
 def test_correct_handler_passes_on_two_worker_processes(toy_subject):
     result = multi_process(toy_subject(toys.correct))
     assert result.passed, result.failures
-    assert len(result.info["worker_pids"]) == 2, result.info
+    assert len(result.details["worker_pids"]) == 2, result.details
 
 
 def test_unpicklable_handler_is_a_contract_breach(toy_subject):

@@ -67,12 +67,12 @@ def test_static_batch_is_padded_and_the_padding_dropped(tmp_path, toy_reference,
     for name, check in every.items():
         result = check(subject)
         assert result.passed != bool(match(name, subject, known)), (name, result.failures)
-        runs = result.info.get("runs", [result.info])
+        runs = result.details.get("runs", [result.details])
         if name not in ("beam_batch_weight", "beam_maybe_keyed_mixed"):  # Beam 2.77 fails both for every handler
-            assert result.info.get("cases_with_short_batches") or all(r["short_batches"] for r in runs), name
+            assert result.details.get("cases_with_short_batches") or all(r["short_batches"] for r in runs), name
     update = model_update(subject)
     assert update.passed, update.failures
-    assert all(min(sizes) < 4 for sizes in update.info["batch_sizes"].values()), update.info["batch_sizes"]
+    assert all(min(sizes) < 4 for sizes in update.details["batch_sizes"].values()), update.details["batch_sizes"]
 
 
 class ProfileOfTwoToThree(serving.OnnxRuntimeHandler):

@@ -30,8 +30,8 @@ def test_unknown_precision_key_names_the_key(folder):  # noqa: F811
 
 def test_localization_is_off_for_fp32_and_with_the_option_off():
     spec = toy_spec()
-    assert localize_failure(ParitySession(localize=False), spec, "fp16", {}) is None
-    assert localize_failure(ParitySession(), spec, "fp32", {}) is None
+    assert localize_failure(ParitySession(localize=False).context, spec, "fp16", {}) is None
+    assert localize_failure(ParitySession().context, spec, "fp32", {}) is None
 
 
 def test_plugin_option_turns_localization_off(pytester):

@@ -13,7 +13,9 @@ import pytest
 
 from paritygate.comparator.compare import compare_array, cosine_similarity
 from paritygate.comparator.tolerance import Tolerance
+from paritygate.context import RunContext
 from paritygate.judge.nonfinite import NonfiniteLog, allowance, counts
+from paritygate.result import CheckResult
 from tests.conftest import toy_spec, write_config
 
 for _name in ("onnx", "onnxruntime", "tensorflow"):  # before pytester snapshots sys.modules: re-importing onnx's
@@ -48,25 +50,15 @@ def test_cosine_of_huge_values_neither_warns_nor_overflows():
     assert cosine == pytest.approx(1.0) and norm == np.inf
 
 
-class _Session:
-    def __init__(self):
-        self.findings = []
-
-    def save_reproducer(self, *args):
-        return {"file": "r.npz", "command": "python -m paritygate.cli.replay r.npz"}
-
-    def record_finding(self, kind, model, precision, check, details):
-        self.findings.append((kind, check, details))
-
-
 @pytest.mark.parametrize("allowed", [False, True, "log(0) is -inf by design"])
-def test_the_finding_is_recorded_and_the_check_inconclusive_unless_allowed(allowed):
+def test_the_finding_is_recorded_and_the_check_inconclusive_unless_allowed(allowed, tmp_path):
     spec = toy_spec(allow_nonfinite_reference=allowed)
-    log, session, details = NonfiniteLog(), _Session(), {}
+    log, result = NonfiniteLog(), CheckResult(spec.name, "fp32", "property_parity")
     log.note({"x": np.array([[0.5], [-0.5]], np.float32)}, {"y": np.array([[0.7], [np.nan]], np.float32)})
     log.note({"x": np.array([[0.25]], np.float32)}, {"y": np.array([[0.5]], np.float32)})
-    message = log.conclude(session, spec, "fp32", "property_parity", details)
-    [(kind, _check, found)] = session.findings
+    message = log.conclude(RunContext(reproducer_dir=tmp_path), spec, "fp32", result)
+    details = result.details
+    [(kind, _check, found)] = [(f["kind"], f["check"], f["details"]) for f in result.findings]
     assert kind == "reference_nonfinite" and found["outputs"] == {"y": {"nan": 1, "inf": 0}}
     assert found["affected_inputs"] == 1 and found["inputs"] == 2 and found["first"]["rows"] == [1]
     assert found["first"]["input_ranges"] == {"x": [-0.5, -0.5]} and found["allowed"] == allowance(spec)

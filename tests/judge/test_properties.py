@@ -139,11 +139,11 @@ def test_the_bundled_ssd_properties_reach_detections(check):
 
     session = ParitySession()
     ssd = next(m for m in session.models if m.name == "ssd")
-    result = getattr(properties, check)(session, ssd, "fp32")
-    assert result.passed and not result.inconclusive, result.failure or result.inconclusive
+    result = getattr(properties, check)(session.context, ssd, "fp32")
+    assert result.passed and not result.inconclusive, result.failures or result.inconclusive
     share = result.details["informativeness"]["detection"]["share_with_detection"]
     assert share >= 0.25, f"only {share:.0%} of {check}'s inputs hold a detection"
-    sources = result.details["inputs"]["rows_by_source"]
+    sources = result.inputs["rows_by_source"]
     assert {"golden", "calibration", "noise", "corner:zero"} <= set(sources), sources
 
 

@@ -218,7 +218,7 @@ def test_each_bundled_budget_fails_a_candidate_slowed_by_its_margin(monkeypatch)
             if not delay_ms:
                 continue
             session.context.candidates[("onnxruntime", spec.name, "fp32")] = SlowedRunner(real, delay_ms).activate()
-            result = latency_check(session, spec, "fp32")
+            result = latency_check(session.context, spec, "fp32")
             text = "\n".join(result.failures)
             wanted = [b.key for b in budgets.speedups] if kind == "speedup" else \
                 [b.key for b in budgets.percentiles if f"p{b.percentile}" == kind]

@@ -37,7 +37,8 @@ def model(name, reference, **fields):
 
 def validated(folder, *tables):
     session = ParitySession(config_path=write_config(folder, {"models": list(tables)}), runtime="onnxruntime")
-    return session, validate_models(session)
+    session.validation = validate_models(session.context, session.models, session.config_path)
+    return session, session.validation
 
 
 def one_problem(folder, table):

@@ -15,7 +15,7 @@ from paritygate.judge.parity import compare
 from paritygate.report import write_report
 from paritygate.report.browser import HEIGHT, WIDTH, BrowserError, find_chromium, layout, screenshot
 from paritygate.session import ParitySession
-from tests.conftest import toy_spec
+from tests.conftest import record_of, toy_spec
 
 needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="no headless Chromium installed (Debian/Ubuntu: "
                                     "apt-get install chromium; or set PARITYGATE_CHROMIUM)")
@@ -26,24 +26,24 @@ def failing_session(config):
     """A run of four models x three precisions with a NaN failure (long cause), an error, passes and skips."""
     s = ParitySession(config_path=config, runtime="onnxruntime")
     spec = toy_spec(precisions=("fp32", "fp16", "int8"))
-    ok = compare(spec, "fp32", {"y": 5 * X}, {"y": 5 * X + 1e-7}, compare_task=False).details()
+    ok = compare(spec, "fp32", {"y": 5 * X}, {"y": 5 * X + 1e-7}, compare_task=False).to_dict()["details"]
     for o in ok["outputs"]:  # plots for the failing check only: drawing ~40 of them takes half a minute
         del o["error_histogram"], o["error_vs_magnitude"]
     for model in ("bert", "linear", "mobilenet", "ssd"):
         for precision in ("fp32", "fp16", "int8"):
             for check in ("matches_reference", "property_parity", "determinism"):
-                s.record(model, precision, check, "pass", ok)
-            s.record(model, precision, "task_on_heldout", "skip", {"reason": f"model '{model}' has no held-out set"})
-        s.record(model, None, "goldens_reproduce", "pass", ok)
+                s.record(record_of(model, precision, check, "pass", ok))
+            s.record(record_of(model, precision, "task_on_heldout", "skip", {"reason": f"model '{model}' has no held-out set"}))
+        s.record(record_of(model, None, "goldens_reproduce", "pass", ok))
     cand = 5 * X
     cand.ravel()[:31] = np.nan
     bad = compare(spec, "int8", {"y": 5 * X}, {"y": cand}, compare_task=False)
     cause = "\n".join(bad.failures) + "\n" + "the cause goes on; " * 60 + "END OF CAUSE"
-    s.checks = [c for c in s.checks if (c["model"], c["precision"], c["check"]) != ("mobilenet", "int8",
+    s.checks = [c for c in s.checks if (c.model, c.precision, c.check) != ("mobilenet", "int8",
                                                                                     "matches_reference")]
-    s.record("mobilenet", "int8", "matches_reference", "fail", bad.details(message=cause))
-    s.record("ssd", "fp16", "accepts_every_batch_size", "error",
-             {"message": "SuiteError: onnxruntime could not load the artifact the suite built: INVALID_GRAPH " * 4})
+    s.record(record_of("mobilenet", "int8", "matches_reference", "fail", {**bad.to_dict()["details"], "message": cause}))
+    s.record(record_of("ssd", "fp16", "accepts_every_batch_size", "error",
+             {"message": "SuiteError: onnxruntime could not load the artifact the suite built: INVALID_GRAPH " * 4}))
     return s
 
 

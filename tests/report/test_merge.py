@@ -12,7 +12,7 @@ from paritygate.judge.parity import compare
 from paritygate.report import write_report
 from paritygate.report.merge import MergeError, merge_reports
 from paritygate.session import ParitySession
-from tests.conftest import toy_spec
+from tests.conftest import record_of, toy_spec
 
 X = np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)
 
@@ -23,8 +23,8 @@ def _shard(folder, rows, runtime="onnxruntime"):
     spec = toy_spec()
     for model, precision, check, status in rows:
         cand = 5 * X if status == "pass" else 5 * X + 1e-3
-        s.record(model, precision, check, status, compare(spec, "fp32", {"y": 5 * X}, {"y": cand},
-                                                          compare_task=False).details())
+        s.record(record_of(model, precision, check, status, compare(spec, "fp32", {"y": 5 * X}, {"y": cand},
+                                                          compare_task=False).to_dict()["details"]))
     return write_report(s, folder / "report") / "parity-report.json"
 
 

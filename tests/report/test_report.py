@@ -13,7 +13,7 @@ from paritygate.judge.parity import compare
 from paritygate.lazy import dist_version
 from paritygate.report import SCHEMA, write_report
 from paritygate.session import ParitySession
-from tests.conftest import toy_spec, write_config
+from tests.conftest import record_of, toy_spec, write_config
 
 ENV_KEYS = {"python", "tensorflow", "onnxruntime", "tensorrt", "apache-beam", "gpu"}
 X = np.linspace(-1, 1, 64, dtype=np.float32).reshape(16, 4)
@@ -25,12 +25,12 @@ def session(tmp_path_factory):
     spec = toy_spec(precisions=("fp32", "fp16"))
     ok = compare(spec, "fp16", {"y": 5 * X}, {"y": (5 * X).astype(np.float16)}, compare_task=False)
     bad = compare(spec, "fp32", {"y": 5 * X}, {"y": 5 * X + 1e-3}, compare_task=False)
-    s.record("toy", "fp16", "parity", "pass", ok.details())
-    s.record("toy", "fp32", "parity", "fail", bad.details(message="toy fp32: y | z mismatch\nsecond line <b>"))
-    s.record("zeta", None, "goldens", "skip", {"reason": "no goldens | run --update-goldens"})
-    s.record("alpha", "fp32", "latency", "pass", {"latency": [{"batch": 1, "p50_ms": 1.0, "p90_ms": 1.5,
+    s.record(record_of("toy", "fp16", "parity", "pass", ok.to_dict()["details"]))
+    s.record(record_of("toy", "fp32", "parity", "fail", {**bad.to_dict()["details"], "message": "toy fp32: y | z mismatch\nsecond line <b>"}))
+    s.record(record_of("zeta", None, "goldens", "skip", {"reason": "no goldens | run --update-goldens"}))
+    s.record(record_of("alpha", "fp32", "latency", "pass", {"latency": [{"batch": 1, "p50_ms": 1.0, "p90_ms": 1.5,
                                                                "p99_ms": 2.0, "budget": 3.0,
-                                                               "samples_ms": [1.0, 1.2, 2.0]}]})
+                                                               "samples_ms": [1.0, 1.2, 2.0]}]}))
     return s
 
 
@@ -89,8 +89,8 @@ def test_markdown_report(report):
 def test_markdown_keeps_full_causes_of_failures_out_of_the_table(tmp_path):
     s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
     cause = "invalid artifact: " + "x" * 600 + " END OF CAUSE with `backticks` and ``` fences"
-    s.record("long", "fp32", "parity", "error", {"message": cause})
-    s.record("other", "fp32", "parity", "skip", {"reason": "y" * 1000})
+    s.record(record_of("long", "fp32", "parity", "error", {"message": cause}))
+    s.record(record_of("other", "fp32", "parity", "skip", {"reason": "y" * 1000}))
     md = (write_report(s, tmp_path) / "parity-report.md").read_text()
     (row,) = [line for line in md.splitlines() if line.startswith("| long")]
     assert "x" * 200 in row and "END OF CAUSE" not in row and "(full text under Failures below)" in row
@@ -105,7 +105,7 @@ def test_markdown_puts_nonfinite_counts_before_finite_only_statistics(tmp_path):
     cand = ref.copy()
     cand.ravel()[:31] = np.nan
     bad = compare(toy_spec(), "fp32", {"y": ref}, {"y": cand}, compare_task=False)
-    s.record("toy", "fp32", "parity", "fail", bad.details(message="\n".join(bad.failures)))
+    s.record(record_of("toy", "fp32", "parity", "fail", {**bad.to_dict()["details"], "message": "\n".join(bad.failures)}))
     md = (write_report(s, tmp_path) / "parity-report.md").read_text()
     (row,) = [line for line in md.splitlines() if line.startswith("| toy")]
     assert "`y` 31 NaN in the candidate; 31/32 out of atol 1e-05/rtol 1e-05; finite-only (1/32 elements): " \
@@ -144,10 +144,10 @@ def test_html_leads_with_the_verdict_then_the_matrix_then_failures(report):
 def test_html_card_states_the_tolerance_source_once_and_the_worst_inputs(tmp_path):
     s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
     bad = compare(toy_spec(), "fp32", {"y": 5 * X, "z": 2 * X}, {"y": 5 * X + 1, "z": 2 * X + 1}, compare_task=False)
-    details = bad.details(message="two outputs off")
+    details = {**bad.to_dict()["details"], "message": "two outputs off"}
     for o in details["outputs"]:
         o["worst"]["inputs"] = {"x": {"shape": [4], "dtype": "float32", "values": [0.5, -0.25, 1.0, 0.0]}}
-    s.record("toy", "fp32", "parity", "fail", details)
+    s.record(record_of("toy", "fp32", "parity", "fail", details))
     html = (write_report(s, tmp_path) / "parity-report.html").read_text()
     card = html[html.index("<article"):html.index("</article>")]
     assert card.count("source: tensorflow/python/compiler/tensorrt") == 1
@@ -157,7 +157,7 @@ def test_html_card_states_the_tolerance_source_once_and_the_worst_inputs(tmp_pat
 
 def test_findings_are_counted_in_the_banner_and_listed(tmp_path):
     s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
-    s.record("toy", "fp32", "property_parity", "pass", {})
+    s.record(record_of("toy", "fp32", "property_parity", "pass", {}))
     s.record_finding("reference_unstable", "toy", "fp32", "property_parity",
                      {"summary": "the reference differs from itself by 0.3 on batch element 2", "spread": 0.3})
     folder = write_report(s, tmp_path)
@@ -170,7 +170,7 @@ def test_findings_are_counted_in_the_banner_and_listed(tmp_path):
 
 def test_html_without_plot_data_has_no_images(tmp_path):
     s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
-    s.record("toy", "fp32", "parity", "error", {"message": "boom"})
+    s.record(record_of("toy", "fp32", "parity", "error", {"message": "boom"}))
     html = (write_report(s, tmp_path) / "parity-report.html").read_text()
     assert "<img" not in html and "<pre class=cause>boom</pre>" in html and "card st-error" in html
 
@@ -248,11 +248,11 @@ def test_findings_reach_json_markdown_and_terminal_and_merge_across_workers(tmp_
 
 def test_an_allowed_inconclusive_does_not_fail_the_verdict(tmp_path):
     s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
-    s.record("toy", "fp32", "property_parity", "inconclusive", {"message": "constant reference",
-                                                                "allow_uninformative": True})
+    s.record(record_of("toy", "fp32", "property_parity", "inconclusive", {"message": "constant reference",
+                                                                "allow_uninformative": True}))
     folder = write_report(s, tmp_path)
     assert "<div class=word>PASS</div>" in (folder / "parity-report.html").read_text()
     assert "**Verdict: PASS**" in (folder / "parity-report.md").read_text()
-    s.record("toy", "fp16", "property_parity", "inconclusive", {"message": "argmax ties"})
+    s.record(record_of("toy", "fp16", "property_parity", "inconclusive", {"message": "argmax ties"}))
     html = (write_report(s, tmp_path) / "parity-report.html").read_text()
     assert "<div class=word>FAIL</div>" in html and "this run fails: 1 inconclusive" in html

@@ -349,3 +349,17 @@ def input_names(spec, runner):
         raise RunnerError(f"{spec.where('inputs')}: {err}") from None
     except iomap.BindingsError as err:
         raise RunnerError(f"{spec.where('reference')}: {err}") from err
+
+
+def candidate_missing(specs, fp16=True):
+    """What an ONNX Runtime candidate of ``specs`` needs installed and is not, one ``lazy.missing_reason`` each
+    ("; "-joined), or None: onnx and onnxruntime; tensorflow and tf2onnx to convert a model without its own ONNX;
+    with ``fp16``, onnxconverter_common for a model with an fp16 precision."""
+    from paritygate.lazy import available, missing_reason
+
+    needs = ["onnx", "onnxruntime"]
+    if any(m.onnx is None for m in specs):  # converted from the TF reference
+        needs += ["tensorflow", "tf2onnx"]
+    if fp16 and any("fp16" in m.precisions for m in specs):
+        needs.append("onnxconverter_common")
+    return "; ".join(missing_reason(name) for name in needs if not available(name)) or None

@@ -6,7 +6,7 @@ real Beam pipelines and by direct calls.
     pipeline.py      one pipeline run of a ``Case`` on a pinned runner: results, dead letters, metrics
     cases.py         Hypothesis strategies of cases (element count, batch bounds, keys)
     checks.py        pipeline-level checks (exactly once, pairing, batch bounds, metric bytes, dead letter,
-                     latency) returning ``BeamCheckResult``
+                     latency) returning a ``paritygate.result.CheckResult``
     direct.py        handler-level checks (direct calls to load_model / run_inference / get_num_bytes ...)
     expectations.py  known upstream non-conformance (fixtures/expectations.toml), applied as strict xfail
 

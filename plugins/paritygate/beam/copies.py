@@ -22,7 +22,7 @@ import inspect
 from collections import Counter
 from dataclasses import replace
 
-from paritygate.beam.judge import BeamCheckResult, case_info, exactly_once_failures, short_batch_failures
+from paritygate.beam.judge import beam_result, case_info, exactly_once_failures, short_batch_failures
 
 COPIES_ASKED = 1  # one copy for 2 worker processes: a per-process loader loads 2 and cannot pass
 
@@ -101,13 +101,13 @@ def model_copies(subject):
     case = multi_process_case(subject)  # the pipeline of beam_multi_process (memoised): no extra run
     runs = [(case, None)] + ([(replace(case, copies=COPIES_ASKED), COPIES_ASKED)]
                              if takes_model_copies(subject.factory) else [])
-    result = BeamCheckResult("beam_model_copies", spec.name, subject.name, [],
+    result = beam_result("beam_model_copies", subject, [],
                              {"precision": subject.precision, "workers": MULTI_PROCESS_WORKERS, "runs": []})
     for run_case_, asked in runs:
         failures, info = _one(subject, run_case_, asked)
         result.failures += [f"model_copies={asked}: {f}" if asked is not None else f for f in failures]
-        result.info["runs"].append(info)
+        result.details["runs"].append(info)
     if len(runs) == 1:
-        result.info["note"] = ("the factory takes no model_copies argument: only the handler's own promise is "
+        result.details["note"] = ("the factory takes no model_copies argument: only the handler's own promise is "
                                "checked")
     return result

@@ -32,7 +32,7 @@ from paritygate.beam.contract import (
     normalise_inference,
     same_values,
 )
-from paritygate.beam.judge import BeamCheckResult, compare_element
+from paritygate.beam.judge import beam_result, compare_element
 from paritygate.inputs.strategies import sample_inputs
 
 STABLE_CALLS = 3  # consecutive run_inference calls; the first call's results are re-read after the last
@@ -44,7 +44,7 @@ def batch_of(spec, n, seed):
 
 
 def _result(name, subject, failures, **info):
-    return BeamCheckResult(name, subject.spec.name, subject.name, failures, {"precision": subject.precision, **info})
+    return beam_result(name, subject, failures, {"precision": subject.precision, **info})
 
 
 def _call(subject, handler, model, batch):

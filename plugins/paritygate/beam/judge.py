@@ -1,5 +1,5 @@
 """Pipeline-level RunInference checks: each runs real pipelines (``pipeline.run_case``) and returns a
-``BeamCheckResult``; the conformance tests only assert on it.
+``CheckResult`` (``beam_result``); the conformance tests only assert on it.
 
     exactly_once      no element lost or duplicated, plain and keyed; no batch returns more or fewer results
                       than it had elements (KeyedModelHandler zips keys with results and drops the rest); a
@@ -25,35 +25,25 @@ each also holds the results of the short batches to the reference (``short_batch
 """
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 from paritygate.beam.contract import LOCAL_RUNNERS
 from paritygate.comparator.compare import OutputMismatchError, compare_outputs
 from paritygate.comparator.stats import PERCENTILE_METHOD, percentile
+from paritygate.result import CheckResult
 
 MAX_LISTED = 8  # failures listed per check; the count says how many there were
 LATENCY_BATCHES = 40  # full batches timed by the latency check (nearest-rank p99 of 40 samples: the slowest)
 
 
-@dataclass
-class BeamCheckResult:
-    check: str
-    model: str
-    handler: str
-    failures: list = field(default_factory=list)
-    info: dict = field(default_factory=dict)
-
-    @property
-    def passed(self):
-        return not self.failures
-
-    def details(self, **extra):
-        return {"handler": self.handler, "failures": self.failures, **self.info, **extra}
+def beam_result(check, subject, failures=(), info=None):
+    """A RunInference check's CheckResult: model-level (no precision), its handler and what it ran in details."""
+    return CheckResult(subject.spec.name, None, check, failures=list(failures),
+                       details={"handler": subject.name, **(info or {})})
 
 
-def subject_for(session, spec):
-    """The model's HandlerUnderTest (memoised in the session), with its TF reference and the Beam runner."""
-    ctx = session.context
+def subject_for(ctx, spec):
+    """The model's HandlerUnderTest (memoised in the run's context), with its TF reference and the Beam runner."""
     if spec.name not in ctx.beam_subjects:
         from paritygate.backend.runtimes import reference_runner, resolved_spec
         from paritygate.beam.contract import HandlerUnderTest
@@ -283,15 +273,15 @@ def _property(name, subject, evaluate, poison=False):
     explicit = c.explicit_cases(subject.spec, runners, poison=poison)
     examples = c.pipeline_examples(c.DEAD_LETTER_EXAMPLES_DIVISOR if poison else c.PIPELINE_EXAMPLES_DIVISOR)
     case, failures, ran = c.explore(strategy, explicit, lambda k: evaluate(run_case(subject, k)), examples)
-    result = BeamCheckResult(name, subject.spec.name, subject.name, failures)
+    result = beam_result(name, subject, failures)
     from paritygate.beam.pipeline import rows_by_source
 
-    result.info = {"precision": subject.precision, "runners": list(runners), "hypothesis_seed": c.SESSION_SEED,
-                   "generated_examples": examples, "cases_run": len(ran),
-                   "inputs": {"rows_by_source": rows_by_source(subject.spec, ran)},
-                   "cases_with_short_batches": sum(1 for k in ran if short_batches(run_case(subject, k)))}
+    result.details.update(precision=subject.precision, runners=list(runners), hypothesis_seed=c.SESSION_SEED,
+                          generated_examples=examples, cases_run=len(ran),
+                          cases_with_short_batches=sum(1 for k in ran if short_batches(run_case(subject, k))))
+    result.inputs = {"rows_by_source": rows_by_source(subject.spec, ran)}
     if case is not None:
-        result.info["failing"] = case_info(run_case(subject, case))
+        result.details["failing"] = case_info(run_case(subject, case))
     return result
 
 
@@ -323,7 +313,7 @@ def _single(name, subject, case, evaluate):
     from paritygate.beam.pipeline import run_case
 
     run = run_case(subject, case)
-    return BeamCheckResult(name, subject.spec.name, subject.name, evaluate(run),
+    return beam_result(name, subject, evaluate(run),
                            {"precision": subject.precision, **case_info(run)})
 
 
@@ -359,13 +349,13 @@ def batch_latency(subject, budget_ms):
                 runner=subject.runner or "FnApiRunner")
     run = run_case(subject, case)
     samples = [t.seconds * 1e3 for t in run.traces]
-    result = BeamCheckResult("beam_batch_latency", spec.name, subject.name, [], {"precision": subject.precision,
+    result = beam_result("beam_batch_latency", subject, [], {"precision": subject.precision,
                                                                            **case_info(run)})
     if run.error or not samples:
         result.failures.append(f"pipeline failed: {run.error or 'no batch was timed'}")
         return result
     p50, p90, p99 = (percentile(samples, q) for q in (50, 90, 99))  # nearest rank, as the latency rows
-    result.info["latency"] = [{"batch": "all", "p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "budget": budget_ms,
+    result.latency = [{"batch": "all", "p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "budget": budget_ms,
                                "percentile_method": PERCENTILE_METHOD,
                                "batches": len(samples), "samples_ms": samples,
                                "budget_source": f"{spec.source} [models.beam] batch_latency_p99_ms"}]

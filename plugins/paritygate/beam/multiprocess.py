@@ -16,7 +16,7 @@ Cost: one pipeline per model, two worker processes each importing the handler's 
 README "Beyond one process").
 """
 
-from paritygate.beam.judge import BeamCheckResult, case_info, exactly_once_failures, pairing_failures
+from paritygate.beam.judge import beam_result, case_info, exactly_once_failures, pairing_failures
 
 MULTI_PROCESS_WORKERS = 2
 
@@ -66,13 +66,13 @@ def worker_failures(run):
 def multi_process(subject):
     from paritygate.beam.pipeline import run_case
 
-    result = BeamCheckResult("beam_multi_process", subject.spec.name, subject.name, pickling_failures(subject),
+    result = beam_result("beam_multi_process", subject, pickling_failures(subject),
                              {"precision": subject.precision, "workers": MULTI_PROCESS_WORKERS})
     if result.failures:
         return result
     if subject.runner not in (None, "FnApiRunner"):
-        result.info["note"] = f"runs on FnApiRunner's multi-process mode, not on --parity-beam-runner={subject.runner}"
+        result.details["note"] = f"runs on FnApiRunner's multi-process mode, not on --parity-beam-runner={subject.runner}"
     run = run_case(subject, multi_process_case(subject))
     result.failures = exactly_once_failures(run) + pairing_failures(subject, run) + worker_failures(run)
-    result.info.update(case_info(run), worker_pids=sorted({t.pid for t in run.traces if t.pid is not None}))
+    result.details.update(case_info(run), worker_pids=sorted({t.pid for t in run.traces if t.pid is not None}))
     return result

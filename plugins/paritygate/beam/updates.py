@@ -23,7 +23,7 @@ import gc
 import warnings
 
 from paritygate.beam.contract import HandlerContractError
-from paritygate.beam.judge import MAX_LISTED, BeamCheckResult, compare_element
+from paritygate.beam.judge import MAX_LISTED, beam_result, compare_element
 
 UPDATE_OFFSET = 1.0  # added to every numeric output: 1e5x the fp32 atol (comparator/tolerance.py), so unmistakable
 UPDATE_NAME = "paritygate_update"
@@ -180,7 +180,7 @@ def model_update(subject):
                                                                             ("after", error_after)) if e]
     inputs = case_inputs(subject.spec, case)
     failures = errors or update_failures(subject, inputs, {"before": before, "after": after}, target)
-    return BeamCheckResult("beam_model_update", subject.spec.name, subject.name, failures,
+    return beam_result("beam_model_update", subject, failures,
                            {"precision": subject.precision, "update_target": target, "update_offset": UPDATE_OFFSET,
                             "elements": case.count, "batch_sizes": {"before": sizes_before, "after": sizes_after},
                             "model_ids": {"before": sorted({str(m) for *_, m in before}),

@@ -10,84 +10,34 @@ Replay builds only the runners it needs, from a ``paritygate.context.RunContext`
 """
 
 import argparse
-import json
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import numpy as np
+from paritygate.inputs.reproducer import ReplayError, load_reproducer, save_reproducer  # noqa: F401 (re-exported)
+from paritygate.result import CheckResult
 
-from paritygate.backend.cache import digest as content_digest
-
-META = "__meta__"
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
 
-class ReplayError(Exception):
-    """The reproducer, its config or a runtime could not be loaded; the message names the file."""
+def replayed(check, spec, precision, passed, lines, subject="the candidate"):
+    """A replay's CheckResult: ``details["lines"]`` says what was compared, one line each, and ``subject`` who the
+    check judges (the candidate, or the reference for ``reference_unstable``)."""
+    return CheckResult(spec.name, precision, check, "pass" if passed else "fail",
+                       failures=[] if passed else list(lines),
+                       details={"lines": list(lines), "subject": subject})
 
 
-def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, fp16_keep_fp32=None):
-    """Write ``<model>-<precision>-<check>-<hash>.npz`` (+ Polygraphy inputs JSON) under ``folder``; returns the
-    paths and the one-line replay command."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    digest = content_digest(inputs)[:12]
-    stem = folder / f"{spec.name}-{precision}-{check}-{digest}"
-    meta = {"config": str(spec.source), "model": spec.name, "precision": precision, "check": check,
-            "runtime": runtime, "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,
-            "failures": failures[:20]}
-    npz = stem.with_suffix(".npz")
-    np.savez(npz, **{f"input:{k}": v for k, v in inputs.items()}, **{META: np.array(json.dumps(meta))})
-    from paritygate.cli import commands
-
-    out = {"npz": str(npz), "command": commands.replay(spec.source, npz)}
-    try:
-        from polygraphy.json import save_json
-
-        polygraphy_json = stem.with_suffix(".polygraphy-inputs.json")
-        save_json([dict(inputs)], str(polygraphy_json))  # a list of feed dicts: `polygraphy run --load-inputs`
-        out["polygraphy_inputs"] = str(polygraphy_json)
-    except ImportError:
-        out["polygraphy_inputs"] = None  # polygraphy not installed (pip install polygraphy)
-    return out
-
-
-def load_reproducer(path):
-    """(meta, inputs) of a saved reproducer; ReplayError naming the file when it is not one."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data[META]))
-            inputs = {k.split(":", 1)[1]: data[k] for k in data.files if k.startswith("input:")}
-    except (OSError, ValueError, KeyError) as err:
-        raise ReplayError(f"{path}: not a paritygate reproducer (.npz with {META} and input:<name> arrays): "
-                          f"{err}") from err
-    missing = sorted({"config", "model", "precision", "check", "runtime"} - set(meta))
-    if missing or not inputs:
-        raise ReplayError(f"{path}: reproducer lacks {missing or 'input arrays'}")
-    return meta, inputs
-
-
-@dataclass
-class Replayed:
-    check: str
-    passed: bool
-    lines: list = field(default_factory=list)  # what was compared, one line each
-    subject: str = "the candidate"  # who the check judges
-
-
-# -- one function per replayable check: (settings, spec, precision, inputs, meta) -> Replayed -----------------
+# -- one function per replayable check: (settings, spec, precision, inputs, meta) -> CheckResult ------------
 def _matches_reference(settings, spec, precision, inputs, meta):
     """The candidate vs the live TF reference on the saved inputs: the elementwise policy and the task metric."""
     from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
-    from paritygate.judge.parity import compare
+    from paritygate.judge.parity import judge_outputs
 
     ref = reference_runner(settings, spec).infer(inputs)
     cand = candidate_runner(settings, spec, precision).infer(inputs)
-    result = compare(resolved_spec(settings, spec), precision, ref, cand)
-    lines = [("PASS " if o.passed else "FAIL ") + o.describe() for o in result.outputs]
-    lines += [f"task: {result.task}"] if result.task else []
-    return Replayed("matches_reference", result.passed, lines + result.failures)
+    outputs, task, failures = judge_outputs(resolved_spec(settings, spec), precision, ref, cand)
+    lines = [("PASS " if o.passed else "FAIL ") + o.describe() for o in outputs]
+    lines += [f"task: {task}"] if task else []
+    return replayed("matches_reference", spec, precision, not failures, lines + failures)
 
 
 def _property(check):
@@ -106,8 +56,9 @@ def _property(check):
         try:
             judge(inputs, profile)
         except AssertionError as err:
-            return Replayed(check, False, str(err).splitlines() + _unstable_lines(ledger))
-        return Replayed(check, True, [f"PASS {o.describe()}" for o in ledger.worst.values()] + _unstable_lines(ledger))
+            return replayed(check, spec, precision, False, str(err).splitlines() + _unstable_lines(ledger))
+        return replayed(check, spec, precision, True,
+                        [f"PASS {o.describe()}" for o in ledger.worst.values()] + _unstable_lines(ledger))
 
     return run
 
@@ -128,7 +79,7 @@ def _reference_unstable(settings, spec, precision, inputs, meta):
     limit, which = p.check_limit(found_by[0], spec, precision)
     ledger = Ledger()
     ledger.note_unstable(inputs, reference_noise(settings, spec).profile(inputs), limit, which)
-    return Replayed("reference_unstable", not ledger.unstable,
+    return replayed("reference_unstable", spec, precision, not ledger.unstable,
                     _unstable_lines(ledger) or ["the reference agrees with itself within the check's limit"],
                     subject="the reference")
 
@@ -139,7 +90,7 @@ REPLAYS = {"matches_reference": _matches_reference, "property_parity": _property
 
 
 def replay(path, check=None, runtime=None):
-    """Replay the check a reproducer was saved by (or ``check``) on its inputs; returns a ``Replayed``."""
+    """Replay the check a reproducer was saved by (or ``check``) on its inputs; returns its ``CheckResult``."""
     from paritygate.backend.base import RunnerError
     from paritygate.context import RunContext
     from paritygate.models.config import ConfigError, load_config
@@ -187,11 +138,12 @@ def main(argv=None):
     except ReplayError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    result = CheckResult.from_dict(result.to_dict())  # what is printed is what the result's JSON holds
     print(f"check: {result.check}")
-    for line in result.lines:
+    for line in result.details["lines"]:
         print(line)
-    print(f"not reproduced: {result.subject} passes" if result.passed else
-          f"reproduced: {result.subject} still fails")
+    subject = result.details["subject"]
+    print(f"not reproduced: {subject} passes" if result.passed else f"reproduced: {subject} still fails")
     return EXIT_PASS if result.passed else EXIT_FAIL
 
 

@@ -64,10 +64,10 @@ def read_manifest(spec):
 
 
 class Golden:
-    """A verified golden set: inputs, outputs and optional labels of one model."""
+    """A verified golden set: inputs, outputs and optional labels of one model (``source``: where they come from)."""
 
-    def __init__(self, inputs, outputs, labels=None):
-        self.inputs, self.outputs, self.labels = inputs, outputs, labels
+    def __init__(self, inputs, outputs, labels=None, source="goldens"):
+        self.inputs, self.outputs, self.labels, self.source = inputs, outputs, labels, source
 
 
 def load_golden(spec):

@@ -24,42 +24,42 @@ RULE = ("an intermediate element fails when |cand - ref| > atol * max|ref| + rto
         "paritygate/backend/onnx/localize.py)")
 
 
-def localize_failure(session, spec, precision, feed, reference_outputs=None, labels=None, compare_task=False,
+def localize_failure(ctx, spec, precision, feed, reference_outputs=None, labels=None, compare_task=False,
                      check="matches_reference", feeds=()):
     """The ``divergence`` dict of a failing ``precision`` check on ``feed`` (reference input names), or None
     when localization does not apply (fp32, or ``--parity-localize=off``). ``reference_outputs`` default to the
     live TF reference on ``feed``; ``feeds``: every input the failing check ran (a property's ledger), which the
     plan must pass too (``paritygate.judge.plans``)."""
-    if precision not in PLAN_KEY or not getattr(session, "localize", True):
+    if precision not in PLAN_KEY or not ctx.localize:
         return None
     from paritygate.backend.runtimes import resolved_spec
 
-    spec = resolved_spec(session.context, spec)
+    spec = resolved_spec(ctx, spec)
     if reference_outputs is None:
         from paritygate.backend.runtimes import reference_runner
         from paritygate.judge.parity import run_batched
 
-        reference_outputs = run_batched(reference_runner(session.context, spec), feed, spec.max_batch)
-    book = plan_book(session, spec, precision)
+        reference_outputs = run_batched(reference_runner(ctx, spec), feed, spec.max_batch)
+    book = plan_book(ctx, spec, precision)
     if feeds:
         book.evidence.add_feeds(check, feeds)
-    return localize_and_repair(spec, precision, feed, reference_outputs, session.fp16_keep_fp32, labels,
-                               compare_task, getattr(session, "numerics", "strict"), book=book, check=check)
+    return localize_and_repair(spec, precision, feed, reference_outputs, ctx.fp16_keep_fp32, labels,
+                               compare_task, ctx.numerics, book=book, check=check)
 
 
-def plan_book(session, spec, precision):
+def plan_book(ctx, spec, precision):
     """The model+precision's one plan and its evidence, in this process (``paritygate.judge.plans.PlanBook``)."""
     key = (spec.name, precision)
-    if key not in session.context.plan_books:
+    if key not in ctx.plan_books:
         from paritygate.inputs.strategies import input_pool
         from paritygate.judge import plans
         from paritygate.judge.parity import reference_set
         from paritygate.judge.reference_noise import reference_noise
 
-        evidence = plans.base_evidence(spec, precision, reference_noise(session.context, spec).profile,
-                                       reference_set(session, spec), input_pool(session.context, spec))
-        session.context.plan_books[key] = plans.PlanBook(evidence)
-    return session.context.plan_books[key]
+        evidence = plans.base_evidence(spec, precision, reference_noise(ctx, spec).profile,
+                                       reference_set(ctx, spec), input_pool(ctx, spec))
+        ctx.plan_books[key] = plans.PlanBook(evidence)
+    return ctx.plan_books[key]
 
 
 def localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops=None, labels=None, compare_task=False,
@@ -165,13 +165,13 @@ def _standalone_book(ctx):
     standing in for the reference (``localize_and_repair`` called directly)."""
     from paritygate.backend.onnx.loader import fp32_onnx
     from paritygate.backend.onnxrt.runner import OnnxrtRunner
+    from paritygate.inputs.goldens import Golden
     from paritygate.judge import plans
-    from paritygate.judge.parity import ReferenceSet
     from paritygate.judge.reference_noise import ReferenceNoise
 
     runner = OnnxrtRunner(fp32_onnx(ctx.spec), name=f"onnxruntime:{ctx.spec.name}:fp32:reference").activate()
     noise = ReferenceNoise(_Renamed(runner, ctx.onnx_feed))
-    ref = ReferenceSet(ctx.feed, ctx.reference_outputs, ctx.labels, "the failing inputs")
+    ref = Golden(ctx.feed, ctx.reference_outputs, ctx.labels, "the failing inputs")
     return plans.PlanBook(plans.base_evidence(ctx.spec, ctx.precision, noise.profile, ref))
 
 

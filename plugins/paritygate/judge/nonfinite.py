@@ -52,9 +52,10 @@ class NonfiniteLog:
             self.inputs.append({"outputs": found, "rows": rows, "rows_from": sorted({sources[r] for r in rows}),
                                 "feed": dict(feed)})
 
-    def conclude(self, session, spec, precision, check, details):
-        """Record the finding (once per check) and the check's details; returns the inconclusive message, or None
-        when the reference was finite throughout or the model allows it."""
+    def conclude(self, ctx, spec, precision, result):
+        """Add the finding (once per check, with a reproducer) and its summary to ``result`` (a CheckResult);
+        returns the inconclusive message, or None when the reference was finite throughout or the model allows it."""
+        check = result.check
         if not self.inputs:
             return None
         reason = allowance(spec)
@@ -76,10 +77,10 @@ class NonfiniteLog:
                  "rows_from": sources, "first": {"outputs": first["outputs"], "rows": first["rows"],
                                                  "input_ranges": ranges},
                  "allowed": reason}
-        found["reproducer"] = session.save_reproducer(spec, precision, "reference_nonfinite", first["feed"],
-                                                      [f"{spec.name} {check}: {summary}"])
-        session.record_finding("reference_nonfinite", spec.name, precision, check, found)
-        details["reference_nonfinite"] = {k: v for k, v in found.items() if k != "first"}
+        found["reproducer"] = ctx.save_reproducer(spec, precision, "reference_nonfinite", first["feed"],
+                                                  [f"{spec.name} {check}: {summary}"])
+        result.finding("reference_nonfinite", found)
+        result.details["reference_nonfinite"] = {k: v for k, v in found.items() if k != "first"}
         if reason is not None:
             return None
         return (f"{spec.name} {precision} {check}: {summary}. Elements where the reference is NaN or Inf were not "

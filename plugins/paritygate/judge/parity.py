@@ -1,7 +1,5 @@
 """The checks the conformance tests run, returning results objects (the tests only assert on them)."""
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
@@ -9,6 +7,8 @@ from paritygate.comparator.compare import compare_outputs
 from paritygate.comparator.task import task_metrics
 from paritygate.comparator.tolerance import tolerance_for
 from paritygate.inputs import goldens
+from paritygate.result import CheckResult
+from paritygate.verdict import inconclusive
 
 HIST_BINS = np.concatenate([[0.0], np.logspace(-9, 2, 23)])  # |error| histogram edges for the report plots
 
@@ -20,65 +20,53 @@ def run_batched(runner, inputs, max_batch):
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-@dataclass
-class ReferenceSet:
-    inputs: dict
-    outputs: dict
-    labels: object = None
-    source: str = "goldens"
-
-
-def reference_set(session, spec):
-    """Verified goldens when the model has them; else its input set run through the live TF reference."""
-    memo = session.context.reference_sets
+def reference_set(ctx, spec):
+    """Verified goldens when the model has them; else its input set run through the live TF reference
+    (an ``inputs.goldens.Golden`` whose ``source`` says which)."""
+    memo = ctx.reference_sets
     if spec.name not in memo:
         if goldens.golden_path(spec).exists():
             g = goldens.load_golden(spec)
-            memo[spec.name] = ReferenceSet(g.inputs, g.outputs, g.labels, f"goldens {goldens.golden_path(spec)}")
+            memo[spec.name] = goldens.Golden(g.inputs, g.outputs, g.labels, f"goldens {goldens.golden_path(spec)}")
         else:
             inputs, labels = goldens.input_set(spec)
-            outputs = run_batched(reference_runner(session.context, spec), inputs, spec.max_batch)
-            memo[spec.name] = ReferenceSet(inputs, outputs, labels, "live TensorFlow reference (no goldens)")
+            outputs = run_batched(reference_runner(ctx, spec), inputs, spec.max_batch)
+            memo[spec.name] = goldens.Golden(inputs, outputs, labels, "live TensorFlow reference (no goldens)")
     return memo[spec.name]
 
 
-@dataclass
-class ParityResult:
-    model: str
-    precision: str
-    outputs: list  # OutputComparison
-    task: dict = None
-    failures: list = field(default_factory=list)
-    informativeness: dict = None  # paritygate.judge.vacuity: what the inputs drew out of the reference
-    inconclusive: Exception = None  # verdict.Inconclusive when those inputs could not have shown a failure
-
-    @property
-    def passed(self):
-        return not self.failures
-
-    def details(self, **extra):
-        return {"outputs": [_with_plot_data(o) for o in self.outputs], "task": self.task,
-                "failures": self.failures, **extra}
-
-
-def compare(spec, precision, ref_outputs, cand_outputs, labels=None, compare_task=True, floors=None,
-            cosine_floors=None, nonfinite_reference=None):
-    """Elementwise policy (with the cosine budget) for every output plus the task metric for the model's task.
+def judge_outputs(spec, precision, ref_outputs, cand_outputs, labels=None, compare_task=True, floors=None,
+                  cosine_floors=None, nonfinite_reference=None):
+    """(per-output ``OutputComparison``s, the task metric or None, failure lines): the elementwise policy (with the
+    cosine budget) for every output plus the task metric for the model's task.
 
     ``floors`` / ``cosine_floors``: the reference's own noise per output (paritygate.judge.reference_noise);
     ``nonfinite_reference``: see comparator.compare.compare_array (default: the model's)."""
-    result = ParityResult(spec.name, precision, compare_outputs(spec, precision, ref_outputs, cand_outputs, floors,
-                                                                cosine_floors, nonfinite_reference))
-    for o in result.outputs:
+    outputs = compare_outputs(spec, precision, ref_outputs, cand_outputs, floors, cosine_floors, nonfinite_reference)
+    failures, task = [], None
+    for o in outputs:
         o._plot = (ref_outputs[o.output], cand_outputs[o.candidate_output])
         if not o.passed:
-            result.failures.append(f"{spec.name} {precision}: {o.describe()}")
+            failures.append(f"{spec.name} {precision}: {o.describe()}")
     if compare_task:
-        result.task = task_metrics(spec, precision, ref_outputs, cand_outputs, labels)
-        if result.task is not None and not result.task["passed"]:
-            result.failures.append(f"{spec.name} {precision}: task metric failed: "
-                                   f"{ {k: v for k, v in result.task.items() if k != 'source'} }")
-    return result
+        task = task_metrics(spec, precision, ref_outputs, cand_outputs, labels)
+        if task is not None and not task["passed"]:
+            failures.append(f"{spec.name} {precision}: task metric failed: "
+                            f"{ {k: v for k, v in task.items() if k != 'source'} }")
+    return outputs, task, failures
+
+
+def compare(spec, precision, ref_outputs, cand_outputs, labels=None, compare_task=True, floors=None,
+            cosine_floors=None, nonfinite_reference=None, check="matches_reference"):
+    """``judge_outputs`` as the check's ``CheckResult``: per-output numbers (with plot data), task, failures."""
+    outputs, task, failures = judge_outputs(spec, precision, ref_outputs, cand_outputs, labels, compare_task, floors,
+                                            cosine_floors, nonfinite_reference)
+    return CheckResult(spec.name, precision, check, outputs=output_records(outputs), task=task, failures=failures)
+
+
+def output_records(comparisons):
+    """The result's ``outputs``: each comparison's statistics plus compact data for the report's plots."""
+    return [_with_plot_data(o) for o in comparisons]
 
 
 def _with_plot_data(comparison, max_points=1500):
@@ -97,18 +85,36 @@ def _with_plot_data(comparison, max_points=1500):
     return d
 
 
-def candidate_parity(session, spec, precision):
-    """The candidate at ``precision`` on the model's reference set (goldens, or live TF)."""
+def candidate_parity(ctx, spec, precision):
+    """The candidate at ``precision`` on the model's reference set (goldens, or live TF): (CheckResult, the set).
+    A failing result carries its reproducer (with the inputs at each output's worst element; where precision broke
+    is ``judge.divergence.localize_failure``'s); a NaN / Inf reference or uninformative inputs make a passing one
+    inconclusive."""
+    from paritygate.inputs.reproducer import attach_worst_inputs, describe_inputs
+    from paritygate.inputs.strategies import Feed
     from paritygate.judge import vacuity
+    from paritygate.judge.nonfinite import NonfiniteLog
 
-    ref = reference_set(session, spec)
-    cand = run_batched(candidate_runner(session.context, spec, precision), ref.inputs, spec.max_batch)
-    spec = resolved_spec(session.context, spec)
-    result = compare(spec, precision, ref.outputs, cand, ref.labels)
+    ref = reference_set(ctx, spec)
+    cand = run_batched(candidate_runner(ctx, spec, precision), ref.inputs, spec.max_batch)
+    resolved = resolved_spec(ctx, spec)
+    result = compare(resolved, precision, ref.outputs, cand, ref.labels)
+    result.inputs = describe_inputs(ref.inputs, [ref.source])
+    if not result.passed:
+        result.reproducer = ctx.save_reproducer(resolved, precision, "matches_reference", ref.inputs, result.failures)
+        attach_worst_inputs(result.outputs, ref.inputs)
+    log = NonfiniteLog()
+    log.note(Feed(ref.inputs, [ref.source.split()[0]] * len(next(iter(ref.inputs.values())))), ref.outputs)
+    unjudged = log.conclude(ctx, resolved, precision, result)
+    if not result.passed:
+        return result, ref
+    if unjudged:
+        result.set_inconclusive(inconclusive(unjudged))
+        return result, ref
 
     def limit(name, out):
-        return tolerance_for(spec, precision, name).limit(out)
+        return tolerance_for(resolved, precision, name).limit(out)
 
-    result.informativeness = vacuity.informativeness(spec, [ref.outputs], limit)
-    result.inconclusive = vacuity.verdict(spec, "matches_reference", result.informativeness)
+    result.details["informativeness"] = vacuity.informativeness(resolved, [ref.outputs], limit)
+    result.set_inconclusive(vacuity.verdict(resolved, "matches_reference", result.details["informativeness"]))
     return result, ref

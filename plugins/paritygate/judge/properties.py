@@ -13,7 +13,6 @@ reference has with itself. A check whose reference outputs carry no information 
 """
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,23 +28,10 @@ from paritygate.comparator.tolerance import (
 from paritygate.inputs.strategies import feeds, input_pool, with_corner_examples
 from paritygate.judge import vacuity
 from paritygate.judge.nonfinite import NonfiniteLog
-from paritygate.judge.parity import ParityResult, compare
+from paritygate.judge.parity import judge_outputs, output_records
 from paritygate.judge.reference_noise import K_REFERENCE, Ledger, reference_noise
+from paritygate.result import CheckResult
 from paritygate.verdict import SuiteError, inconclusive
-
-
-@dataclass
-class PropertyResult:
-    model: str
-    precision: str
-    check: str
-    failure: str = None  # the candidate is wrong: the shrunk example's message
-    inconclusive: Exception = None  # verdict.Inconclusive: the inputs could not have shown a failure (vacuity)
-    details: dict = field(default_factory=dict)
-
-    @property
-    def passed(self):
-        return self.failure is None
 
 
 # -- the three properties -------------------------------------------------------------------------------------
@@ -58,31 +44,31 @@ def parity_check(spec, precision, candidate, ledger, task_rows=None):
         cand = candidate.infer(feed)
         if task_rows is not None:  # in-distribution rows: judged with the task metric too (paritygate.judge.task_rows)
             task_rows.add(feed, profile.outputs, cand)
-        result = compare(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
-                         cosine_floors=profile.cosine_floors(K_REFERENCE))
-        ledger.keep_worst(result.outputs)
+        outputs, _, failures = judge_outputs(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
+                                             cosine_floors=profile.cosine_floors(K_REFERENCE))
+        ledger.keep_worst(outputs)
         ledger.note_unstable(feed, profile, lambda name, ref: _policy_limit(spec, precision, name, ref))
-        assert result.passed, _explain(spec, precision, feed, result.failures)
+        assert not failures, _explain(spec, precision, feed, failures)
 
     return check
 
 
-def property_parity(session, spec, precision, details=None):
+def property_parity(ctx, spec, precision, result=None):
     from paritygate.judge.task_rows import TASKS, TaskRows, judge_task_rows
 
-    reference, candidate = reference_noise(session.context, spec), candidate_runner(session.context, spec, precision)
-    spec = resolved_spec(session.context, spec)
-    pool, ledger = input_pool(session.context, spec), Ledger()
+    reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
+    spec = resolved_spec(ctx, spec)
+    pool, ledger = input_pool(ctx, spec), Ledger()
     rows = TaskRows(spec, precision) if spec.task in TASKS else None
-    result = _run(session, spec, precision, "property_parity", feeds(spec, pool=pool),
-                  parity_check(spec, precision, candidate, ledger, rows), reference, ledger, details,
+    result = _run(ctx, spec, precision, "property_parity", feeds(spec, pool=pool),
+                  parity_check(spec, precision, candidate, ledger, rows), reference, ledger, result,
                   lambda name, ref: _policy_limit(spec, precision, name, ref))
     if rows is not None and len(pool):
-        failing = judge_task_rows(session, spec, precision, rows, pool, candidate, result)
+        failing = judge_task_rows(ctx, spec, precision, rows, pool, candidate, result)
         if failing is not None and "divergence" not in result.details:  # only the task metric failed
             from paritygate.judge.divergence import localize_failure
 
-            found = localize_failure(session, spec, precision, failing, compare_task=True, check="property_parity",
+            found = localize_failure(ctx, spec, precision, failing, compare_task=True, check="property_parity",
                                      feeds=ledger.feeds)
             if found is not None:
                 result.details["divergence"] = found
@@ -113,14 +99,14 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
     return check
 
 
-def batch_invariance(session, spec, precision, details=None):
-    reference, candidate = reference_noise(session.context, spec), candidate_runner(session.context, spec, precision)
-    spec = resolved_spec(session.context, spec)
-    pool, ledger = input_pool(session.context, spec), Ledger()
+def batch_invariance(ctx, spec, precision, result=None):
+    reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
+    spec = resolved_spec(ctx, spec)
+    pool, ledger = input_pool(ctx, spec), Ledger()
     sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
-    return _run(session, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
-                invariance_check(spec, precision, candidate, ledger, computed_dtype(session.context, spec, precision)),
-                reference, ledger, details, lambda name, ref: _invariance_limit(spec, ref))
+    return _run(ctx, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
+                invariance_check(spec, precision, candidate, ledger, computed_dtype(ctx, spec, precision)),
+                reference, ledger, result, lambda name, ref: _invariance_limit(spec, ref))
 
 
 def _determinism_limit(spec):
@@ -148,12 +134,12 @@ def determinism_check(spec, precision, candidate, ledger):
     return check
 
 
-def determinism(session, spec, precision, details=None):
-    reference, candidate = reference_noise(session.context, spec), candidate_runner(session.context, spec, precision)
-    spec = resolved_spec(session.context, spec)
-    pool, ledger, bounded = input_pool(session.context, spec), Ledger(), spec.nondeterministic
-    result = _run(session, spec, precision, "determinism", feeds(spec, pool=pool),
-                  determinism_check(spec, precision, candidate, ledger), reference, ledger, details,
+def determinism(ctx, spec, precision, result=None):
+    reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
+    spec = resolved_spec(ctx, spec)
+    pool, ledger, bounded = input_pool(ctx, spec), Ledger(), spec.nondeterministic
+    result = _run(ctx, spec, precision, "determinism", feeds(spec, pool=pool),
+                  determinism_check(spec, precision, candidate, ledger), reference, ledger, result,
                   _determinism_limit(spec))
     result.details["determinism"] = ({"mode": "bounded", "reason": bounded, "source": INVARIANCE_SOURCE} if bounded
                                      else {"mode": "bitwise", "source": DETERMINISM_SOURCE})
@@ -164,12 +150,12 @@ CHECKS = {"property_parity": parity_check, "batch_invariance": invariance_check,
 
 
 # -- shared machinery -------------------------------------------------------------------------------------------
-def _run(session, spec, precision, name, strategy, check, reference, ledger, details, limit):
-    """Run ``check(feed, reference_profile)`` as a Hypothesis property; returns a PropertyResult."""
+def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result, limit):
+    """Run ``check(feed, reference_profile)`` as a Hypothesis property; fills and returns ``result`` (a CheckResult,
+    the test's own when given: what it holds so far stays recorded when the property raises)."""
     from hypothesis import given
 
-    details = {} if details is None else details
-    result = PropertyResult(spec.name, precision, name, details=details)
+    result = CheckResult(spec.name, precision, name) if result is None else result
     nonfinite = NonfiniteLog()  # parity with a NaN / Inf reference is no evidence (paritygate.judge.nonfinite)
 
     @given(feed=strategy)
@@ -181,31 +167,35 @@ def _run(session, spec, precision, name, strategy, check, reference, ledger, det
             ledger.add(feed, profile)
             check(feed, profile)
 
-    prop = with_corner_examples(prop, spec, pool=input_pool(session.context, spec))
+    prop = with_corner_examples(prop, spec, pool=input_pool(ctx, spec))
     try:
         prop()
     except Exception as err:
         if isinstance(err, SuiteError):
             raise  # the reference or a tool failed: an `error`, with nothing of the candidate's to reproduce
         if not _is_assertion(err):
-            _save_failing(session, spec, precision, name, ledger, details, str(err))
+            _save_failing(ctx, spec, precision, ledger, result, str(err))
             raise
-        result.failure = _message(err)
-        _save_failing(session, spec, precision, name, ledger, details, result.failure)
+        result.failures.append(_message(err))
+        _save_failing(ctx, spec, precision, ledger, result, result.failures[0])
         if name == "property_parity" and ledger.failing_feed is not None:
             from paritygate.judge.divergence import localize_failure
 
-            found = localize_failure(session, spec, precision, dict(ledger.failing_feed), check=name,
+            found = localize_failure(ctx, spec, precision, dict(ledger.failing_feed), check=name,
                                      feeds=ledger.feeds)
             if found is not None:
-                details["divergence"] = found
-    details.update(ledger.details(spec, input_pool(session.context, spec)))
-    ledger.record_findings(session, spec, precision, name)
-    result.inconclusive = inconclusive(nonfinite.conclude(session, spec, precision, name, details))
+                result.details["divergence"] = found
+    ledger.describe(result, input_pool(ctx, spec))
+    if ledger.failing_feed is not None and result.reproducer:  # the inputs at each output's worst element
+        from paritygate.inputs.reproducer import attach_worst_inputs
+
+        attach_worst_inputs(result.outputs, dict(ledger.failing_feed))
+    ledger.record_findings(ctx, spec, precision, result)
+    result.set_inconclusive(inconclusive(nonfinite.conclude(ctx, spec, precision, result)))
     if result.passed and not result.inconclusive:
         info = vacuity.informativeness(spec, ledger.reference_outputs, limit)
-        details["informativeness"] = info
-        result.inconclusive = vacuity.verdict(spec, name, info)
+        result.details["informativeness"] = info
+        result.set_inconclusive(vacuity.verdict(spec, name, info))
     return result
 
 
@@ -220,15 +210,15 @@ def _failing(ledger, feed):
         raise
 
 
-def _save_failing(session, spec, precision, check, ledger, details, text):
+def _save_failing(ctx, spec, precision, ledger, result, text):
     feed = ledger.failing_feed
     if feed is None:
         return
-    details["reproducer"] = session.save_reproducer(spec, precision, check, dict(feed), [text.splitlines()[0][:2000]])
-    details["failing_feed"] = {k: {"dtype": v.dtype.name, "shape": list(v.shape)} for k, v in feed.items()}
-    details["failing_feed_sources"] = list(getattr(feed, "sources", []))
+    result.reproducer = ctx.save_reproducer(spec, precision, result.check, dict(feed), [text.splitlines()[0][:2000]])
+    result.details["failing_feed"] = {k: {"dtype": v.dtype.name, "shape": list(v.shape)} for k, v in feed.items()}
+    result.details["failing_feed_sources"] = list(getattr(feed, "sources", []))
     if ledger.failing_worst:
-        details.update(ParityResult(spec.name, precision, list(ledger.failing_worst.values())).details())
+        result.outputs = output_records(ledger.failing_worst.values())
 
 
 def _is_assertion(err):

@@ -7,7 +7,7 @@ where TF drifts at silence, it drifts by different amounts on neighbouring eleme
 the reference may drift where TF happened not to). The candidate is judged against max(policy limit,
 K_REFERENCE x spread) on that input: never held to closer agreement than the reference has with itself. Where the spread
 exceeds the check's own limit, the reference is unstable on that input: a finding for the model owner
-(``ParitySession.record_finding``, kind ``reference_unstable``) with the numbers and a reproducer, not a
+(kind ``reference_unstable``, in the check's result) with the numbers and a reproducer, not a
 candidate failure.
 
 Reference runs are cached per feed (and batch-1 runs per row) for the whole session: the three property
@@ -43,12 +43,14 @@ class ReferenceNoise:
 
     def __init__(self, runner):
         self.runner = runner
-        self.profiles = {}
+        self.feeds = {}
         self.singles = {}  # row digest -> outputs of that row alone (batch 1)
 
     def profile(self, feed):
+        """The feed's ``ReferenceRuns`` (the method keeps its name: the derandomized ``ci`` draws of the property
+        checks hash the source of their Hypothesis test function, which calls it)."""
         key = digest(feed)
-        if key not in self.profiles:
+        if key not in self.feeds:
             arrays = dict(feed)
             outputs = _numpy(self.runner.infer(arrays))
             again = getattr(self.runner, "again", self.runner.infer)  # the cache keeps a repeat as its own sample
@@ -57,8 +59,8 @@ class ReferenceNoise:
             if n > 1:
                 rows = [self._single({k: v[i:i + 1] for k, v in arrays.items()}) for i in range(n)]
                 configs["batch1"] = {k: np.concatenate([r[k] for r in rows]) for k in outputs}
-            self.profiles[key] = Profile(outputs, configs, key)
-        return self.profiles[key]
+            self.feeds[key] = ReferenceRuns(outputs, configs, key)
+        return self.feeds[key]
 
     def _single(self, row):
         key = digest(row)
@@ -71,8 +73,9 @@ def _numpy(outputs):
     return {k: np.asarray(v) for k, v in outputs.items()}
 
 
-class Profile:
-    """One feed's reference outputs (the whole batch, as compared) and its other configurations."""
+class ReferenceRuns:
+    """One feed's reference outputs (the whole batch, as compared) and its other configurations. (A ``Profile``
+    is something else: a latency measurement setting, ``paritygate.latency.harness.Profile``.)"""
 
     def __init__(self, outputs, configs, digest):
         self.outputs, self.configs, self.digest = outputs, configs, digest
@@ -167,22 +170,24 @@ class Ledger:
                     "rows_from": sorted(set(getattr(feed, "sources", []))), "feed": dict(feed),
                     "ratio": float(np.max(spread) / max(float(lim.ravel()[i]), 1e-300))})
 
-    def details(self, spec, pool):
-        d = {"examples": self.examples, "inputs": {"rows_by_source": dict(sorted(self.sources.items())),
-                                                   "distinct_inputs": len(self.seen), "input_sets": pool.files,
-                                                   "shapes": [{"shape": {k: list(s) for k, s in key}, "examples": n}
-                                                              for key, n in self.shapes.items()]}}
+    def describe(self, result, pool):
+        """Put what the check saw into ``result``: its inputs, the worst example's statistics per output and the
+        reference's noise (a CheckResult's ``inputs``, ``outputs`` and details)."""
+        result.inputs = {"rows_by_source": dict(sorted(self.sources.items())), "distinct_inputs": len(self.seen),
+                         "input_sets": pool.files, "shapes": [{"shape": {k: list(s) for k, s in key}, "examples": n}
+                                                              for key, n in self.shapes.items()]}
+        result.details["examples"] = self.examples
         if self.worst:
-            from paritygate.judge.parity import ParityResult
+            from paritygate.judge.parity import output_records
 
-            d.update(ParityResult(spec.name, None, list(self.worst.values())).details(
-                note=f"{self.examples} examples run (corner and input-set batches included); statistics of "
-                     "the worst example per output"))
-        d["reference_noise"] = {"k": K_REFERENCE, "configurations": ["batch", "repeat", "batch1"],
-                                "unstable_inputs": len(self.unstable)}
-        return d
+            result.outputs = output_records(self.worst.values())
+            result.details["note"] = (f"{self.examples} examples run (corner and input-set batches included); "
+                                      "statistics of the worst example per output")
+        result.details["reference_noise"] = {"k": K_REFERENCE, "configurations": ["batch", "repeat", "batch1"],
+                                             "unstable_inputs": len(self.unstable)}
 
-    def record_findings(self, session, spec, precision, check):
+    def record_findings(self, ctx, spec, precision, result):
+        """The ``reference_unstable`` finding (its worst input saved as a reproducer) added to ``result``."""
         if not self.unstable:
             return
         worst = max(self.unstable, key=lambda u: u["ratio"])
@@ -192,9 +197,9 @@ class Ledger:
                    f"against {K_REFERENCE:g}x that spread there")
         details = {k: v for k, v in worst.items() if k not in ("feed", "ratio")}
         details.update(summary=summary, unstable_inputs=len(self.unstable),
-                       reproducer=session.save_reproducer(spec, precision, "reference_unstable", worst["feed"],
-                                                          [f"{spec.name} {check}: {summary}"]))
-        session.record_finding("reference_unstable", spec.name, precision, check, details)
+                       reproducer=ctx.save_reproducer(spec, precision, "reference_unstable", worst["feed"],
+                                                      [f"{spec.name} {result.check}: {summary}"]))
+        result.finding("reference_unstable", details)
 
 
 def _max_abs(comparison):

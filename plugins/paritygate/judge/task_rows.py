@@ -91,20 +91,20 @@ def _summary(metric):
             f"{metric['iou_min']}); missed {metric['missed'][:5]}")
 
 
-def judge_task_rows(session, spec, precision, rows, pool, candidate, result):
+def judge_task_rows(ctx, spec, precision, rows, pool, candidate, result):
     """Sweep the pool, judge every source, record ``task_by_source``; a failing source fails ``result`` and its
     failing rows are saved as a ``matches_reference`` reproducer (replay judges them with the same metric).
     Returns the inputs of the failing rows (None when every source passes)."""
     from paritygate.backend.runtimes import reference_runner
 
-    rows.sweep(pool, reference_runner(session.context, spec), candidate)
+    rows.sweep(pool, reference_runner(ctx, spec), candidate)
     by_source, failures, inputs = rows.judge()
     result.details["task_by_source"] = by_source
     if not failures:
         return None
     text = "\n".join(failures)
-    result.failure = text if result.failure is None else f"{result.failure}\n{text}"
-    result.inconclusive = None  # a failure is a verdict about the candidate
-    result.details["task_reproducer"] = session.save_reproducer(spec, precision, "matches_reference", inputs,
-                                                                failures[:1])
+    result.failures.append(text)
+    result.set_inconclusive(None)  # a failure is a verdict about the candidate
+    result.details["task_reproducer"] = ctx.save_reproducer(spec, precision, "matches_reference", inputs,
+                                                            failures[:1])
     return inputs

@@ -1,7 +1,7 @@
 """Direct latency measurement per runtime (trtexec style) and budgets per device class.
 
 ``harness``: the timing loop, percentiles, self-overhead. ``budgets``: ``[models.latency.<class>]`` keys and
-their evaluation. ``machine``: the machine info recorded with every check. ``check``: one check per model x
+their evaluation. ``machine``: the machine info recorded with every check. ``judge``: one check per model x
 precision (candidate and TF reference), as ``conformance/test_latency.py`` runs it.
 """
 
@@ -20,7 +20,7 @@ from paritygate.latency.harness import (
     percentile,
     summarize,
 )
-from paritygate.latency.judge import LatencyResult, latency_check, latency_row, measure_runner, overhead_failures
+from paritygate.latency.judge import latency_check, latency_row, measure_runner, numbers, overhead_failures
 from paritygate.latency.machine import machine_info
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "PROFILE_ENV",
     "Budgets",
     "LatencyError",
-    "LatencyResult",
     "PercentileBudget",
     "Profile",
     "SpeedupBudget",
@@ -43,6 +42,7 @@ __all__ = [
     "machine_info",
     "measure",
     "measure_runner",
+    "numbers",
     "overhead_failures",
     "percentile",
     "summarize",

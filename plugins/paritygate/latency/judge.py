@@ -1,8 +1,8 @@
 """One latency check per model x precision: the candidate and the TF reference at batch sizes {1, max_batch}
-plus any a budget names, measured serially, gated by the budgets of the session's device class."""
+plus any a budget names, measured serially, gated by the budgets of the run's device class."""
 
 import functools
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from paritygate.latency.harness import (
 )
 from paritygate.latency.machine import load_average, load_note, machine_info
 from paritygate.lazy import available, missing_reason
+from paritygate.result import CheckResult
 from paritygate.verdict import inconclusive
 
 # Timings a runner may report about its last infer (backend/trt/runner.py does): name -> attribute.
@@ -50,89 +51,61 @@ def latency_row(role, runtime, batch, timing):
     return row
 
 
-@dataclass
-class LatencyResult:
-    model: str
-    precision: str
-    device_class: str
-    profile: object
-    budget_table: str = None  # where the class's budgets are, None without a table for the class
-    rows: list = field(default_factory=list)
-    failures: list = field(default_factory=list)
-    errors: list = field(default_factory=list)  # budgets that could not be judged (the reference could not run)
-    loaded: str = None  # load_note when the machine was busier than its cores at the start or end of the check
-    notes: list = field(default_factory=list)
-    machine: dict = None
-    unbudgeted: str = None  # why no budget applies (Budgets.note): nothing was gated, so the check cannot pass
-
-    def numbers(self):
-        """'candidate b1 p50 0.21 ms p99 0.40 ms, ...': what was measured, for a skip's reason."""
-        return ", ".join(f"{r['role']} b{r['batch']} p50 {r['p50_ms']:.3g} ms p99 {r['p99_ms']:.3g} ms"
-                         for r in self.rows)
-
-    @property
-    def passed(self):
-        return not self.failures
-
-    @property
-    def inconclusive(self):
-        """Budget misses on a machine busier than its cores: load only slows a run down, so a pass stands but a
-        miss cannot be told from the load (verdict.Inconclusive, None otherwise)."""
-        if not (self.failures and self.loaded):
-            return None
-        return inconclusive(f"{self.loaded}, so these budget misses cannot be told apart from the load; rerun "
-                            "alone (pytest -m latency -p no:xdist on an idle machine):\n" + "\n".join(self.failures))
-
-    def details(self):
-        return {"latency": self.rows, "device_class": self.device_class, "budget_table": self.budget_table,
-                "note": "; ".join(self.notes) or None, "failures": self.failures, "errors": self.errors,
-                "machine": self.machine,
-                "profile": asdict(self.profile), "percentile_method": PERCENTILE_METHOD,
-                "overhead_limit": OVERHEAD_LIMIT}
+def numbers(result):
+    """'candidate b1 p50 0.21 ms p99 0.40 ms, ...': what a latency result measured, for a skip's reason."""
+    return ", ".join(f"{r['role']} b{r['batch']} p50 {r['p50_ms']:.3g} ms p99 {r['p99_ms']:.3g} ms"
+                     for r in result.latency or [])
 
 
-def latency_check(session, spec, precision, profile=None):
-    """Measure ``spec`` at ``precision`` on the session's candidate runtime and the TF reference."""
+def latency_check(ctx, spec, precision, profile=None):
+    """Measure ``spec`` at ``precision`` on the run's candidate runtime and the TF reference: a CheckResult whose
+    ``latency`` holds the rows, ``failures`` the budget misses, ``errors`` the budgets that could not be judged, and
+    whose details say why no budget applies (``unbudgeted``: nothing was gated, so the check cannot pass)."""
     from paritygate.backend.runtimes import candidate_runner
     from paritygate.inputs.strategies import sample_inputs
 
-    if session.is_xdist_worker:
+    if not ctx.serial:
         raise LatencyError("latency is measured serially, never beside other work: rerun without xdist "
                            "(pytest -m latency -p no:xdist)")
     profile = profile or load_profile()
-    budgets = budgets_for(spec, session.device_class, precision)
-    result = LatencyResult(spec.name, precision, session.device_class, profile,
-                           budget_table=spec.where(budgets.table) if budgets.table else None)
+    budgets = budgets_for(spec, ctx.device_class, precision)
+    result = CheckResult(spec.name, precision, "latency", latency=[], errors=[])
     result.failures += unmeasurable(spec, budgets)
     batches = sorted({1, spec.max_batch, *(b for b in budgets.batches if 1 <= b <= spec.max_batch)})
-    result.machine = machine_info(session)
-    runner = candidate_runner(session.context, spec, precision)
+    machine = machine_info(ctx)
+    runner = candidate_runner(ctx, spec, precision)
     for batch in batches:
         feed = sample_inputs(spec, batch, np.random.default_rng(0))
-        result.rows.append(latency_row("candidate", session.runtime, batch, measure_runner(runner, feed, profile)))
-    reference, missing = _reference_rows(session, spec, batches, profile)
-    if missing:
-        result.notes.append(f"TF reference not measured: {missing}")
-    for row in result.rows:
+        result.latency.append(latency_row("candidate", ctx.runtime, batch, measure_runner(runner, feed, profile)))
+    reference, missing = _reference_rows(ctx, spec, batches, profile)
+    notes = [f"TF reference not measured: {missing}"] if missing else []
+    for row in result.latency:
         ref = next((r for r in reference if r["batch"] == row["batch"]), None)
         row["speedup_vs_reference"] = round(ref["p50_ms"] / max(row["p50_ms"], 1e-4), 3) if ref else None
-    result.rows += reference
-    failures, errors = evaluate(spec, precision, budgets, result.rows, missing)
-    result.failures += failures
+    result.latency += reference
+    failures, errors = evaluate(spec, precision, budgets, result.latency, missing)
+    result.failures += failures + overhead_failures(spec, precision, result.latency)
     result.errors += errors
-    result.failures += overhead_failures(spec, precision, result.rows)
-    result.machine["load_average_end"] = load_average()
-    cores = result.machine["usable_cores"]
-    result.loaded = load_note(result.machine["load_average"], cores) or load_note(result.machine["load_average_end"], cores)
-    result.unbudgeted = budgets.note(spec, precision)
-    result.notes += [n for n in (result.unbudgeted, result.loaded) if n]
-    result.notes += [f"{r['role']} batch {r['batch']}: one call takes ~{r['p50_ms'] * 1e3:.1f} us, so each sample "
-                     f"is the mean of {r['calls_per_sample']} back-to-back calls (keeps the harness overhead "
-                     f"under {OVERHEAD_LIMIT:.0%})" for r in result.rows if r["calls_per_sample"] > 1]
+    machine["load_average_end"] = load_average()
+    cores = machine["usable_cores"]
+    loaded = load_note(machine["load_average"], cores) or load_note(machine["load_average_end"], cores)
+    unbudgeted = budgets.note(spec, precision)
+    notes += [n for n in (unbudgeted, loaded) if n]
+    notes += [f"{r['role']} batch {r['batch']}: one call takes ~{r['p50_ms'] * 1e3:.1f} us, so each sample "
+              f"is the mean of {r['calls_per_sample']} back-to-back calls (keeps the harness overhead "
+              f"under {OVERHEAD_LIMIT:.0%})" for r in result.latency if r["calls_per_sample"] > 1]
+    result.details.update({"device_class": ctx.device_class, "budget_table": spec.where(budgets.table)
+                           if budgets.table else None, "note": "; ".join(notes) or None, "machine": machine,
+                           "profile": asdict(profile), "percentile_method": PERCENTILE_METHOD,
+                           "overhead_limit": OVERHEAD_LIMIT, "unbudgeted": unbudgeted})
+    if result.failures and loaded:  # load only slows a run down: a pass stands, a miss cannot be told from it
+        result.set_inconclusive(inconclusive(
+            f"{loaded}, so these budget misses cannot be told apart from the load; rerun alone (pytest -m latency "
+            "-p no:xdist on an idle machine):\n" + "\n".join(result.failures)))
     return result
 
 
-def _reference_rows(session, spec, batches, profile):
+def _reference_rows(ctx, spec, batches, profile):
     """(rows, None), or ([], why) when the TF reference cannot run here. Its rows are measured once per
     model x batch x profile in a run and shared by the precisions."""
     if not available("tensorflow"):
@@ -144,14 +117,14 @@ def _reference_rows(session, spec, batches, profile):
     rows = []
     for batch in batches:
         key = (spec.name, batch, profile.name)
-        if key not in session.context.reference_latency:
+        if key not in ctx.reference_latency:
             feed = sample_inputs(spec, batch, np.random.default_rng(0))
             try:
-                timing = measure_runner(live_reference(session.context, spec), feed, profile)
+                timing = measure_runner(live_reference(ctx, spec), feed, profile)
             except (RunnerError, OSError, ValueError) as err:
                 return [], f"{type(err).__name__}: {err}"
-            session.context.reference_latency[key] = latency_row("reference", "tensorflow", batch, timing)
-        rows.append(dict(session.context.reference_latency[key]))  # a copy: budgets annotate rows per check
+            ctx.reference_latency[key] = latency_row("reference", "tensorflow", batch, timing)
+        rows.append(dict(ctx.reference_latency[key]))  # a copy: budgets annotate rows per check
     return rows, None
 
 

@@ -33,9 +33,9 @@ def load_average():
         return None
 
 
-def machine_info(session):
-    """CPU, cores, load, GPU and versions; versions and GPU come from ``session.environment``."""
-    env = session.environment
+def machine_info(ctx):
+    """CPU, cores, load, GPU and versions; versions and GPU come from the run's context (``RunContext.versions``)."""
+    env = ctx.versions()
     return {
         "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count(),
@@ -47,8 +47,8 @@ def machine_info(session):
         "tensorflow": env.get("tensorflow"),
         "onnxruntime": env.get("onnxruntime"),
         "tensorrt": env.get("tensorrt"),
-        "candidate_runtime": session.runtime,
-        "device_class": session.device_class,
+        "candidate_runtime": ctx.runtime,
+        "device_class": ctx.device_class,
     }
 
 

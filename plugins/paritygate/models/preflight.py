@@ -19,7 +19,7 @@ What is checked, each part where its library is installed (else a note says what
     engines       a prebuilt engine's TensorRT version (its sidecar) matches the installed TensorRT
     beam.handler  the handler module imports and the factory returns an unkeyed Beam ModelHandler
 
-Runners are kept in the run's context (``session.context``) (paritygate.backend.runtimes), so the checks reuse what this pass loaded. A tool
+Runners are kept in the run's context (``RunContext``) (paritygate.backend.runtimes), so the checks reuse what this pass loaded. A tool
 the suite drives that fails here (tf2onnx converting the reference) is not a config problem: it is noted, and
 the checks report it as ``error``. Anything else a file makes a library raise here (a truncated protobuf, bytes
 that are no archive) is one problem line too, under the key that names the file: never a crash of pytest.
@@ -72,27 +72,26 @@ class ModelValidation:
                 "problems": self.problems}
 
 
-def validate_models(session):
-    """Validate every model of ``session``; returns {"models": {name: {...}}, "problems": [lines]} and keeps it
-    as ``session.validation`` (the report's ``validation`` entry)."""
-    found = [validate_model(session, spec) for spec in session.models]
-    session.validation = {"config": str(session.config_path), "models": {v.spec.name: v.as_dict() for v in found},
-                          "problems": [p for v in found for p in v.problems]}
-    return session.validation
+def validate_models(ctx, models, config_path):
+    """Validate every model of the config at ``config_path`` with the run's context; returns {"config",
+    "models": {name: {...}}, "problems": [lines]} (the report's ``validation`` entry)."""
+    found = [validate_model(ctx, spec) for spec in models]
+    return {"config": str(config_path), "models": {v.spec.name: v.as_dict() for v in found},
+            "problems": [p for v in found for p in v.problems]}
 
 
-def validate_model(session, spec):
+def validate_model(ctx, spec):
     v = ModelValidation(spec)
     reference = None
     with v.guard("reference"):
-        reference = _reference(session, spec, v)
+        reference = _reference(ctx, spec, v)
         if reference is not None:
             _task_outputs(spec, reference, v)
     with v.guard("onnx"):
-        _candidate(session, spec, v, reference_ok=reference is not None)
+        _candidate(ctx, spec, v, reference_ok=reference is not None)
     with v.guard("onnx"):
         _own_artifacts(spec, v)
-    _data_files(session, spec, v)
+    _data_files(ctx, spec, v)
     with v.guard("engines"):
         _engines(spec, v)
     with v.guard("beam.handler"):
@@ -101,14 +100,14 @@ def validate_model(session, spec):
 
 
 # -- reference ------------------------------------------------------------------------------------------
-def _reference(session, spec, v):
+def _reference(ctx, spec, v):
     if not available("tensorflow"):
         v.note("reference", f"not checked: {missing_reason('tensorflow')}")
         return None
     from paritygate.backend.runtimes import load_reference
 
     try:
-        runner = load_reference(session.context, spec)
+        runner = load_reference(ctx, spec)
     except (RunnerError, SuiteError) as err:
         v.problem("signature" if "has no signature" in str(err) else "reference", err)
         return None
@@ -138,11 +137,12 @@ def _task_outputs(spec, reference, v):
 
 
 # -- candidate ------------------------------------------------------------------------------------------
-def _candidate(session, spec, v, reference_ok):
-    needs = ["onnx", "onnxruntime"] + (["tensorflow", "tf2onnx"] if spec.onnx is None else [])
-    missing = [n for n in needs if not available(n)]
+def _candidate(ctx, spec, v, reference_ok):
+    from paritygate.backend.runtimes import candidate_missing
+
+    missing = candidate_missing([spec], fp16=False)
     if missing:
-        v.note("onnx", "candidate not checked: " + "; ".join(missing_reason(n) for n in missing))
+        v.note("onnx", "candidate not checked: " + missing)
         return
     if not reference_ok and spec.onnx is None:
         v.note("onnx", "candidate not checked: it is converted from the reference, which did not load")
@@ -150,9 +150,9 @@ def _candidate(session, spec, v, reference_ok):
     from paritygate.backend import runtimes
 
     try:
-        runner = _fp32_onnx_runner(session, spec, reference_ok)
+        runner = _fp32_onnx_runner(ctx, spec, reference_ok)
         if reference_ok:
-            v.io_mapping = runtimes.recorded_mapping(session.context, spec) or runtimes.io_mapping(session.context, spec, runner)
+            v.io_mapping = runtimes.recorded_mapping(ctx, spec) or runtimes.io_mapping(ctx, spec, runner)
     except SuiteError as err:
         v.note("onnx", f"candidate not checked: {err} (its checks report this as error)")
         return
@@ -165,15 +165,15 @@ def _candidate(session, spec, v, reference_ok):
     v.checked.append("candidate inputs" + (" and outputs" if reference_ok else ""))
 
 
-def _fp32_onnx_runner(session, spec, reference_ok):
+def _fp32_onnx_runner(ctx, spec, reference_ok):
     """An ONNX Runtime runner over the fp32 ONNX, its inputs checked: the fp32 candidate itself when the
     checks will run it (cached, so they reuse it; it resolves the mapping, which needs the reference), else a
     bare one kept for this pass."""
     from paritygate.backend import runtimes
 
-    if reference_ok and session.runtime == "onnxruntime" and "fp32" in spec.precisions:
-        return runtimes.candidate_runner(session.context, spec, "fp32")
-    bare = session.context.preflight_runners
+    if reference_ok and ctx.runtime == "onnxruntime" and "fp32" in spec.precisions:
+        return runtimes.candidate_runner(ctx, spec, "fp32")
+    bare = ctx.preflight_runners
     if spec.name not in bare:
         from paritygate.backend.onnx.loader import fp32_onnx
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
@@ -211,7 +211,7 @@ def _own_artifacts(spec, v):
         v.checked.append(f"own {precision} ONNX")
 
 
-def _data_files(session, spec, v):
+def _data_files(ctx, spec, v):
     """Every data file of the model through the one reader (paritygate.inputs.sets); the goldens also against their
     manifest (not under --update-goldens, which rewrites them)."""
     from paritygate.inputs import goldens
@@ -230,7 +230,7 @@ def _data_files(session, spec, v):
                 v.problem(key, err)
                 continue
             v.checked.append(what)
-    if goldens.golden_path(spec).exists() and not session.update_goldens:
+    if goldens.golden_path(spec).exists() and not ctx.update_goldens:
         with v.guard(None, goldens.golden_path(spec)):
             try:
                 goldens.load_golden(spec)

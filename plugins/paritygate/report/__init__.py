@@ -15,7 +15,7 @@ def report_dict(session):
             "config": str(session.config_path), "device_class": session.device_class,
             "artifact_cache": session.cache_stats(),
             "reference_cache": session.reference_cache_stats(), "time": session.time_spent(), "validation": session.validation,
-            "checks": sorted(session.checks, key=lambda c: (c["model"], c["precision"] or "", c["check"])),
+            "checks": [c.to_dict() for c in sorted(session.checks, key=lambda c: (c.model, c.precision or "", c.check))],
             "findings": sorted(session.findings, key=lambda f: (f["kind"], f["model"], f["precision"] or "",
                                                                 f["check"]))}
     if getattr(session, "baseline_section", None) is not None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paritygate.report.text import run_fails
+from paritygate.result import CheckResult
 
 # Statistics compared per output / per latency row, and whether larger is worse (cosine: smaller is worse).
 ERROR_FIELDS = {"max_abs": True, "p99_abs": True, "mean_abs": True, "max_rel": True, "p99_rel": True,
@@ -93,34 +94,39 @@ def _shape_of(data):
 
 
 def _key(c):
-    return c["model"], c["precision"], c["check"]
+    return c.model, c.precision, c.check
 
 
 def _ref(c, **extra):
-    return {"model": c["model"], "precision": c["precision"], "check": c["check"], **extra}
+    return {"model": c.model, "precision": c.precision, "check": c.check, **extra}
 
 
-def _failing(c):
-    return run_fails([c]) if "details" in c else c["status"] in ("fail", "error")
+def _failing(c, raw):
+    """A check of a report (its CheckResult and its record): a fail or error, or an inconclusive not allowed (a
+    record without details, from an older report, fails on fail or error only)."""
+    return run_fails([c.to_dict()]) if "details" in raw else c.status in ("fail", "error")
 
 
 def compare(current, baseline, path, gates=()):
-    """The ``baseline`` section of the report: current and baseline are report dicts (``checks`` lists)."""
-    before = {_key(c): c for c in baseline["checks"]}
+    """The ``baseline`` section of the report: current and baseline are report dicts (``checks`` lists), each check
+    read back as its ``paritygate.result.CheckResult``."""
+    before = {_key(c): (c, raw) for raw in baseline["checks"] for c in [CheckResult.from_dict(raw)]}
     thresholds = {t.field: t for t in map(parse_threshold, DEFAULT_DRIFT)}
     gating = {t.field for t in gates}
     thresholds.update({t.field: t for t in gates})
     out = {"path": str(path), "new_failures": [], "existing_failures": [], "fixed": [], "drift": [],
            "gates": [t.expression for t in gates], "environment_differs": environment_differences(current, baseline)}
-    for c in current["checks"]:
-        old = before.get(_key(c))
-        was = old["status"] if old else None
-        if _failing(c) and not (old and _failing(old)):
-            out["new_failures"].append(_ref(c, status=c["status"], baseline_status=was))
-        elif _failing(c):
-            out["existing_failures"].append(_ref(c, status=c["status"], baseline_status=was))
-        elif old and _failing(old) and c["status"] in ("pass", "xfail"):
-            out["fixed"].append(_ref(c, status=c["status"], baseline_status=was))
+    for raw in current["checks"]:
+        c = CheckResult.from_dict(raw)
+        old, old_raw = before.get(_key(c), (None, None))
+        was = old.status if old else None
+        failing, failed = _failing(c, raw), bool(old) and _failing(old, old_raw)
+        if failing and not failed:
+            out["new_failures"].append(_ref(c, status=c.status, baseline_status=was))
+        elif failing:
+            out["existing_failures"].append(_ref(c, status=c.status, baseline_status=was))
+        elif failed and c.status in ("pass", "xfail"):
+            out["fixed"].append(_ref(c, status=c.status, baseline_status=was))
         if old:
             out["drift"] += [dict(d, gating=d["field"] in gating) for d in drift(c, old, thresholds)]
     out["drift"] = _once(out["drift"])
@@ -144,14 +150,14 @@ def gate_failures(section):
 
 
 def drift(current, old, thresholds):
-    """Drift entries of one check: per output (error statistics) and per latency row (percentiles)."""
+    """Drift entries of one check (CheckResults): per output (error statistics) and per latency row (percentiles)."""
     found = []
-    olds = {o.get("output"): o for o in old.get("details", {}).get("outputs") or []}
-    for o in current["details"].get("outputs") or []:
+    olds = {o.get("output"): o for o in old.outputs or []}
+    for o in current.outputs or []:
         if o.get("output") in olds:
             found += _moved(current, f"output {o['output']}", olds[o["output"]], o, thresholds, ERROR_FIELDS)
-    rows = {_row_key(r): r for r in old.get("details", {}).get("latency") or []}
-    for r in current["details"].get("latency") or []:
+    rows = {_row_key(r): r for r in old.latency or []}
+    for r in current.latency or []:
         if _row_key(r) in rows:
             where = f"{r.get('role', 'candidate')} {r.get('runtime', '')} batch {r.get('batch')}".replace("  ", " ")
             found += _moved(current, where, rows[_row_key(r)], r, thresholds, LATENCY_FIELDS)

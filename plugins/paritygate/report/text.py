@@ -164,19 +164,19 @@ def tolerance_text(tol):
     return text
 
 
-def key_numbers(check):
-    """The numbers a CI test tab should show for a check: (name, value) pairs for JUnit properties."""
-    props = [("paritygate.status", check["status"])]
-    for o in check["details"].get("outputs") or []:
+def key_numbers(result):
+    """The numbers a CI test tab should show for a check (a ``paritygate.result.CheckResult``): (name, value) pairs
+    for JUnit properties."""
+    props = [("paritygate.status", result.status)]
+    for o in result.outputs or []:
         name = f"paritygate.{o['output']}"
         props += [(f"{name}.mismatches", f"{o.get('mismatches', 0)}/{o.get('elements', 0)}")]
         props += [(f"{name}.{side}_{kind.lower()}", n) for side, kind, n in nonfinite_counts(o)]
         label = ".finite_only" if finite_only(o) else ""
         props += [(f"{name}{label}.{k}", o[k]) for k in ("max_abs", "p99_abs", "max_rel", "cosine") if k in o]
-    task = check["details"].get("task") or {}
-    props += [(f"paritygate.task.{k}", v) for k, v in task.items() if isinstance(v, (int, float)) and
+    props += [(f"paritygate.task.{k}", v) for k, v in (result.task or {}).items() if isinstance(v, (int, float)) and
               not isinstance(v, bool) and k not in ("samples", "min_ratio")]
-    for row in check["details"].get("latency") or []:
+    for row in result.latency or []:
         where = f"paritygate.latency.{row.get('role', 'candidate')}.batch{row.get('batch')}"
         props += [(f"{where}.{k}", row[k]) for k in ("p50_ms", "p99_ms") if k in row]
     return [(k, v if isinstance(v, str) else num(v, "g")) for k, v in props]

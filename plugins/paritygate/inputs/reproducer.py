@@ -1,0 +1,106 @@
+"""Reproducers: a check's failing inputs saved as an ``.npz`` (allow_pickle=False) plus Polygraphy's inputs JSON
+(``polygraphy run --load-inputs``), which ``paritygate replay`` (paritygate.cli.replay) judges again; and the
+input values behind a failing output's worst element, described from the arrays the check ran, so that the result
+(and the report) shows what was fed where the candidate went furthest wrong."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from paritygate.backend.cache import digest as content_digest
+
+META = "__meta__"
+MAX_VALUES = 16  # an input row up to this many values is shown whole; a longer one by its summary and head
+
+
+class ReplayError(Exception):
+    """The reproducer, its config or a runtime could not be loaded; the message names the file."""
+
+
+def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, fp16_keep_fp32=None):
+    """Write ``<model>-<precision>-<check>-<hash>.npz`` (+ Polygraphy inputs JSON) under ``folder``; returns the
+    paths and the one-line replay command."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = content_digest(inputs)[:12]
+    stem = folder / f"{spec.name}-{precision}-{check}-{digest}"
+    meta = {"config": str(spec.source), "model": spec.name, "precision": precision, "check": check,
+            "runtime": runtime, "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,
+            "failures": failures[:20]}
+    npz = stem.with_suffix(".npz")
+    np.savez(npz, **{f"input:{k}": v for k, v in inputs.items()}, **{META: np.array(json.dumps(meta))})
+    from paritygate.cli import commands
+
+    out = {"npz": str(npz), "command": commands.replay(spec.source, npz)}
+    try:
+        from polygraphy.json import save_json
+
+        polygraphy_json = stem.with_suffix(".polygraphy-inputs.json")
+        save_json([dict(inputs)], str(polygraphy_json))  # a list of feed dicts: `polygraphy run --load-inputs`
+        out["polygraphy_inputs"] = str(polygraphy_json)
+    except ImportError:
+        out["polygraphy_inputs"] = None  # polygraphy not installed (pip install polygraphy)
+    return out
+
+
+def load_reproducer(path):
+    """(meta, inputs) of a saved reproducer; ReplayError naming the file when it is not one."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data[META]))
+            inputs = {k.split(":", 1)[1]: data[k] for k in data.files if k.startswith("input:")}
+    except (OSError, ValueError, KeyError) as err:
+        raise ReplayError(f"{path}: not a paritygate reproducer (.npz with {META} and input:<name> arrays): "
+                          f"{err}") from err
+    missing = sorted({"config", "model", "precision", "check", "runtime"} - set(meta))
+    if missing or not inputs:
+        raise ReplayError(f"{path}: reproducer lacks {missing or 'input arrays'}")
+    return meta, inputs
+
+
+def describe_inputs(inputs, sources=None):
+    """The ``inputs`` entry of a result: each input's dtype and shape, the rows' sources, and the digest of the
+    arrays (``backend.cache.digest``: the reproducer's file name carries its first 12 hex digits)."""
+    out = {"names": {k: {"dtype": np.asarray(v).dtype.name, "shape": list(np.shape(v))} for k, v in inputs.items()},
+           "digest": content_digest(inputs)}
+    if sources is not None:
+        out["sources"] = list(sources)
+    return out
+
+
+def worst_inputs(inputs, batch_element):
+    """{input name: {"shape", "dtype", "values" | "head", "min", "max", "nan", "inf"}} for one batch element of
+    ``inputs`` (raises IndexError when there is no such element)."""
+    return {name: _describe(np.asarray(a)[batch_element] if np.ndim(a) else np.asarray(a))
+            for name, a in inputs.items()}
+
+
+def _describe(row):
+    flat = row.ravel()
+    d = {"shape": list(row.shape), "dtype": row.dtype.name}
+    if flat.size <= MAX_VALUES:
+        d["values"] = flat.tolist()
+        return d
+    d["head"] = flat[:8].tolist()
+    if np.issubdtype(row.dtype, np.number):
+        finite = flat[np.isfinite(flat)] if np.issubdtype(row.dtype, np.floating) else flat
+        d.update(min=finite.min().item() if finite.size else None, max=finite.max().item() if finite.size else None)
+        if np.issubdtype(row.dtype, np.floating):
+            d.update(nan=int(np.isnan(flat).sum()), inf=int(np.isinf(flat).sum()))
+    return d
+
+
+def attach_worst_inputs(outputs, inputs):
+    """Add ``worst["inputs"]`` (the values of ``inputs`` at the worst element's batch element) to each output record
+    of ``outputs``; an element ``inputs`` does not hold leaves ``worst["inputs_error"]`` saying why (never a
+    silent gap). Returns ``outputs``."""
+    for o in outputs or []:
+        w = o.get("worst")
+        if not w or "batch_element" not in w or "inputs" in w:
+            continue
+        try:
+            w["inputs"] = worst_inputs(inputs, w["batch_element"])
+        except IndexError as err:
+            w["inputs_error"] = f"the inputs hold no batch element {w['batch_element']}: {err}"
+    return outputs

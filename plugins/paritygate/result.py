@@ -1,0 +1,119 @@
+"""One result per check: what every check (parity, properties, latency, Beam, goldens, replay) returns, what the
+recorder (``paritygate.session``) keeps, and what the report, the baseline diff, JUnit properties and replay read.
+
+``to_dict()`` is the report's per-check record (``parity-report.json``, schema 1): ``model``, ``precision``,
+``check``, ``status`` and ``details``, where each typed field below sits under its key in ``details``
+(``DETAIL_KEYS``) and ``details`` (free-form: the message, the reference used, the divergence, ...) holds the rest.
+``from_dict`` reads such a record back; ``from_dict(r.to_dict()) == r`` for every result. A typed field that is
+None (or an empty list) is absent from the record.
+"""
+
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from paritygate.verdict import STATUSES, Inconclusive
+
+# typed field -> its key in the record's ``details``
+DETAIL_KEYS = {"outputs": "outputs", "task": "task", "latency": "latency", "failures": "failures",
+               "errors": "errors", "numerics": "numerics", "coverage": "precision_coverage", "inputs": "inputs",
+               "reproducer": "reproducer", "findings": "findings", "inconclusive": "inconclusive"}
+
+
+@dataclass
+class CheckResult:
+    model: str
+    precision: str = None  # None: a model-level check (goldens, Beam)
+    check: str = None
+    status: str = None  # one of verdict.STATUSES; None until judged (the recorder sets the pytest outcome's word)
+    outputs: list = None  # per output: error statistics, the tolerance and its source, the worst element and the
+    #                       inputs there (comparator.compare.OutputComparison.as_dict() + plot data)
+    task: dict = None  # the task metric (comparator.task), with its source
+    latency: list = None  # per batch and role: percentiles, budget and its source (latency.judge.latency_row)
+    failures: list = field(default_factory=list)  # why the candidate is wrong, one message each
+    errors: list = None  # what could not be judged (a SuiteError's lines)
+    numerics: str = None  # the numerics fp16/int8 outputs were computed with (--parity-numerics or the runtime)
+    coverage: dict = None  # the artifact's precision coverage (backend.runtimes.precision_coverage)
+    inputs: dict = None  # the inputs judged: names, shapes, dtypes, sources and their digest
+    reproducer: dict = None  # the saved failing inputs: npz, Polygraphy inputs JSON, replay command
+    findings: list = field(default_factory=list)  # facts for the model owner, no verdict: {kind, model, ...}
+    inconclusive: dict = None  # {"message", "allowed"}: the inputs could not have shown a failure
+    details: dict = field(default_factory=dict)  # free-form: what the report shows beside the above
+
+    @property
+    def passed(self):
+        return not self.failures
+
+    def inconclusive_error(self):
+        """The ``verdict.Inconclusive`` a conformance test raises, or None."""
+        if not self.inconclusive:
+            return None
+        return Inconclusive(self.inconclusive["message"], allowed=self.inconclusive.get("allowed", False))
+
+    def set_inconclusive(self, error):
+        """Keep a ``verdict.Inconclusive`` (or None) as the JSON-able ``inconclusive``."""
+        self.inconclusive = {"message": str(error), "allowed": bool(error.allowed)} if error else None
+
+    def finding(self, kind, details):
+        """Add a finding about the model (``reference_unstable``, ``reference_nonfinite``) to this result."""
+        self.findings.append({"kind": kind, "model": self.model, "precision": self.precision, "check": self.check,
+                              "details": jsonable(details)})
+
+    def take(self, other):
+        """Take ``other``'s numbers, failures, findings and details (a judge function's result) into this one (the
+        test's own, which the session records): its model, precision, check and status stay."""
+        for f in fields(self):
+            value = getattr(other, f.name)
+            if f.name in ("model", "precision", "check", "status") or value is None:
+                continue
+            if f.name == "details":
+                self.details.update(value)
+            elif f.name in ("failures", "findings"):
+                getattr(self, f.name).extend(value)
+            else:
+                setattr(self, f.name, value)
+        return self
+
+    def to_dict(self):
+        if self.status is not None and self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+        details = dict(self.details)
+        for name, key in DETAIL_KEYS.items():
+            value = getattr(self, name)
+            if value is not None and value != []:
+                details[key] = value
+        return {"model": self.model, "precision": self.precision, "check": self.check, "status": self.status,
+                "details": jsonable(details)}
+
+    @classmethod
+    def from_dict(cls, record):
+        """A report record back into a CheckResult; ValueError names what is missing."""
+        missing = [k for k in ("model", "precision", "check", "status") if k not in record]
+        if missing:
+            raise ValueError(f"a check record needs {missing}; got keys {sorted(record)}")
+        details = dict(record.get("details") or {})
+        typed = {name: details.pop(key) for name, key in DETAIL_KEYS.items() if key in details}
+        return cls(record["model"], record["precision"], record["check"], record["status"], details=details,
+                   **{k: v for k, v in typed.items() if v is not None})
+
+
+def jsonable(obj):
+    """Plain JSON (strict: no NaN/Infinity tokens, which jq and browsers reject): numpy scalars and arrays become
+    numbers and lists, paths strings, non-finite floats the strings "nan", "inf" and "-inf", tuples lists."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return jsonable(obj.item())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, Path):
+        return str(obj)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return repr(obj)
