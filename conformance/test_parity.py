@@ -11,7 +11,8 @@ def test_matches_reference(parity_session, parity_case, parity_details):
 
     spec, precision = parity_case
     result, ref = candidate_parity(parity_session, spec, precision)
-    parity_details.update(result.details(reference=ref.source, samples=len(next(iter(ref.inputs.values()))),
+    rows = sum(s["rows"] for s in result.shapes) if result.shapes else len(next(iter(ref.inputs.values())))
+    parity_details.update(result.details(reference=ref.source, samples=rows,
                                          candidate=_describe_candidate(parity_session, spec, precision),
                                          io_mapping=recorded_mapping(parity_session.context, spec)))
     if not result.passed:

@@ -26,19 +26,27 @@ class ReferenceSet:
     outputs: dict
     labels: object = None
     source: str = "goldens"
+    groups: list = None  # one ReferenceSet per shape (a dynamic model's); [self] for one shape
+
+    def __post_init__(self):
+        self.groups = self.groups or [self]
 
 
 def reference_set(session, spec):
-    """Verified goldens when the model has them; else its input set run through the live TF reference."""
+    """Verified goldens when the model has them; else its input set run through the live TF reference (each of
+    their shapes: ``groups``; the set itself is its first shape's)."""
     memo = session.context.reference_sets
     if spec.name not in memo:
         if goldens.golden_path(spec).exists():
-            g = goldens.load_golden(spec)
-            memo[spec.name] = ReferenceSet(g.inputs, g.outputs, g.labels, f"goldens {goldens.golden_path(spec)}")
+            source = f"goldens {goldens.golden_path(spec)}"
+            groups = [ReferenceSet(g.inputs, g.outputs, g.labels, source) for g in goldens.load_golden(spec).groups]
         else:
-            inputs, labels = goldens.input_set(spec)
-            outputs = run_batched(reference_runner(session.context, spec), inputs, spec.max_batch)
-            memo[spec.name] = ReferenceSet(inputs, outputs, labels, "live TensorFlow reference (no goldens)")
+            runner = reference_runner(session.context, spec)
+            groups = [ReferenceSet(inputs, run_batched(runner, inputs, spec.max_batch), labels,
+                                   "live TensorFlow reference (no goldens)")
+                      for inputs, labels in goldens.input_groups(spec)]
+        first = groups[0]
+        memo[spec.name] = ReferenceSet(first.inputs, first.outputs, first.labels, first.source, groups)
     return memo[spec.name]
 
 
@@ -51,14 +59,16 @@ class ParityResult:
     failures: list = field(default_factory=list)
     informativeness: dict = None  # paritygate.judge.vacuity: what the inputs drew out of the reference
     inconclusive: Exception = None  # verdict.Inconclusive when those inputs could not have shown a failure
+    shapes: list = None  # [{"shape": {input: dims}, "rows": n}] per shape judged, when there were several
 
     @property
     def passed(self):
         return not self.failures
 
     def details(self, **extra):
+        shapes = {"inputs": {"shapes": self.shapes}} if self.shapes else {}
         return {"outputs": [_with_plot_data(o) for o in self.outputs], "task": self.task,
-                "failures": self.failures, **extra}
+                "failures": self.failures, **shapes, **extra}
 
 
 def compare(spec, precision, ref_outputs, cand_outputs, labels=None, compare_task=True, floors=None,
@@ -98,17 +108,35 @@ def _with_plot_data(comparison, max_points=1500):
 
 
 def candidate_parity(session, spec, precision):
-    """The candidate at ``precision`` on the model's reference set (goldens, or live TF)."""
+    """The candidate at ``precision`` on the model's reference set (goldens, or live TF), every shape of it;
+    returns the result and the reference group it speaks for (the first failing shape's, else the first)."""
     from paritygate.judge import vacuity
 
     ref = reference_set(session, spec)
-    cand = run_batched(candidate_runner(session.context, spec, precision), ref.inputs, spec.max_batch)
+    runner = candidate_runner(session.context, spec, precision)
     spec = resolved_spec(session.context, spec)
-    result = compare(spec, precision, ref.outputs, cand, ref.labels)
+    results = [compare(spec, precision, g.outputs, run_batched(runner, g.inputs, spec.max_batch), g.labels)
+               for g in ref.groups]
+    result, group = next(((r, g) for r, g in zip(results, ref.groups) if not r.passed), (results[0], ref.groups[0]))
+    if len(results) > 1:
+        result = _merged(results, ref.groups, result)
 
     def limit(name, out):
         return tolerance_for(spec, precision, name).limit(out)
 
-    result.informativeness = vacuity.informativeness(spec, [ref.outputs], limit)
+    result.informativeness = vacuity.informativeness(spec, [g.outputs for g in ref.groups], limit)
     result.inconclusive = vacuity.verdict(spec, "matches_reference", result.informativeness)
-    return result, ref
+    return result, group
+
+
+def _merged(results, groups, shown):
+    """One result over several shapes: every shape's output comparisons and failures (each failure naming its
+    shape), the task metric of ``shown`` (the first failing shape's, else the first)."""
+    def where(g):
+        return ", ".join(f"{k} {list(v.shape)}" for k, v in g.inputs.items())
+
+    failures = [f"at {where(g)}: {f}" for r, g in zip(results, groups) for f in r.failures]
+    shapes = [{"shape": {k: list(v.shape) for k, v in g.inputs.items()}, "rows": len(next(iter(g.inputs.values()))),
+               "passed": r.passed} for r, g in zip(results, groups)]
+    return ParityResult(shown.model, shown.precision, [o for r in results for o in r.outputs], shown.task, failures,
+                        shapes=shapes)
