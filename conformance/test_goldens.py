@@ -9,7 +9,7 @@ def test_goldens_reproduce(request, parity_context, parity_model, parity_result)
     from paritygate.backend.runtimes import live_reference
     from paritygate.cli import commands
     from paritygate.inputs import goldens
-    from paritygate.judge.parity import compare, run_batched
+    from paritygate.judge.parity import compare, merged, run_batched, shape_records
     from paritygate.lazy import available, missing_reason
     from paritygate.verdict import mark
 
@@ -23,11 +23,13 @@ def test_goldens_reproduce(request, parity_context, parity_model, parity_result)
     runner = live_reference(parity_context, spec)  # TensorFlow runs here, never the reference-output cache
     if parity_context.update_goldens:
         before = _readable_golden(goldens, spec)
-        inputs, labels = goldens.input_set(spec)
-        outputs = run_batched(runner, inputs, spec.max_batch)
+        groups = [(inputs, run_batched(runner, inputs, spec.max_batch), labels)
+                  for inputs, labels in goldens.input_groups(spec)]  # one per shape: a profile's min, opt, max
+        inputs, outputs, labels = goldens.group_arrays(groups)
         path = goldens.write_golden(spec, inputs, outputs, runner.weights_sha256(), labels)
-        goldens.load_golden(spec)  # the file just written reads back and matches its manifest (else: error)
-        parity_result.details.update(action="regenerated", golden=str(path), previous=_change(before, inputs, outputs))
+        written = goldens.load_golden(spec)  # the file just written reads back and matches its manifest (else: error)
+        parity_result.details.update(action="regenerated", golden=str(path), previous=_change(before, groups))
+        parity_result.inputs = {"shapes": shape_records(written.groups)}
         # Comparing TF with the file it just wrote would prove nothing: the check's word is `regenerated`.
         mark(request.node, "regenerated")
         return
@@ -37,9 +39,10 @@ def test_goldens_reproduce(request, parity_context, parity_model, parity_result)
     assert drift is None, (f"{spec.reference}: the reference changed since its goldens were made "
                            f"(weights sha256 {drift[0]} -> {drift[1]}); regenerate deliberately with "
                            f"`{commands.regenerate_goldens(spec.source, spec.name)}`")
-    today = run_batched(runner, golden.inputs, spec.max_batch)
-    result = compare(spec, "fp32", golden.outputs, today, compare_task=False, nonfinite_reference="match",
-                     check="goldens_reproduce")
+    results = [compare(spec, "fp32", g.outputs, run_batched(runner, g.inputs, spec.max_batch), compare_task=False,
+                       nonfinite_reference="match", check="goldens_reproduce") for g in golden.groups]
+    result = merged(results, golden.groups, results[0]) if len(results) > 1 else results[0]
+    result.inputs = {"shapes": shape_records(golden.groups, results)}
     parity_result.take(result).details["tensorflow"] = parity_context.versions()["tensorflow"]
     assert result.passed, "today's TensorFlow no longer reproduces the goldens:\n" + "\n".join(result.failures)
 
@@ -51,16 +54,24 @@ def _readable_golden(goldens, spec):
         return str(err)
 
 
-def _change(before, inputs, outputs):
-    """What a regeneration changed, so a rewritten golden is never a silent one."""
+def _change(before, groups):
+    """What a regeneration changed, so a rewritten golden is never a silent one (per output, the largest change
+    over the shapes)."""
     import numpy as np
 
     if isinstance(before, str):
         return {"state": f"no usable golden before: {before}"}
-    same_inputs = set(before.inputs) == set(inputs) and all(
-        before.inputs[k].shape == v.shape and np.array_equal(before.inputs[k], v) for k, v in inputs.items())
+    pairs = list(zip(before.groups, groups))
+    same_inputs = len(before.groups) == len(groups) and all(
+        set(b.inputs) == set(inputs) and all(b.inputs[k].shape == v.shape and np.array_equal(b.inputs[k], v)
+                                             for k, v in inputs.items()) for b, (inputs, _, _) in pairs)
     if not same_inputs:
         return {"state": "input set changed"}
-    return {"state": "same inputs", "max_abs_change": {
-        k: float(np.max(np.abs(before.outputs[k].astype(float) - v))) if k in before.outputs and
-        before.outputs[k].shape == v.shape and v.size else "output added or reshaped" for k, v in outputs.items()}}
+    change = {}
+    for b, (_, outputs, _) in pairs:
+        for k, v in outputs.items():
+            same = k in b.outputs and b.outputs[k].shape == v.shape and v.size
+            delta = float(np.max(np.abs(b.outputs[k].astype(float) - v))) if same else "output added or reshaped"
+            prev = change.get(k, 0.0)  # a reshaped output stays named; else the largest change
+            change[k] = prev if isinstance(prev, str) else delta if isinstance(delta, str) else max(prev, delta)
+    return {"state": "same inputs", "max_abs_change": change}

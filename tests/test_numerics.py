@@ -74,3 +74,35 @@ def test_onnxruntime_own_numerics_pass_the_same_overflowing_artifact(pytester, s
     result, checks, _ = _run(pytester, square_config, "--parity-numerics=ort")
     assert checks["fp16"]["status"] == "pass" and checks["fp16"]["details"]["numerics"] == "ort", result.stdout.str()
     result.stdout.fnmatch_lines(["paritygate: fp16/int8 rows computed with ort numerics (ort: *"])
+
+
+def test_the_printed_plan_applied_as_printed_makes_the_next_run_pass(pytester, square_config):
+    """Plans that hold (issue 16): both failing fp16 checks print one verified plan (the report's `config:` line and
+    the row's `config`); appended as printed to the [[models]] entry of a team's config, the next run passes both."""
+    import tomllib
+
+    model = tomllib.loads(square_config.read_text())["models"][0]
+    config = pytester.path / "parity.toml"  # a config as a team writes it: [[models]] with its own tables
+    config.write_text(f'[[models]]\nname = "square"\nreference = "{model["reference"]}"\nprecisions = ["fp16"]\n'
+                      'max_batch = 4\ntask = "regression"\n[models.inputs.x]\nshape = [-1, 1]\ndtype = "float32"\n'
+                      'range = [-2.0, 2.0]\n')
+
+    def run(report):
+        pytester.runpytest_subprocess(str(CONFORMANCE / "test_parity.py"), str(CONFORMANCE / "test_properties.py"),
+                                      "-k", "matches_reference or property_parity", f"--parity-config={config}",
+                                      f"--parity-report={pytester.path / report}", "-p", "no:cacheprovider",
+                                      "-p", "no:xdist")
+        checks = json.loads((pytester.path / report / "parity-report.json").read_text())["checks"]
+        return {c["check"]: c for c in checks}, (pytester.path / report / "parity-report.md").read_text()
+
+    first, markdown = run("first")
+    assert {c: first[c]["status"] for c in first} == {"matches_reference": "fail", "property_parity": "fail"}
+    plans = [first[c]["details"]["divergence"] for c in first]
+    assert all(p["verified"] for p in plans) and plans[0]["config"] == plans[1]["config"], plans
+    printed = plans[0]["config"]
+    assert printed.startswith("[models.precision]") and printed.splitlines()[1] in markdown, printed
+    with config.open("a") as f:
+        f.write(printed + "\n")
+    again, _ = run("second")
+    assert {c: again[c]["status"] for c in again} == {"matches_reference": "pass", "property_parity": "pass"}, {
+        c: again[c]["details"].get("failures") for c in again}

@@ -212,6 +212,73 @@ def test_input_set_seeded_fallback(tmp_path):
     assert first["x"].astype(np.float64).min() >= 0.1 and first["x"].astype(np.float64).max() <= 0.7
 
 
+# -- several shapes (a dynamic input's profile) ---------------------------------------------------------------
+def dynamic_spec(tmp_path):
+    from dataclasses import replace
+
+    spec = toy_spec(source=tmp_path / "parity.toml", reference=tmp_path / "ref",
+                    inputs={"image": ((-1, -1, -1, 3), "float32", (-1.0, 1.0))})
+    profile = ((1, 4, 4, 3), (2, 8, 8, 3), (2, 16, 12, 3))  # min, opt, max
+    return replace(spec, max_batch=2, inputs={"image": replace(spec.inputs["image"], profile=profile)})
+
+
+def shape_groups_of(spec, sizes):
+    """[(inputs, outputs, labels)] per (h, w): outputs a 2-channel map of each input's own shape."""
+    rng = np.random.default_rng(0)
+    groups = []
+    for h, w in sizes:
+        x = rng.uniform(-1, 1, (2, h, w, 3)).astype(np.float32)
+        groups.append(({"image": x}, {"map": x[..., :2] * 2}, np.array([0, 1])))
+    return groups
+
+
+def test_goldens_of_several_shapes_round_trip_by_shape_suffix(tmp_path):
+    spec = dynamic_spec(tmp_path)
+    groups = shape_groups_of(spec, [(4, 4), (8, 8), (15, 11)])
+    write_golden(spec, *goldens.group_arrays(groups)[:2], WEIGHTS, goldens.group_arrays(groups)[2])
+    with np.load(golden_path(spec)) as f:
+        assert set(f.files) >= {"input:image@4x4x3", "output:map@15x11x3", "label@8x8x3"}, f.files
+    assert set(manifest(spec)["models"]["toy"]["outputs"]) == {"map@4x4x3", "map@8x8x3", "map@15x11x3"}
+    g = load_golden(spec)
+    assert [x.inputs["image"].shape for x in g.groups] == [(2, 15, 11, 3), (2, 4, 4, 3), (2, 8, 8, 3)]
+    for x in g.groups:
+        assert np.array_equal(x.outputs["map"], x.inputs["image"][..., :2] * 2) and list(x.labels) == [0, 1]
+
+
+@pytest.mark.parametrize("drop, words", [
+    ("output:map@8x8x3", ["golden lacks ['output:map@8x8x3']", "every output ['map'] at every shape"]),
+    ("input:image@8x8x3", ["['output:map@8x8x3'] have no golden inputs of their shape"]),
+])
+def test_a_golden_of_several_shapes_lacking_an_array_names_it(tmp_path, drop, words):
+    spec = dynamic_spec(tmp_path)
+    inputs, outputs, labels = goldens.group_arrays(shape_groups_of(spec, [(4, 4), (8, 8)]))
+    kind, _, key = drop.partition(":")
+    del (inputs if kind == "input" else outputs)[key]
+    write_golden(spec, inputs, outputs, WEIGHTS, labels)
+    with pytest.raises(GoldenError) as err:
+        load_golden(spec)
+    assert all(w in str(err.value) for w in words) and str(golden_path(spec)) in str(err.value), str(err.value)
+
+
+def test_a_golden_shape_outside_the_profile_names_the_array(tmp_path):
+    spec = dynamic_spec(tmp_path)
+    inputs, outputs, labels = goldens.group_arrays(shape_groups_of(spec, [(4, 4), (20, 8)]))
+    write_golden(spec, inputs, outputs, WEIGHTS, labels)
+    with pytest.raises(InputSetError, match=r"array 'image' is float32\[2, 20, 8, 3\].*max \[2, 16, 12, 3\]"):
+        load_golden(spec)
+
+
+def test_goldens_are_made_at_the_profiles_min_opt_and_max(tmp_path):
+    spec = dynamic_spec(tmp_path)
+    assert [g[0]["image"].shape for g in goldens.input_groups(spec, count=3)] == [
+        (3, 4, 4, 3), (3, 8, 8, 3), (3, 16, 12, 3)]
+    (tmp_path / "inputs").mkdir()  # an input set's own shapes first; only the corners it lacks are drawn
+    np.savez(tmp_path / "inputs" / "toy.npz", **{"image@8x8x3": np.zeros((1, 8, 8, 3), np.float32),
+                                                 "image@9x5x3": np.zeros((1, 9, 5, 3), np.float32)})
+    assert [g[0]["image"].shape for g in goldens.input_groups(spec, count=3)] == [
+        (1, 8, 8, 3), (1, 9, 5, 3), (3, 4, 4, 3), (3, 16, 12, 3)]
+
+
 # -- the conformance check end to end (a real TF SavedModel; pytester subprocesses) --------------------------
 def test_a_golden_error_is_the_suites_error_not_a_candidate_failure():
     from paritygate.verdict import SuiteError

@@ -9,6 +9,8 @@ nakdimon     Hebrew sentences encoded as nakdimon 0.1.2 encodes them (nakdimon/d
              [''] + SPECIAL_TOKENS + VALID_LETTERS, final letters folded to regular ones, zero-padded to 80).
 fer          64x64 grey faces drawn from shapes (an oval face, eyes, brows, a mouth curved up or down, lighting
              gradient, sensor noise), scaled as fer/fer.py preprocesses a crop (x / 255 - 0.5) * 2 -> [-1, 1].
+pnet         the same faces in colour (a skin tint per channel) at several sizes of its profile (one array per
+             size, keyed image@<H>x<W>x3), scaled as mtcnn/utils/images.py normalizes: (x - 127.5) / 128.
 """
 
 from pathlib import Path
@@ -67,10 +69,12 @@ def clips(seed, count):
     return np.asarray(out, dtype=np.float32)[..., None]
 
 
-def faces(seed, count, size=64):
-    """Synthetic grey face crops in [-1, 1] (fer's preprocessing of 0..255 pixels)."""
+def faces(seed, count, size=64, pixels=False):
+    """Synthetic grey face crops in [-1, 1] (fer's preprocessing of 0..255 pixels; ``pixels``: 0..255 as they
+    are); ``size``: one side, or (height, width)."""
     rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:size, 0:size] / (size - 1) * 2 - 1  # [-1, 1] grid
+    height, width = (size, size) if np.ndim(size) == 0 else size
+    y, x = np.mgrid[0:height, 0:width] / (np.array([height, width])[:, None, None] - 1) * 2 - 1  # [-1, 1] grid
     out = []
     for _ in range(count):
         cx, cy, w, h = rng.normal(0, 0.05), rng.normal(0, 0.05), rng.uniform(0.55, 0.75), rng.uniform(0.7, 0.9)
@@ -89,8 +93,22 @@ def faces(seed, count, size=64):
         mouth = (np.abs(y - mouth_y) < open_) & (np.abs(mx) < w * 0.45)
         img = np.where(mouth, rng.uniform(20, 90), img)
         img = np.clip(img + rng.normal(0, 4, img.shape), 0, 255).round()
-        out.append((img / 255.0 - 0.5) * 2.0)
+        out.append(img if pixels else (img / 255.0 - 0.5) * 2.0)
     return np.asarray(out, dtype=np.float32)[..., None]
+
+
+def colour_faces(seed, count, height, width):
+    """``faces`` in RGB (a skin tint per channel, as a camera sees one), normalized as MTCNN feeds PNet."""
+    grey = faces(seed, count, (height, width), pixels=True)
+    tint = np.random.default_rng(seed + 100).uniform([0.85, 0.7, 0.55], [1.0, 0.85, 0.75], (count, 1, 1, 3))
+    return ((grey * tint - 127.5) / 128.0).astype(np.float32)
+
+
+PNET_SIZES = ((12, 12), (48, 48), (25, 37), (131, 97))  # the profile's min, opt, an odd size between, its max
+
+
+def pnet_set(seed, count):
+    return {f"image@{h}x{w}x3": colour_faces(seed + i, count, h, w) for i, (h, w) in enumerate(PNET_SIZES)}
 
 
 def main():
@@ -103,6 +121,8 @@ def main():
     np.savez(HERE / "calibration" / "nakdimon.npz", input_1=ids[8:])
     np.savez(HERE / "inputs" / "fer.npz", input_1=faces(3, 16))
     np.savez(HERE / "calibration" / "fer.npz", input_1=faces(4, 53))
+    np.savez(HERE / "inputs" / "pnet.npz", **pnet_set(5, 4))
+    np.savez(HERE / "calibration" / "pnet.npz", **pnet_set(15, 8))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,11 @@ pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.slow]
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
 FP32_CHECKS = {"matches_reference", "accepts_every_batch_size", "property_parity", "batch_invariance", "determinism"}
+PROPERTY_CHECKS = ("property_parity", "batch_invariance", "determinism")
+# (model, precision, check) -> why it may read inconclusive (measured; README, "Third-party models"): PNet's box
+# offsets move by 0.145 at most over the 4 faces of each shape, within int8's atol 0.3, so a candidate ignoring its
+# input would pass matches_reference there (property_parity, on more varied rows, does fail)
+UNJUDGED = {("pnet", "int8", "matches_reference"): "output 'bbox_reg' is constant"}
 
 
 def run_conformance(pytester, config, monkeypatch):
@@ -54,6 +59,9 @@ def test_a_third_party_model_runs_with_its_config_alone(name, thirdparty_config,
     assert by[("fp32", "task_on_heldout")]["status"] == "skip"  # no held-out set (and "generic": elementwise only)
     for precision in ("fp16", "int8"):
         statuses = {check: by[(precision, check)]["status"] for check in FP32_CHECKS}
+        unjudged = {c: UNJUDGED[(name, precision, c)] for c in FP32_CHECKS if (name, precision, c) in UNJUDGED}
+        for check, why in unjudged.items():
+            assert statuses.pop(check) == "inconclusive" and why in by[(precision, check)]["details"]["message"]
         assert set(statuses.values()) <= {"pass", "fail"}, (precision, statuses, [
             by[(precision, c)]["details"].get("message", "")[:500] for c, s in statuses.items() if s not in ("pass", "fail")])
         for check in ("matches_reference", "property_parity"):
@@ -64,6 +72,21 @@ def test_a_third_party_model_runs_with_its_config_alone(name, thirdparty_config,
         task = by[("int8", "property_parity")]["details"]["task_by_source"]
         assert not task["calibration"]["passed"] and task["calibration"]["samples"] == 53, task
         assert all(m["passed"] for m in by[("fp32", "property_parity")]["details"]["task_by_source"].values())
+    if name == "pnet":  # dynamic H, W over its profile: 12x12 (min), 48x48 (opt), 131x97 (max, odd)
+        _assert_pnet(by)
+
+
+def _assert_pnet(by):
+    corners = {(12, 12, 3), (48, 48, 3), (131, 97, 3)}
+    for (precision, check), c in by.items():
+        if check in PROPERTY_CHECKS:
+            ran = {tuple(s["shape"]["image"][1:]) for s in c["details"]["inputs"]["shapes"]}
+            assert corners <= ran and len(ran) >= 3, (precision, check, ran)
+    for precision in ("fp32", "fp16", "int8"):  # the reference set's four shapes, the odd 25x37 among them
+        judged = {tuple(s["shape"]["image"][1:]) for s in by[(precision, "matches_reference")]["details"]["inputs"]["shapes"]}
+        assert judged == corners | {(25, 37, 3)}, (precision, judged)
+    assert {c: by[("fp16", c)]["status"] for c in FP32_CHECKS} == dict.fromkeys(FP32_CHECKS, "pass")
+    assert by[("int8", "property_parity")]["status"] == "fail"  # face_prob up to 0.98 off (README)
 
 
 @pytest.mark.beam

@@ -5,6 +5,13 @@ optional ``label``) and ``goldens/manifest.json``. Input sets for regeneration c
 ``inputs/<model>.npz`` beside the config (arrays by input name, optional ``__labels__``), else are drawn from
 the input spec with a fixed seed. ``inputs/<model>_heldout.npz`` (same format, with labels) is a larger
 held-out set for the task metrics.
+
+Several shapes (a model with a dynamic input): every array carries its group's shape suffix, as input sets do
+(``paritygate.inputs.sets``): ``input:<name>@<dims>``, ``output:<name>@<dims>``, ``label@<dims>``, dims the
+first input's non-batch dims joined by ``x`` (``input:image@48x48x3``, ``output:face_prob@48x48x3``). Every group
+holds every input and every output, with as many rows; the manifest hashes each array by its key after the
+``input:``/``output:`` prefix. ``--update-goldens`` writes the input set's shapes plus seeded samples at each of
+the profile's min, opt and max the set lacks (``input_groups``).
 """
 
 import datetime
@@ -17,7 +24,15 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.cli import commands
-from paritygate.inputs.sets import InputSetError, check_arrays, check_labels, read_input_set, read_npz
+from paritygate.inputs.sets import (
+    InputSetError,
+    check_arrays,
+    check_labels,
+    read_input_set,
+    read_npz,
+    shape_groups,
+    shape_suffix,
+)
 from paritygate.verdict import SuiteError
 
 MANIFEST_SCHEMA = 1
@@ -64,10 +79,12 @@ def read_manifest(spec):
 
 
 class Golden:
-    """A verified golden set: inputs, outputs and optional labels of one model (``source``: where they come from)."""
+    """A verified golden set: inputs, outputs and optional labels of one model (``source``: where they come from),
+    of its first shape when it holds several: ``groups`` has one Golden per shape, [self] for one."""
 
-    def __init__(self, inputs, outputs, labels=None, source="goldens"):
+    def __init__(self, inputs, outputs, labels=None, source="goldens", groups=None):
         self.inputs, self.outputs, self.labels, self.source = inputs, outputs, labels, source
+        self.groups = groups or [self]
 
 
 def load_golden(spec):
@@ -95,12 +112,36 @@ def load_golden(spec):
         for name, sha in entry[kind].items():
             if name not in group or _array_sha(group[name]) != sha:
                 raise GoldenError(f"{path}: {kind[:-1]} '{name}' does not match its manifest hash")
+    labels = {k.partition("@")[2]: v for k, v in arrays.items() if k.partition("@")[0] == "label"}
+    groups = [_golden_group(spec, path, dims, group, outputs, labels.get(dims))
+              for dims, group in shape_groups(spec, path, inputs, "golden inputs").items()]
+    stray = sorted(k for k in outputs if k.partition("@")[2] not in {g[0] for g in groups})
+    if stray:
+        raise GoldenError(f"{path}: output(s) {['output:' + k for k in stray]} have no golden inputs of their shape; "
+                          f"expected 'input:<name>@<dims>' arrays for every 'output:<name>@<dims>'")
+    names = {k.partition("@")[0] for k in outputs}
+    lacking = [f"output:{k}{'@' + dims if dims else ''}" for dims, g in groups for k in sorted(names - set(g.outputs))]
+    if lacking or not names:
+        raise GoldenError(f"{path}: golden lacks {lacking or 'any output:<name> array'}; expected every output "
+                          f"{sorted(names)} at every shape of its inputs")
+    first = groups[0][1]
+    return Golden(first.inputs, first.outputs, first.labels, groups=[g for _, g in groups])
+
+
+def _golden_group(spec, path, dims, inputs, outputs, labels):
+    """(dims, Golden) of the arrays of one shape suffix (``dims`` "" for a file of one shape), checked."""
+    at = f"@{dims}" if dims else ""
     if set(inputs) != set(spec.inputs):
-        raise GoldenError(f"{path}: golden inputs {sorted(inputs)} differ from the config's {sorted(spec.inputs)}")
+        raise GoldenError(f"{path}: golden inputs {sorted(k + at for k in inputs)} differ from the config's "
+                          f"{sorted(k + at for k in spec.inputs)}")
     rows = check_arrays(spec, path, inputs, "golden inputs")
-    if "label" in arrays:
-        check_labels(spec, path, arrays["label"], rows, "golden")
-    return Golden(inputs, outputs, arrays.get("label"))
+    mine = {k.partition("@")[0]: v for k, v in outputs.items() if k.partition("@")[2] == dims}
+    short = {f"output:{k}{at}": len(v) for k, v in mine.items() if np.ndim(v) == 0 or len(v) != rows}
+    if short:
+        raise GoldenError(f"{path}: golden output rows {short}; expected {rows} rows per output, as its inputs")
+    if labels is not None:
+        check_labels(spec, path, labels, rows, "golden")
+    return dims, Golden(inputs, mine, labels)
 
 
 def reference_drift(spec, weights_sha256):
@@ -114,14 +155,41 @@ def heldout_set_path(spec):
 
 
 def input_set(spec, count=16, seed=0):
-    """The committed input set for regeneration, else ``count`` samples drawn from the spec (fixed seed)."""
-    path = input_set_path(spec)
-    if path.exists():
-        found = read_input_set(spec, path)
-        return found.inputs, found.labels
+    """The committed input set for regeneration (its first shape), else ``count`` samples drawn from the spec
+    (fixed seed)."""
+    return input_groups(spec, count, seed)[0]
+
+
+def input_groups(spec, count=16, seed=0):
+    """[(inputs, labels)] per shape, what goldens are made from: the committed input set's groups, plus ``count``
+    seeded samples at each of a dynamic input's profile min, opt and max that the set lacks (a model of fixed
+    shapes without an input set: ``count`` samples of its one shape)."""
     from paritygate.inputs.sampling import sample_inputs
 
-    return sample_inputs(spec, count, np.random.default_rng(seed)), None
+    path = input_set_path(spec)
+    groups = [(g.inputs, g.labels) for g in read_input_set(spec, path).groups] if path.exists() else []
+    have = {tuple(v.shape[1:] for v in inputs.values()) for inputs, _ in groups}
+    dynamic = any(t.profile for t in spec.inputs.values())
+    for corner in range(3) if dynamic else ([] if groups else [0]):
+        dims = {k: t.profile_dims()[corner] if t.profile else t.dims for k, t in spec.inputs.items()}
+        if tuple(tuple(d) for d in dims.values()) not in have:
+            groups.append((sample_inputs(spec, count, np.random.default_rng(seed + corner), dims), None))
+    return groups
+
+
+def group_arrays(groups):
+    """(inputs, outputs, labels) to write for ``groups`` [(inputs, outputs, labels)]: the one group as it is, or
+    every array keyed with its group's shape suffix (module doc; labels then a dict dims -> array)."""
+    if len(groups) == 1:
+        return groups[0]
+    inputs, outputs, labels = {}, {}, {}
+    for group_inputs, group_outputs, group_labels in groups:
+        dims = shape_suffix(group_inputs)
+        inputs.update({f"{k}@{dims}": v for k, v in group_inputs.items()})
+        outputs.update({f"{k}@{dims}": v for k, v in group_outputs.items()})
+        if group_labels is not None:
+            labels[dims] = group_labels
+    return inputs, outputs, labels
 
 
 def write_golden(spec, inputs, outputs, weights_sha256, labels=None):
@@ -130,7 +198,9 @@ def write_golden(spec, inputs, outputs, weights_sha256, labels=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {f"input:{k}": v for k, v in inputs.items()}
     arrays.update({f"output:{k}": np.asarray(v) for k, v in outputs.items()})
-    if labels is not None:
+    if isinstance(labels, dict):  # several shapes (group_arrays)
+        arrays.update({f"label@{dims}": v for dims, v in labels.items()})
+    elif labels is not None:
         arrays["label"] = labels
     tmp = path.with_suffix(".tmp.npz")
     np.savez_compressed(tmp, **arrays)

@@ -92,11 +92,16 @@ def read_input_set(spec, path, what="input set", labels="optional"):
 
 
 def split_shapes(spec, path, arrays, what="input set"):
-    """The arrays of ``path`` as one dict per shape group: plain keys form one group, ``<name>@<dims>`` keys one
+    """The arrays of ``path`` as one dict per shape group (``shape_groups``' values)."""
+    return list(shape_groups(spec, path, arrays, what).values())
+
+
+def shape_groups(spec, path, arrays, what="input set"):
+    """The arrays of ``path`` by shape suffix: plain keys form one group (suffix ""), ``<name>@<dims>`` keys one
     group per suffix (see the module docstring); mixing both layouts, or a malformed suffix, is refused."""
     suffixed = {k for k in arrays if "@" in k}
     if not suffixed:
-        return [arrays]
+        return {"": arrays}
     plain = sorted(set(arrays) - suffixed)
     if plain:
         raise InputSetError(f"{path}: {what} mixes plain array(s) {plain} with shape-suffixed ones "
@@ -109,7 +114,12 @@ def split_shapes(spec, path, arrays, what="input set"):
             raise InputSetError(f"{path}: array '{key}': shape suffix '{dims}' is not dims joined by 'x'; expected "
                                 f"e.g. '{name}@48x48x3'")
         groups.setdefault(dims, {})[name] = arrays[key]
-    return list(groups.values())
+    return groups
+
+
+def shape_suffix(inputs):
+    """The ``<dims>`` suffix of one group of rows: the first input's non-batch dims joined by ``x``."""
+    return "x".join(str(d) for d in next(iter(inputs.values())).shape[1:])
 
 
 def _read_group(spec, path, arrays, what, labels):

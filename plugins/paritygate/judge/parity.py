@@ -21,17 +21,20 @@ def run_batched(runner, inputs, max_batch):
 
 
 def reference_set(ctx, spec):
-    """Verified goldens when the model has them; else its input set run through the live TF reference
-    (an ``inputs.goldens.Golden`` whose ``source`` says which)."""
+    """Verified goldens when the model has them; else its input set run through the live TF reference: an
+    ``inputs.goldens.Golden`` whose ``source`` says which, of the first shape, with every shape in ``groups``."""
     memo = ctx.reference_sets
     if spec.name not in memo:
         if goldens.golden_path(spec).exists():
-            g = goldens.load_golden(spec)
-            memo[spec.name] = goldens.Golden(g.inputs, g.outputs, g.labels, f"goldens {goldens.golden_path(spec)}")
+            source = f"goldens {goldens.golden_path(spec)}"
+            groups = [goldens.Golden(g.inputs, g.outputs, g.labels, source) for g in goldens.load_golden(spec).groups]
         else:
-            inputs, labels = goldens.input_set(spec)
-            outputs = run_batched(reference_runner(ctx, spec), inputs, spec.max_batch)
-            memo[spec.name] = goldens.Golden(inputs, outputs, labels, "live TensorFlow reference (no goldens)")
+            runner = reference_runner(ctx, spec)
+            groups = [goldens.Golden(inputs, run_batched(runner, inputs, spec.max_batch), labels,
+                                     "live TensorFlow reference (no goldens)")
+                      for inputs, labels in goldens.input_groups(spec)]
+        first = groups[0]
+        memo[spec.name] = goldens.Golden(first.inputs, first.outputs, first.labels, first.source, groups)
     return memo[spec.name]
 
 
@@ -86,9 +89,10 @@ def _with_plot_data(comparison, max_points=1500):
 
 
 def candidate_parity(ctx, spec, precision):
-    """The candidate at ``precision`` on the model's reference set (goldens, or live TF): (CheckResult, the set).
-    A failing result carries its reproducer (with the inputs at each output's worst element; where precision broke
-    is ``judge.divergence.localize_failure``'s); a NaN / Inf reference or uninformative inputs make a passing one
+    """The candidate at ``precision`` on the model's reference set (goldens, or live TF), every shape of it:
+    (CheckResult, the reference group it speaks for: the first failing shape's, else the first). A failing result
+    carries its reproducer (with the inputs at each output's worst element; where precision broke is
+    ``judge.divergence.localize_failure``'s); a NaN / Inf reference or uninformative inputs make a passing one
     inconclusive."""
     from paritygate.inputs.reproducer import attach_worst_inputs, describe_inputs
     from paritygate.inputs.strategies import Feed
@@ -96,25 +100,54 @@ def candidate_parity(ctx, spec, precision):
     from paritygate.judge.nonfinite import NonfiniteLog
 
     ref = reference_set(ctx, spec)
-    cand = run_batched(candidate_runner(ctx, spec, precision), ref.inputs, spec.max_batch)
+    runner = candidate_runner(ctx, spec, precision)
     resolved = resolved_spec(ctx, spec)
-    result = compare(resolved, precision, ref.outputs, cand, ref.labels)
-    result.inputs = describe_inputs(ref.inputs, [ref.source])
+    results = [compare(resolved, precision, g.outputs, run_batched(runner, g.inputs, spec.max_batch), g.labels)
+               for g in ref.groups]
+    for r, g in zip(results, ref.groups):
+        if not r.passed:
+            attach_worst_inputs(r.outputs, g.inputs)
+    result, group = next(((r, g) for r, g in zip(results, ref.groups) if not r.passed), (results[0], ref.groups[0]))
+    if len(results) > 1:
+        result = merged(results, ref.groups, result)
+    result.inputs = {**describe_inputs(group.inputs, [group.source]), **({"shapes": shape_records(ref.groups, results)} if len(ref.groups) > 1 else {})}
     if not result.passed:
-        result.reproducer = ctx.save_reproducer(resolved, precision, "matches_reference", ref.inputs, result.failures)
-        attach_worst_inputs(result.outputs, ref.inputs)
+        result.reproducer = ctx.save_reproducer(resolved, precision, "matches_reference", group.inputs,
+                                                result.failures)
     log = NonfiniteLog()
-    log.note(Feed(ref.inputs, [ref.source.split()[0]] * len(next(iter(ref.inputs.values())))), ref.outputs)
+    for g in ref.groups:
+        log.note(Feed(g.inputs, [g.source.split()[0]] * len(next(iter(g.inputs.values())))), g.outputs)
     unjudged = log.conclude(ctx, resolved, precision, result)
     if not result.passed:
-        return result, ref
+        return result, group
     if unjudged:
         result.set_inconclusive(inconclusive(unjudged))
-        return result, ref
+        return result, group
 
     def limit(name, out):
         return tolerance_for(resolved, precision, name).limit(out)
 
-    result.details["informativeness"] = vacuity.informativeness(resolved, [ref.outputs], limit)
+    # Several shapes: the inputs could show a failure when those of any one shape could (a candidate ignoring its
+    # inputs fails there); the first informative shape speaks, else the first.
+    infos = [vacuity.informativeness(resolved, [g.outputs], limit) for g in ref.groups]
+    result.details["informativeness"] = next((i for i in infos if i["informative"]), infos[0])
     result.set_inconclusive(vacuity.verdict(resolved, "matches_reference", result.details["informativeness"]))
-    return result, ref
+    return result, group
+
+
+def shape_records(groups, results=None):
+    """``inputs.shapes`` of a check over reference groups (one per shape): each shape, its rows and, given the
+    groups' ``results``, whether it passed."""
+    return [{"shape": {k: list(v.shape) for k, v in g.inputs.items()}, "rows": len(next(iter(g.inputs.values()))),
+             **({"passed": results[i].passed} if results else {})} for i, g in enumerate(groups)]
+
+
+def merged(results, groups, shown):
+    """One result over several shapes: every shape's output comparisons and failures (each failure naming its
+    shape), the task metric of ``shown`` (the first failing shape's, else the first)."""
+    def where(g):
+        return ", ".join(f"{k} {list(v.shape)}" for k, v in g.inputs.items())
+
+    failures = [f"at {where(g)}: {f}" for r, g in zip(results, groups) for f in r.failures]
+    return CheckResult(shown.model, shown.precision, shown.check, outputs=[o for r in results for o in r.outputs],
+                       task=shown.task, failures=failures)

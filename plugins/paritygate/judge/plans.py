@@ -153,6 +153,8 @@ def base_evidence(spec, precision, profile, reference_set=None, pool=None):
     ev = Evidence(spec, precision, profile)
     if reference_set is not None:
         ev.add_reference_set(reference_set.inputs, reference_set.outputs, reference_set.labels)
+        if len(reference_set.groups) > 1:  # a dynamic model's other shapes
+            ev.add_feeds("reference_set_shapes", [g.inputs for g in reference_set.groups[1:]])
     ev.add_pool(pool)
     ev.add_feeds("corners", corner_feeds(spec))
     ev.add_feeds("fresh_sample", fresh_feeds(spec, pool))

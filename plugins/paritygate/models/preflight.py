@@ -10,6 +10,8 @@ What is checked, each part where its library is installed (else a note says what
 
     reference     the SavedModel loads and has the signature (or the .keras, .h5 or .hdf5 file loads); the inputs' names,
                   ranks, dtypes and fixed dims match the config; the task finds its outputs on a sample batch
+    profile       a dynamic input's profile min and max: the reference and the fp32 candidate each run a seeded
+                  sample at both (the checks run opt most; a corner the model cannot take is one line here)
     candidate     the fp32 ONNX (configured, or converted from the reference) passes onnx.checker and loads
                   in ONNX Runtime; its inputs match the config; reference and candidate names pair
                   (paritygate.backend.iomap); the mapping is recorded
@@ -91,6 +93,8 @@ def validate_model(ctx, spec):
         _candidate(ctx, spec, v, reference_ok=reference is not None)
     with v.guard("onnx"):
         _own_artifacts(spec, v)
+    with v.guard("profile"):
+        _profile_corners(ctx, spec, v, reference)
     _data_files(ctx, spec, v)
     with v.guard("engines"):
         _engines(spec, v)
@@ -134,6 +138,37 @@ def _task_outputs(spec, reference, v):
         v.problem("task", err)
         return
     v.checked.append("task outputs")
+
+
+def _profile_corners(ctx, spec, v, reference):
+    dynamic = [k for k, t in spec.inputs.items() if t.profile]
+    if not dynamic:
+        return
+    from paritygate.backend import runtimes
+    from paritygate.inputs.sampling import sample_inputs
+
+    runners = {"reference": reference} if reference is not None else {}
+    if "candidate inputs and outputs" in v.checked and ctx.runtime == "onnxruntime" and "fp32" in spec.precisions:
+        runners["fp32 candidate"] = runtimes.candidate_runner(ctx, spec, "fp32")
+    key = f"inputs.{dynamic[0]}.profile"
+    for corner, label in ((0, "min"), (2, "max")):
+        shapes = {k: t.profile[corner] if t.profile else t.with_batch(1) for k, t in spec.inputs.items()}
+        batch = spec.inputs[dynamic[0]].profile[corner][0]
+        feed = sample_inputs(spec, batch, np.random.default_rng(corner), {k: s[1:] for k, s in shapes.items()})
+        for side, runner in runners.items():
+            try:
+                out = runner.infer(feed)
+            except Exception as err:  # noqa: BLE001 - each runtime raises its own types: one line either way
+                first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+                v.problem(key, f"the {side} fails at the profile's {label} {list(shapes[dynamic[0]])}: "
+                               f"{first.strip()[:300]}; expected it to run every shape within the profile")
+                return
+            wrong = {k: list(np.shape(o)) for k, o in out.items() if np.shape(o)[:1] != (batch,)}
+            if wrong:
+                v.problem(key, f"the {side} at the profile's {label} {list(shapes[dynamic[0]])} returns outputs "
+                               f"{wrong}, expected batch dimension {batch}")
+                return
+    v.checked.append("profile min and max on " + " and ".join(runners))
 
 
 # -- candidate ------------------------------------------------------------------------------------------
