@@ -2,17 +2,17 @@
 
 import numpy as np
 
-from paritygate.judge.reference_noise import Profile
+from paritygate.judge.reference_noise import ReferenceRuns
 
 
 def test_the_spread_is_the_largest_drift_over_each_inputs_elements():
     outputs = {"y": np.zeros((2, 3))}
     drifted = np.array([[0.0, 0.05, 0.0], [0.0, 0.0, 0.001]])  # TF drifts on one element of each row
-    spread = Profile(outputs, {"batch1": {"y": drifted}}, "d").spread()["y"]
+    spread = ReferenceRuns(outputs, {"batch1": {"y": drifted}}, "d").spread()["y"]
     # every element of row 0 may drift by 0.05 (TF did, next door); row 1 keeps its own, smaller spread
     np.testing.assert_array_equal(spread, [[0.05] * 3, [0.001] * 3])
 
 
 def test_a_rank_one_output_keeps_its_elementwise_spread():
-    spread = Profile({"y": np.zeros(3)}, {"repeat": {"y": np.array([0.0, 0.1, 0.0])}}, "d").spread()["y"]
+    spread = ReferenceRuns({"y": np.zeros(3)}, {"repeat": {"y": np.array([0.0, 0.1, 0.0])}}, "d").spread()["y"]
     np.testing.assert_array_equal(spread, [0.0, 0.1, 0.0])

@@ -276,7 +276,7 @@ def _trigger(result, feed, max_batch):
     """The samples the check failed on (at most ``max_batch``), or the first ``max_batch`` when it failed as a
     whole (task metric)."""
     n = len(next(iter(feed.values())))
-    failing = sorted({i for o in result.outputs for i in o.failing_batch_elements if i < n})
+    failing = sorted({i for o in result.outputs or [] for i in o.get("failing_batch_elements", []) if i < n})
     return np.array((failing or list(range(n)))[:max_batch], dtype=int)
 
 
