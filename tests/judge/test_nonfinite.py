@@ -100,9 +100,10 @@ def _statuses(pytester, config, *args, ini="[pytest]\n", **more):
 @pytest.mark.onnx
 @pytest.mark.slow
 def test_a_nonfinite_reference_is_a_finding_whatever_the_callers_warning_settings(pytester, parity_cache, monkeypatch):
-    # The three runs must draw the same inputs to be compared: the derandomized `ci` profile. (Under `dev`, one draw
-    # of a subnormal x made logx_allowed fail: ONNX Runtime's Log returned -inf where TensorFlow's is finite.)
-    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
+    # The three runs must draw the same inputs to be compared: a derandomized profile, `smoke` (fewer draws than `ci`:
+    # the statuses are what is compared, issue 19). (Under `dev`, one draw of a subnormal x made logx_allowed fail:
+    # ONNX Runtime's Log returned -inf where TensorFlow's is finite.)
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "smoke")
     pytest.importorskip("onnxruntime")
     pytest.importorskip("hypothesis")
     import tensorflow as tf
@@ -127,9 +128,10 @@ def test_a_nonfinite_reference_is_a_finding_whatever_the_callers_warning_setting
 @pytest.mark.tf
 @pytest.mark.onnx
 @pytest.mark.slow
-def test_bundled_statuses_are_the_same_under_warnings_as_errors(pytester):
+def test_bundled_statuses_are_the_same_under_warnings_as_errors(pytester, monkeypatch):
     """The shared artifact cache (the zoo built from its weights, converted artifacts): building them is not what
-    this test is about."""
+    this test is about. The derandomized `smoke` profile: three runs drawing the same inputs, fewer than `ci`'s."""
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "smoke")
     pytest.importorskip("onnxruntime")
     pytest.importorskip("hypothesis")
     select = ("-k", "fp32 and (matches_reference or property_parity or batch_invariance)")

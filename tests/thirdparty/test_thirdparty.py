@@ -3,8 +3,9 @@
 
 fp32 must pass, except a check recorded in tests/thirdparty/expectations.toml with its measurement (a strict
 xfail: it must still fail). fp16 and int8 must end in a verdict about the candidate, pass or fail with its
-numbers, never `error` (a tool of the suite failed) or `inconclusive`. Cost on the 2-core machine, loaded:
-about 7 min for both (HYPOTHESIS_PROFILE=ci, measured).
+numbers, never `error` (a tool of the suite failed) or `inconclusive`. One run per model (fer's with
+localization, for its plan), under the derandomized `smoke` profile: what is asserted is what the model's run
+reports, and every example of these models is expensive (nakdimon's 80-step Loop in ONNX Runtime).
 """
 
 import json
@@ -31,13 +32,14 @@ PROPERTY_CHECKS = ("property_parity", "batch_invariance", "determinism")
 UNJUDGED = {("pnet", "int8", "matches_reference"): "output 'bbox_reg' is constant"}
 
 
-def run_conformance(pytester, config, monkeypatch):
+def run_conformance(pytester, config, monkeypatch, *args, localize=False, report="report"):
     """The parity and property checks over ``config``; returns (result, checks of the JSON report)."""
-    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")  # derandomized: the same examples every run
-    report = pytester.path / "report"
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "smoke")  # derandomized: the same examples every run; fewer than ci's
+    report = pytester.path / report
     result = pytester.runpytest_subprocess(
         str(CONFORMANCE / "test_parity.py"), str(CONFORMANCE / "test_properties.py"), f"--parity-config={config}",
-        f"--parity-report={report}", "--parity-localize=off", "-p", "no:xdist", "-p", "no:cacheprovider")
+        f"--parity-report={report}", f"--parity-localize={'on' if localize else 'off'}", "-p", "no:xdist",
+        "-p", "no:cacheprovider", *args)
     return result, json.loads((report / "parity-report.json").read_text())["checks"]
 
 
@@ -50,7 +52,7 @@ def _numbers(check):
 @pytest.mark.parametrize("name", sorted(NEEDS))
 def test_a_third_party_model_runs_with_its_config_alone(name, thirdparty_config, pytester, monkeypatch):
     config = thirdparty_config(name)
-    result, checks = run_conformance(pytester, config, monkeypatch)
+    result, checks = run_conformance(pytester, config, monkeypatch, localize=name == "fer")  # fer: its plan, below
     by = {(c["precision"], c["check"]): c for c in checks}
     summary = {k: c["status"] for k, c in by.items()}
     known = {e["check"] for e in known_failures(name) if e.get("precision", "fp32") == "fp32"}
@@ -72,6 +74,7 @@ def test_a_third_party_model_runs_with_its_config_alone(name, thirdparty_config,
         task = by[("int8", "property_parity")]["details"]["task_by_source"]
         assert not task["calibration"]["passed"] and task["calibration"]["samples"] == 53, task
         assert all(m["passed"] for m in by[("fp32", "property_parity")]["details"]["task_by_source"].values())
+        _assert_fer_int8_plan_holds(by, pytester, config, monkeypatch)
     if name == "pnet":  # dynamic H, W over its profile: 12x12 (min), 48x48 (opt), 131x97 (max, odd)
         _assert_pnet(by)
 
@@ -96,7 +99,7 @@ def test_the_suites_own_beam_handler_passes_every_runinference_check(name, third
     check passes but Beam's own two defects (strict xfails for every handler) and batch_latency (no budget set)."""
     pytest.importorskip("apache_beam")
     config = thirdparty_config(name)
-    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "smoke")
     report = pytester.path / "report"
     result = pytester.runpytest_subprocess(
         str(CONFORMANCE / "test_runinference.py"), f"--parity-config={config}", f"--parity-report={report}",
@@ -110,24 +113,11 @@ def test_the_suites_own_beam_handler_passes_every_runinference_check(name, third
     assert pairing["details"]["inputs"]["rows_by_source"], pairing["details"]
 
 
-def _int8_plan_run(pytester, config, monkeypatch, report):
-    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
-    pytester.runpytest_subprocess(
-        str(CONFORMANCE / "test_parity.py"), str(CONFORMANCE / "test_properties.py"), f"--parity-config={config}",
-        f"--parity-report={pytester.path / report}", "-k", "int8 and (matches_reference or property_parity)",
-        "-p", "no:xdist", "-p", "no:cacheprovider")
-    checks = json.loads((pytester.path / report / "parity-report.json").read_text())["checks"]
-    return {c["check"]: c for c in checks}
-
-
-def test_fer_int8_plan_holds_on_the_next_run_or_says_what_it_tried(thirdparty_config, pytester, monkeypatch):
+def _assert_fer_int8_plan_holds(by, pytester, config, monkeypatch):
     """Plans that hold (issue 16, item 4): both failing int8 checks of fer show one plan; applied, the next run
     passes both, or no plan within the search budget kept the precision coverage and passed, and the row says
-    what was tried and why each failed."""
-    config = thirdparty_config("fer")
-    by = _int8_plan_run(pytester, config, monkeypatch, "first")
-    plans = [by[c]["details"]["divergence"] for c in ("matches_reference", "property_parity")]
-    assert all(by[c]["status"] == "fail" for c in by), {c: by[c]["status"] for c in by}
+    what was tried and why each failed. (Asserted over the model's one run, localization on: issue 19.)"""
+    plans = [by[("int8", c)]["details"]["divergence"] for c in ("matches_reference", "property_parity")]
     assert plans[0]["exclude_from_quantization"] == plans[1]["exclude_from_quantization"]  # one plan per artifact
     assert plans[1]["covers"] == ["matches_reference", "property_parity"]
     assert plans[0]["op_type"] != "Softmax" and plans[0]["ranking"], plans[0]["ranking"]
@@ -137,5 +127,6 @@ def test_fer_int8_plan_holds_on_the_next_run_or_says_what_it_tried(thirdparty_co
         return
     with config.open("a") as f:
         f.write("\n" + plans[0]["config"] + "\n")
-    again = _int8_plan_run(pytester, config, monkeypatch, "second")
-    assert {c: again[c]["status"] for c in again} == {"matches_reference": "pass", "property_parity": "pass"}
+    _, again = run_conformance(pytester, config, monkeypatch, "-k", "int8 and (matches_reference or property_parity)",
+                               localize=True, report="second")
+    assert {c["check"]: c["status"] for c in again} == {"matches_reference": "pass", "property_parity": "pass"}

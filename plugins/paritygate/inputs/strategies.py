@@ -28,7 +28,7 @@ from paritygate.inputs.sets import check_arrays, read_input_set
 
 
 def register_profiles():
-    """Profiles dev / ci / nightly, chosen by HYPOTHESIS_PROFILE (default dev)."""
+    """Profiles dev / smoke / ci / nightly, chosen by HYPOTHESIS_PROFILE (default dev)."""
     from hypothesis import HealthCheck, settings
 
     slow = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
@@ -37,6 +37,11 @@ def register_profiles():
     base = settings.get_profile("default")
     settings.register_profile("dev", base, max_examples=10, deadline=None, suppress_health_check=slow)
     settings.register_profile("ci", base, max_examples=25, derandomize=True, deadline=None, print_blob=True,
+                              suppress_health_check=slow)
+    # smoke: ci's derandomized draws, fewer of them (each property's explicit corner and input-set rows still run):
+    # a quick gate on a model whose every example is expensive, and the suite's own tests that run a whole model
+    # only to assert what its run reports (tests/thirdparty, the wheel, warnings-as-errors)
+    settings.register_profile("smoke", base, max_examples=8, derandomize=True, deadline=None, print_blob=True,
                               suppress_health_check=slow)
     settings.register_profile("nightly", base, max_examples=400, deadline=None, print_blob=True,
                               suppress_health_check=slow)
