@@ -5,7 +5,10 @@ A measurement, not a timed assertion; it prints a Markdown table and each run's 
 
     .venv/bin/python docs/measure_rerun.py [WORK_DIR]      # needs tests/thirdparty/install (.thirdparty/mtcnn-1.0.0)
 
-Also, with ``--basic-pitch``: basic-pitch 0.4.0 at three precisions, cold (tests/thirdparty/parity.toml's entry).
+Also, with ``--basic-pitch``: basic-pitch 0.4.0 at three precisions, cold (tests/thirdparty/parity.toml's entry);
+with ``--scaling``: the bundled conformance suite over 1, 2 and 4 of the bundled models at fp32/fp16/int8
+(``-k`` on model names; every reference batch computed live, ``--parity-cache=off``, artifacts cached), serial and
+with two xdist workers.
 """
 
 import os
@@ -120,7 +123,29 @@ def basic_pitch(work):
     print(f"basic-pitch, three precisions, cold: {cold[0]:.1f} s wall, exit {cold[1]}\n" + "\n".join(summary(cold[2])))
 
 
+def scaling():
+    sets = {1: "mobilenet", 2: "mobilenet or bert", 4: "mobilenet or bert or ssd or linear"}
+    print("| models | checks | serial s | -n 2 s |\n| --- | --- | --- | --- |")
+    for n, select in sets.items():
+        walls = []
+        for workers in ([], ["-n", "2"]):
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-m", "not latency", "-k", select,
+                                   "--parity-cache=off", "-q", "-p", "no:cacheprovider",
+                                   *(workers or ["-p", "no:xdist"])], cwd=ROOT, capture_output=True, text=True,
+                                  env={**os.environ, "HYPOTHESIS_PROFILE": "ci"})
+            walls.append(time.perf_counter() - start)
+            last = done.stdout.strip().splitlines()[-1]
+        checks = sum(int(x) for x in re.findall(r"(\d+) (?:passed|failed|xfailed|skipped)", last))
+        print(f"| {n} | {checks} | {walls[0]:.1f} | {walls[1]:.1f} |", flush=True)
+
+
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     work = Path(args[0]) if args else Path(tempfile.mkdtemp(prefix="paritygate-rerun-"))
-    basic_pitch(work) if "--basic-pitch" in sys.argv else onet(work)
+    if "--scaling" in sys.argv:
+        scaling()
+    elif "--basic-pitch" in sys.argv:
+        basic_pitch(work)
+    else:
+        onet(work)
