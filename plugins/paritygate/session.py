@@ -292,7 +292,7 @@ class ParitySession:
                          f"({'; '.join(describe_numerics(n) for n in reduced)})")
         for c in self.checks:
             if c.reproducer:
-                lines.append(f"paritygate: {c.model} {precision_label(c.to_dict())} {c.check} failed; replay: "
+                lines.append(f"paritygate: {c.model} {precision_label(c)} {c.check} failed; replay: "
                              f"{c.reproducer['command']}")
         for f in self.findings:
             lines.append(f"paritygate: finding {f['kind']}: {f['model']} {f['precision'] or ''} {f['check']}: "

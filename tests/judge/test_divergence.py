@@ -5,6 +5,7 @@ import pytest
 from paritygate.judge.divergence import localize_failure
 from paritygate.models.config import ConfigError, load_config
 from paritygate.report.markdown import _divergence_note
+from paritygate.result import CheckResult
 from paritygate.session import ParitySession
 from tests.conftest import toy_spec, write_config
 from tests.models.test_config import folder, minimal  # noqa: F401 - the config folder fixture
@@ -42,13 +43,13 @@ def test_plugin_option_turns_localization_off(pytester):
 
 
 def test_markdown_row_shows_the_first_node_and_the_verified_plan():
-    text = _divergence_note({"details": {"divergence": DIVERGENCE}})
+    text = _divergence_note(CheckResult("toy", details={"divergence": DIVERGENCE}))
     assert "node adding the most error `scale_up` (Mul), max abs error inf" in text
     assert "keep in FP32 `scale_up`, `ln` (verified)" in text and 'fp16_keep_fp32 = ["scale_up", "ln"]' in text
     unverified = {**DIVERGENCE, "verified": False, "config": None, "keep_fp32": [],
                   "first_node": None, "note": "no divergent node"}
-    assert "(NOT verified)" in _divergence_note({"details": {"divergence": unverified}})
-    assert _divergence_note({"details": {}}) == ""
+    assert "(NOT verified)" in _divergence_note(CheckResult("toy", details={"divergence": unverified}))
+    assert _divergence_note(CheckResult("toy")) == ""
 
 
 def test_html_draws_the_error_by_depth_plot():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paritygate.report.text import run_fails
-from paritygate.result import CheckResult
+from paritygate.result import read_checks
 
 # Statistics compared per output / per latency row, and whether larger is worse (cosine: smaller is worse).
 ERROR_FIELDS = {"max_abs": True, "p99_abs": True, "mean_abs": True, "max_rel": True, "p99_rel": True,
@@ -104,20 +104,19 @@ def _ref(c, **extra):
 def _failing(c, raw):
     """A check of a report (its CheckResult and its record): a fail or error, or an inconclusive not allowed (a
     record without details, from an older report, fails on fail or error only)."""
-    return run_fails([c.to_dict()]) if "details" in raw else c.status in ("fail", "error")
+    return run_fails([c]) if "details" in raw else c.status in ("fail", "error")
 
 
 def compare(current, baseline, path, gates=()):
     """The ``baseline`` section of the report: current and baseline are report dicts (``checks`` lists), each check
     read back as its ``paritygate.result.CheckResult``."""
-    before = {_key(c): (c, raw) for raw in baseline["checks"] for c in [CheckResult.from_dict(raw)]}
+    before = {_key(c): (c, raw) for raw, c in zip(baseline["checks"], read_checks(baseline["checks"]))}
     thresholds = {t.field: t for t in map(parse_threshold, DEFAULT_DRIFT)}
     gating = {t.field for t in gates}
     thresholds.update({t.field: t for t in gates})
     out = {"path": str(path), "new_failures": [], "existing_failures": [], "fixed": [], "drift": [],
            "gates": [t.expression for t in gates], "environment_differs": environment_differences(current, baseline)}
-    for raw in current["checks"]:
-        c = CheckResult.from_dict(raw)
+    for raw, c in zip(current["checks"], read_checks(current["checks"])):
         old, old_raw = before.get(_key(c), (None, None))
         was = old.status if old else None
         failing, failed = _failing(c, raw), bool(old) and _failing(old, old_raw)
