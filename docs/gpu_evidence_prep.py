@@ -38,12 +38,12 @@ ROWS, CORNER_ROWS = 8, 2
 
 
 def sessions():
-    """(name, ParitySession, spec, inputs by reference name) per model: the bundled zoo, then the third-party
+    """(name, RunOptions, spec, inputs by reference name) per model: the bundled zoo, then the third-party
     configs (one per model, as tests/thirdparty/conftest.py writes them)."""
     from paritygate.inputs import goldens
-    from paritygate.session import ParitySession
+    from paritygate.context import RunOptions
 
-    session = ParitySession()
+    session = RunOptions()
     for spec in session.models:
         if spec.name in BUNDLED:
             yield spec.name, session, spec, goldens.load_golden(spec).inputs
@@ -51,7 +51,7 @@ def sessions():
         config = thirdparty_config(name)
         if config is None:
             continue
-        session = ParitySession(config)
+        session = RunOptions(config)
         spec = next(m for m in session.models if m.name == name)
         with np.load(ROOT / "tests" / "thirdparty" / "inputs" / f"{name}.npz") as data:
             yield name, session, spec, {k: data[k] for k in data.files}

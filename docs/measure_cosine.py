@@ -4,9 +4,9 @@ import numpy as np
 from paritygate.backend.runtimes import candidate_runner, reference_runner
 from paritygate.comparator.compare import compare_outputs
 from paritygate.inputs import goldens, strategies
-from paritygate.session import ParitySession
+from paritygate.context import RunOptions
 
-s = ParitySession()
+s = RunOptions()
 rng = np.random.default_rng(1)
 for spec in s.models:
     ref = reference_runner(s.context, spec)

@@ -53,6 +53,48 @@ class Threshold:
         return change > self.value
 
 
+class Baseline:
+    """``--parity-baseline`` and ``--parity-baseline-fail``: read and parsed when the run starts (BaselineError names
+    the file or the expression, before any check runs), compared with the run's report when it ends."""
+
+    def __init__(self, path=None, expressions=()):
+        self.gates = parse_gates(expressions)
+        if expressions and path is None:
+            raise BaselineError("--parity-baseline-fail needs --parity-baseline=PATH (the report to compare with)")
+        self.path = Path(path).resolve() if path is not None else None
+        self.data = load_baseline(self.path) if self.path is not None else None
+
+    def compare(self, current):
+        """The report's ``baseline`` section for ``current`` (a report dict)."""
+        return compare(current, self.data, self.path, self.gates)
+
+
+def run_fails_reasons(section):
+    """Why the comparison with the baseline fails the run (new failures, gating drift), or []."""
+    if not section:
+        return []
+    reasons = [f"new failure vs baseline: {f['model']} {f['precision'] or 'model-level'} {f['check']} "
+               f"({f['status']}; baseline: {f['baseline_status'] or 'not run'})" for f in section["new_failures"]]
+    reasons += [f"drift past --parity-baseline-fail {d['threshold']}: {d['model']} {d['precision'] or ''} "
+                f"{d['check']} {d['where']} {d['field']} {d['baseline']:.4g} -> {d['current']:.4g} ({d['change']})"
+                for d in section["drift"] if d["gating"]]
+    return reasons
+
+
+def summary_lines(section):
+    """The terminal summary's lines on the comparison: counts, a different machine, what fails the run."""
+    if not section:
+        return []
+    b = section
+    lines = [(f"paritygate: vs baseline {b['path']}: {len(b['new_failures'])} new failure(s), "
+             f"{len(b['fixed'])} fixed, {len(b['existing_failures'])} still failing, {len(b['drift'])} drift "
+             f"({sum(d['gating'] for d in b['drift'])} gating)")]
+    if b["environment_differs"]:
+        lines.append("paritygate: WARNING: the baseline came from another machine or runtime: "
+                     + "; ".join(b["environment_differs"]))
+    return lines + [f"paritygate: {r}" for r in run_fails_reasons(b)]
+
+
 def parse_threshold(expression):
     """``max_abs:100%`` (relative growth), ``cosine:0.001`` (absolute change) -> Threshold."""
     m = GATE.match(expression.strip())

@@ -28,9 +28,9 @@ LN_INPUT = "StatefulPartitionedCall/bert_1/embed_1/add_1:0"  # the embedding sum
 def bert():
     pytest.importorskip("tensorflow")
     from paritygate.inputs import goldens
-    from paritygate.session import ParitySession
+    from paritygate.context import RunOptions
 
-    spec = next(m for m in ParitySession().models if m.name == "bert")  # the bundled zoo, built into the cache
+    spec = next(m for m in RunOptions().models if m.name == "bert")  # the bundled zoo, built into the cache
     golden = goldens.load_golden(spec)
     return spec, {k: v[:8] for k, v in golden.inputs.items()}, golden.outputs["probs"][:8]
 

@@ -26,9 +26,9 @@ BATCH = 8
 def bundled():
     pytest.importorskip("tensorflow")
     from paritygate.inputs import goldens
-    from paritygate.session import ParitySession
+    from paritygate.context import RunOptions
 
-    return {m.name: (m, goldens.load_golden(m).inputs) for m in ParitySession().models if m.name in MODELS}
+    return {m.name: (m, goldens.load_golden(m).inputs) for m in RunOptions().models if m.name in MODELS}
 
 
 def session(path):
