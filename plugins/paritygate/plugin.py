@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from paritygate.context import RunOptions
 from paritygate.extras import require_extras, restore_importorskip
 from paritygate.gpu.device import pin_xdist_worker
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
 from paritygate.models.known import load_known_failures, mark_known_failures
-from paritygate.context import RunOptions
 from paritygate.session import ParitySession, case_of
 from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
 

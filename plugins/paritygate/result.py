@@ -107,7 +107,7 @@ def read_checks(records):
             results.append(record)
             continue
         if not isinstance(record, dict):
-            raise ValueError(f"checks[{i}]: expected a check record (a JSON object), got {type(record).__name__}")
+            raise ValueError(f"checks[{i}]: expected a check record (a JSON object), got {type(record).__name__}")  # noqa: TRY004 - callers catch one error type
         try:
             results.append(CheckResult.from_dict(record))
         except ValueError as err:

@@ -2,11 +2,11 @@
 
 import pytest
 
+from paritygate.context import RunOptions
 from paritygate.judge.divergence import localize_failure
 from paritygate.models.config import ConfigError, load_config
 from paritygate.report.markdown import _divergence_note
 from paritygate.result import CheckResult
-from paritygate.context import RunOptions
 from tests.conftest import toy_spec, write_config
 from tests.models.test_config import folder, minimal  # noqa: F401 - the config folder fixture
 

@@ -134,8 +134,8 @@ def test_a_constant_output_model_is_inconclusive(pytester):
 # -- 3. in-distribution inputs ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("check", ["property_parity", "batch_invariance", "determinism"])
 def test_the_bundled_ssd_properties_reach_detections(check):
-    from paritygate.judge import properties
     from paritygate.context import RunOptions
+    from paritygate.judge import properties
 
     session = RunOptions()
     ssd = next(m for m in session.models if m.name == "ssd")

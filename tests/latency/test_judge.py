@@ -197,8 +197,8 @@ def test_each_bundled_budget_fails_a_candidate_slowed_by_its_margin(monkeypatch)
     slowed candidate sleeps this run's reference p50 / speedup_min: the measured speedup divided by its margin."""
     pytest.importorskip("tensorflow")
     from paritygate.backend.runtimes import candidate_runner
-    from paritygate.latency import latency_check
     from paritygate.context import RunOptions
+    from paritygate.latency import latency_check
 
     monkeypatch.setenv(PROFILE_ENV, "quick")
     session = RunOptions(runtime="onnxruntime", device_class="cpu")

@@ -13,9 +13,9 @@ pytest.importorskip("onnx")  # before pytester snapshots sys.modules: re-importi
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tensorflow")
 
+from paritygate.context import RunOptions
 from paritygate.models.preflight import validate_models
 from paritygate.report.summary import summary_lines
-from paritygate.context import RunOptions
 from paritygate.session import ParitySession
 from tests.conftest import make_onnx, scale, write_config
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from paritygate.context import RunOptions
 from paritygate.judge.parity import compare
 from paritygate.report import write_report
 from paritygate.report.browser import HEIGHT, WIDTH, BrowserError, find_chromium, layout, screenshot
-from paritygate.context import RunOptions
 from paritygate.session import ParitySession
 from tests.conftest import record_of, toy_spec
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from paritygate.cli.main import FAILED, OK, USAGE, main
+from paritygate.context import RunOptions
 from paritygate.judge.parity import compare
 from paritygate.report import write_report
 from paritygate.report.merge import MergeError, merge_reports
-from paritygate.context import RunOptions
 from paritygate.session import ParitySession
 from tests.conftest import record_of, toy_spec
 

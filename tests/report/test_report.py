@@ -9,11 +9,11 @@ import re
 import numpy as np
 import pytest
 
+from paritygate.context import RunOptions
 from paritygate.judge.parity import compare
 from paritygate.lazy import dist_version
 from paritygate.report import SCHEMA, write_report
 from paritygate.report.summary import summary_lines
-from paritygate.context import RunOptions
 from paritygate.session import ParitySession
 from tests.conftest import record_of, toy_spec, write_config
 

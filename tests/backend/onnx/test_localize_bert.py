@@ -27,8 +27,8 @@ LN_INPUT = "StatefulPartitionedCall/bert_1/embed_1/add_1:0"  # the embedding sum
 @pytest.fixture(scope="module")
 def bert():
     pytest.importorskip("tensorflow")
-    from paritygate.inputs import goldens
     from paritygate.context import RunOptions
+    from paritygate.inputs import goldens
 
     spec = next(m for m in RunOptions().models if m.name == "bert")  # the bundled zoo, built into the cache
     golden = goldens.load_golden(spec)

@@ -25,8 +25,8 @@ BATCH = 8
 @pytest.fixture(scope="module")
 def bundled():
     pytest.importorskip("tensorflow")
-    from paritygate.inputs import goldens
     from paritygate.context import RunOptions
+    from paritygate.inputs import goldens
 
     return {m.name: (m, goldens.load_golden(m).inputs) for m in RunOptions().models if m.name in MODELS}
 
