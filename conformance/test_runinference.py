@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.beam, pytest.mark.tf]
 
 
 @pytest.fixture
-def beam_subject(parity_session, parity_model):
+def beam_subject(parity_context, parity_model):
     """The model's HandlerUnderTest; skips without Beam or without a [models.beam] table."""
     pytest.importorskip("apache_beam", reason="apache-beam is not installed (pip install 'paritygate[beam]')")
     spec = parity_model
@@ -29,11 +29,11 @@ def beam_subject(parity_session, parity_model):
                     "RunInference handler to check")
     from paritygate.beam.judge import subject_for
 
-    return subject_for(parity_session.context, spec)
+    return subject_for(parity_context, spec)
 
 
 @pytest.fixture
-def beam_check(request, parity_session, beam_subject, parity_result):
+def beam_check(request, parity_options, beam_subject, parity_result):
     """Run a named check: apply its known upstream expectations as strict xfail, record details, assert."""
     from paritygate.beam.copies import model_copies
     from paritygate.beam.direct import DIRECT_CHECKS
@@ -43,8 +43,8 @@ def beam_check(request, parity_session, beam_subject, parity_result):
     from paritygate.beam.updates import model_update
 
     def run(name, **kwargs):
-        expected = match(name, beam_subject, _expectations(parity_session, expectations_for))
-        xfail, named = split(expected, parity_session.is_bundled)
+        expected = match(name, beam_subject, _expectations(parity_options, expectations_for))
+        xfail, named = split(expected, parity_options.is_bundled)
         if xfail:
             reason = " | ".join(e.describe() for e in xfail)
             request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
@@ -68,10 +68,10 @@ def _named(expectation, model, check):
             f"upstream_defect = \"{expectation.id}\" reason = \"...\"")
 
 
-def _expectations(session, load):
-    if session.context.beam_expectations is None:
-        session.context.beam_expectations = load(None if session.is_bundled else session.config_path)
-    return session.context.beam_expectations
+def _expectations(options, load):
+    if options.context.beam_expectations is None:
+        options.context.beam_expectations = load(None if options.is_bundled else options.config_path)
+    return options.context.beam_expectations
 
 
 def test_beam_handler(parity_model):

@@ -37,24 +37,24 @@ THIRDPARTY = ("basic_pitch", "nakdimon")
 ROWS, CORNER_ROWS = 8, 2
 
 
-def sessions():
-    """(name, ParitySession, spec, inputs by reference name) per model: the bundled zoo, then the third-party
+def runs():
+    """(name, RunOptions, spec, inputs by reference name) per model: the bundled zoo, then the third-party
     configs (one per model, as tests/thirdparty/conftest.py writes them)."""
+    from paritygate.context import RunOptions
     from paritygate.inputs import goldens
-    from paritygate.session import ParitySession
 
-    session = ParitySession()
-    for spec in session.models:
+    options = RunOptions()
+    for spec in options.models:
         if spec.name in BUNDLED:
-            yield spec.name, session, spec, goldens.load_golden(spec).inputs
+            yield spec.name, options, spec, goldens.load_golden(spec).inputs
     for name in THIRDPARTY:
         config = thirdparty_config(name)
         if config is None:
             continue
-        session = ParitySession(config)
-        spec = next(m for m in session.models if m.name == name)
+        options = RunOptions(config)
+        spec = next(m for m in options.models if m.name == name)
         with np.load(ROOT / "tests" / "thirdparty" / "inputs" / f"{name}.npz") as data:
-            yield name, session, spec, {k: data[k] for k in data.files}
+            yield name, options, spec, {k: data[k] for k in data.files}
 
 
 def thirdparty_config(name):
@@ -95,7 +95,7 @@ def checks_and_inputs(spec, inputs):
     return checks, joined
 
 
-def prepare(out, name, session, spec, inputs):
+def prepare(out, name, options, spec, inputs):
     import onnx
 
     from paritygate import __version__ as paritygate_version
@@ -109,16 +109,16 @@ def prepare(out, name, session, spec, inputs):
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     checks, feed = checks_and_inputs(spec, inputs)
-    ref = run_batched(reference_runner(session.context, spec), feed, spec.max_batch)
+    ref = run_batched(reference_runner(options.context, spec), feed, spec.max_batch)
     got = {}
     for numerics in ("strict", "ort"):
-        session.numerics = session.context.numerics = numerics
-        session.context.candidates.pop((session.runtime, spec.name, "fp16"), None)
-        got[numerics] = run_batched(candidate_runner(session.context, spec, "fp16"), feed, spec.max_batch)
-    mapping = recorded_mapping(session.context, spec)
+        options.numerics = options.context.numerics = numerics
+        options.context.candidates.pop((options.runtime, spec.name, "fp16"), None)
+        got[numerics] = run_batched(candidate_runner(options.context, spec, "fp16"), feed, spec.max_batch)
+    mapping = recorded_mapping(options.context, spec)
     outputs = {r: m["candidate"] for r, m in mapping["outputs"].items()}
     inputs_map = {r: m["candidate"] for r, m in mapping["inputs"].items()}
-    artifact = Path(onnx_artifact(spec, "fp16", session.fp16_keep_fp32))
+    artifact = Path(onnx_artifact(spec, "fp16", options.fp16_keep_fp32))
     model = onnx.load(str(artifact))
     types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
     (folder / "fp16.onnx").write_bytes(artifact.read_bytes())
@@ -148,9 +148,9 @@ def prepare(out, name, session, spec, inputs):
 def main(argv):
     out = Path(argv[0]) if argv else ROOT / ".gpuev"
     only = set(argv[1:])  # model names (default: all)
-    for name, session, spec, inputs in sessions():
+    for name, options, spec, inputs in runs():
         if not only or name in only:
-            prepare(out, name, session, spec, inputs)
+            prepare(out, name, options, spec, inputs)
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"{out}: {total / 2**20:.1f} MiB")
 

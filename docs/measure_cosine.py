@@ -3,17 +3,17 @@ import numpy as np
 
 from paritygate.backend.runtimes import candidate_runner, reference_runner
 from paritygate.comparator.compare import compare_outputs
+from paritygate.context import RunOptions
 from paritygate.inputs import goldens, strategies
-from paritygate.session import ParitySession
 
-s = ParitySession()
+options = RunOptions()
 rng = np.random.default_rng(1)
-for spec in s.models:
-    ref = reference_runner(s.context, spec)
+for spec in options.models:
+    ref = reference_runner(options.context, spec)
     g = goldens.load_golden(spec)
     pool = {k: np.concatenate([g.inputs[k], np.load(spec.calibration)[k]]) for k in spec.inputs}
     for p in ("fp32", "fp16", "int8"):
-        c = candidate_runner(s.context, spec, p)
+        c = candidate_runner(options.context, spec, p)
         res = {"noise": [], "real": [], "perturbed": []}
         for trial in range(300):
             b = int(rng.integers(1, 9))

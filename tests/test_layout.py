@@ -12,6 +12,8 @@ MAX_FLAT = 8  # modules directly in paritygate/ besides __init__ and __main__
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 450, 60
 SESSION_FREE = ("backend", "comparator")  # compute with a spec, a runner and arrays: never the session
 SESSION_MODULES = {"paritygate.session", "paritygate.plugin", "pytest", "_pytest"}
+# take the run's context (paritygate.context), never the recorder (paritygate.session) or the plugin
+RECORDER_FREE = ("judge", "backend", "comparator", "inputs", "beam", "latency", "models")
 
 
 def _modules():
@@ -136,6 +138,16 @@ def test_backend_and_comparator_compute_without_the_session():
                     if "session" in names:
                         offenders.append(f"{name}.{node.name} takes a session argument")
     assert not offenders, "\n".join(offenders)
+
+
+def test_judge_code_never_imports_the_recorder_or_the_plugin():
+    """judge/, backend/, comparator/, inputs/ (and beam/, latency/, models/) compute with the RunContext: the
+    session only records, and nothing there imports it or the plugin, at any depth (lazy imports too)."""
+    offenders = [f"{name} imports {i}" for name, path in MODULES.items()
+                 if name.split(".")[1:2] and name.split(".")[1] in RECORDER_FREE
+                 for i in sorted(imports(name, path) & {"paritygate.session", "paritygate.plugin"})]
+    assert not offenders, "\n".join(offenders)
+    assert {"paritygate.session"} <= imports("paritygate.x.y", _write(ROOT, "from paritygate.session import A\n"))
 
 
 def test_no_module_or_function_past_its_size():

@@ -1,14 +1,18 @@
 """The run's context: what computing a check needs, apart from what the run records.
 
-The session (``paritygate.session``) records results and writes the report; this holds the choices checks compute
-with (the candidate runtime, the ops the fp16 artifact keeps in FP32) and a typed cache of what is loaded or
-computed once per process. Backends take it, a spec and arrays; they never see the session. ``replay`` builds
-one of these without pytest.
+``RunOptions`` is the run's options as the plugin reads them from pytest's command line (config path, runtime
+choice, report folder, baseline, shard, ...): it resolves the models under test, the candidate runtime and the
+device class, and makes the run's ``RunContext``. ``RunContext`` holds the choices checks compute with (the
+candidate runtime, the ops the fp16 artifact keeps in FP32) and a typed cache of what is loaded or computed once
+per process. Backends take it, a spec and arrays; they never see the session (``paritygate.session``, which only
+records results and writes the report). ``replay`` builds a RunContext without pytest.
 """
 
 import platform
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from paritygate.lazy import available
 from paritygate.lazy import dist_version as _version
 
 
@@ -84,3 +88,110 @@ def environment():
         "gpu": probe.describe() if probe.available else None,
         "gpu_unavailable_reason": probe.reason,
     }
+
+
+class RunOptions:
+    """The run's options (``--parity-*``; the plugin builds one from pytest's config, a script from keywords)."""
+
+    def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False, update_goldens=False,
+                 device_class=None, beam_runner=None, beam_options=(), fp16_keep_fp32=None, is_xdist_worker=False,
+                 localize=True, baseline=None, baseline_fail=(), numerics="strict", reference_cache=True, shard=None):
+        from paritygate.models.config import BUNDLED_CONFIG
+
+        self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
+        self.is_bundled = config_path is None
+        self.requested_runtime = runtime  # --parity-runtime (None: derived from the machine, ``runtime``)
+        self.report_dir = Path(report_dir).resolve() if report_dir else None
+        self.require_gpu = require_gpu
+        self.update_goldens = update_goldens
+        self.device_class_option = device_class
+        self.beam_runner = beam_runner
+        self.beam_options = list(beam_options)
+        self.fp16_keep_fp32 = tuple(op.strip() for op in fp16_keep_fp32.split(",") if op.strip()) \
+            if fp16_keep_fp32 is not None else None
+        self.is_xdist_worker = is_xdist_worker
+        self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
+        self.reference_cache = reference_cache  # --parity-cache: TF outputs served from backend.reference_cache
+        self.shard = parse_shard(shard)  # --parity-shard=K/N: (K, N), this run judges every N-th model from the K-th
+        self.numerics = numerics  # --parity-numerics: strict FP16 emulation (default) or ONNX Runtime's own
+        self.baseline_path = Path(baseline).resolve() if baseline else None  # --parity-baseline
+        self.baseline_fail = list(baseline_fail)  # --parity-baseline-fail expressions
+        self._models = None
+        self._context = None
+
+    @property
+    def models(self):
+        """The ModelSpecs under test; raises ConfigError with a one-line message."""
+        if self._models is None:
+            from paritygate.models.config import load_config
+
+            check_files = True
+            if self.is_bundled:
+                # The zoo's SavedModels are rebuilt from committed weights, which needs TensorFlow; without it
+                # the models are still listed (collection works) and their TF-needing tests skip.
+                check_files = available("tensorflow")
+                if check_files:
+                    from paritygate.models.bundled import zoo_module
+
+                    zoo_module("build").ensure_built()
+            models = load_config(self.config_path, check_files=check_files)
+            if self.shard:
+                models = [m for i, m in enumerate(models) if i % self.shard[1] == self.shard[0] - 1]
+            self._models = models
+        return self._models
+
+    @property
+    def runtime(self):
+        from paritygate.gpu import device as _gpu
+
+        if self.requested_runtime:
+            return self.requested_runtime
+        return "tensorrt" if _gpu.probe().available and _gpu.trt_reason() is None else "onnxruntime"
+
+    @property
+    def device_class(self):
+        from paritygate.gpu import device as _gpu
+
+        if self.device_class_option:
+            return self.device_class_option
+        probe = _gpu.probe()
+        return probe.device_class() if probe.available else "cpu"
+
+    def gpu_skip_reason(self, needs_trt=False):
+        from paritygate.gpu import device as _gpu
+
+        probe = _gpu.probe()
+        if not probe.available:
+            return probe.reason
+        return _gpu.trt_reason() if needs_trt else None
+
+    def runtime_skip_reason(self):
+        """Why the selected candidate runtime cannot run here (None when it can)."""
+        if self.runtime == "tensorrt":
+            return self.gpu_skip_reason(needs_trt=True)
+        from paritygate.backend.runtimes import candidate_missing
+
+        return candidate_missing(self.models)
+
+    @property
+    def context(self):
+        """The run's ``RunContext`` (made on first use): the candidate runtime and the options checks compute with,
+        and the typed per-process cache of loaded runners and reference outputs."""
+        if self._context is None:
+            self._context = RunContext(runtime=self.runtime, fp16_keep_fp32=self.fp16_keep_fp32, numerics=self.numerics,
+                                       reference_cache=self.reference_cache, localize=self.localize,
+                                       beam_runner=self.beam_runner, beam_options=tuple(self.beam_options),
+                                       reproducer_dir=self.report_dir / "reproducers" if self.report_dir else None,
+                                       device_class=self.device_class, serial=not self.is_xdist_worker,
+                                       update_goldens=self.update_goldens)
+        return self._context
+
+
+def parse_shard(text):
+    """``K/N`` -> (K, N) with 1 <= K <= N; None for None. A ValueError names what was expected."""
+    if text is None:
+        return None
+    k, _, n = str(text).partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise ValueError(f"--parity-shard={text}: expected K/N with 1 <= K <= N, e.g. 2/4 (the 2nd of 4 shards)")
+    return int(k), int(n)

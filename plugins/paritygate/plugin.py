@@ -8,14 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from paritygate.context import RunOptions
 from paritygate.extras import require_extras, restore_importorskip
 from paritygate.gpu.device import pin_xdist_worker
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
 from paritygate.models.known import load_known_failures, mark_known_failures
-from paritygate.session import ParitySession, case_of, parse_shard
+from paritygate.session import ParitySession, case_of
 from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
 
-SESSION_KEY = pytest.StashKey[ParitySession]()
+SESSION_KEY = pytest.StashKey[ParitySession]()  # the recorder
+OPTIONS_KEY = pytest.StashKey[RunOptions]()  # the run's options; its .context is what checks compute with
+BASELINE_KEY = pytest.StashKey[object]()  # report.baseline.Baseline, read up front (controller only)
 GPU_REQUIRED_KEY = pytest.StashKey[str]()  # why a gpu/trt item cannot run, when --require-gpu is given
 
 MARKERS = {
@@ -89,57 +92,56 @@ def pytest_configure(config):
     _register_hypothesis_profiles()
     require_extras(config)
     try:
-        parse_shard(config.getoption("parity_shard"))
+        options = config.stash[OPTIONS_KEY] = _options(config)
     except ValueError as err:
         raise pytest.UsageError(str(err)) from err
-    session = ParitySession(
-        config_path=config.getoption("parity_config"),
-        runtime=config.getoption("parity_runtime"),
-        report_dir=config.getoption("parity_report"),
-        require_gpu=config.getoption("require_gpu"),
-        update_goldens=config.getoption("update_goldens"),
-        device_class=config.getoption("parity_device_class"),
-        beam_runner=config.getoption("parity_beam_runner"),
-        beam_options=config.getoption("parity_beam_option"),
-        fp16_keep_fp32=config.getoption("parity_fp16_keep_fp32"),
-        localize=config.getoption("parity_localize") != "off",
-        numerics=config.getoption("parity_numerics"),
-        is_xdist_worker=hasattr(config, "workerinput"),
-        baseline=config.getoption("parity_baseline"),
-        baseline_fail=config.getoption("parity_baseline_fail"),
-        reference_cache=config.getoption("parity_cache") != "off",
-        shard=config.getoption("parity_shard"),
-    )
-    config.stash[SESSION_KEY] = session
-    if not session.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected
+    session = config.stash[SESSION_KEY] = ParitySession(options)
+    if not options.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected
         try:
-            _ = session.models
+            _ = options.models
         except ConfigError as err:
             _refuse(session, str(err))
-    if not session.is_xdist_worker:  # a bad baseline or gate fails the run at once, not after the checks
-        from paritygate.report.baseline import BaselineError
+    if not options.is_xdist_worker:  # a bad baseline or gate fails the run at once, not after the checks
+        from paritygate.report.baseline import Baseline, BaselineError
 
         try:
-            session.check_baseline()
+            config.stash[BASELINE_KEY] = Baseline(options.baseline_path, options.baseline_fail)
         except BaselineError as err:
             _refuse(session, str(err))
-    if session.report_dir is not None:
+    if options.report_dir is not None:
         try:
             session.check_report_dir()
         except OSError as err:
             raise pytest.UsageError(str(err)) from err
 
 
+# RunOptions keyword -> the pytest option it is read from as given
+_OPTIONS = {"config_path": "parity_config", "runtime": "parity_runtime", "report_dir": "parity_report",
+            "require_gpu": "require_gpu", "update_goldens": "update_goldens", "device_class": "parity_device_class",
+            "beam_runner": "parity_beam_runner", "beam_options": "parity_beam_option",
+            "fp16_keep_fp32": "parity_fp16_keep_fp32", "numerics": "parity_numerics", "baseline": "parity_baseline",
+            "baseline_fail": "parity_baseline_fail", "shard": "parity_shard"}
+
+
+def _options(config):
+    """The run's RunOptions from pytest's command line (ValueError names a bad --parity-shard)."""
+    return RunOptions(**{k: config.getoption(dest) for k, dest in _OPTIONS.items()},
+                      localize=config.getoption("parity_localize") != "off",
+                      reference_cache=config.getoption("parity_cache") != "off",
+                      is_xdist_worker=hasattr(config, "workerinput"))
+
+
 def _refuse(session, problem):
     """Stop a run whose input pytest has not started on (exit code 4): the report, when one was asked for and its
     folder can be written, holds the problem and no checks, as after a stop by the validation pass."""
-    session.validation = {"config": str(session.config_path), "models": {}, "problems": [problem]}
-    if session.report_dir is not None and not session.is_xdist_worker:
+    options = session.options
+    session.validation = {"config": str(options.config_path), "models": {}, "problems": [problem]}
+    if options.report_dir is not None and not options.is_xdist_worker:
         from paritygate.report import write_report
 
         try:
             session.check_report_dir()
-            write_report(session, session.report_dir)
+            write_report(session, options.report_dir)
         except OSError:
             pass  # the folder cannot be written: the problem line is all there is
     raise pytest.UsageError(problem)
@@ -150,7 +152,7 @@ def _stop(config, problems):
     that it comes before pytest's summary; the session's finish writes the report (problems, no checks)."""
     parity = config.stash[SESSION_KEY]
     if parity.validation is None:
-        parity.validation = {"config": str(parity.config_path), "models": {}, "problems": list(problems)}
+        parity.validation = {"config": str(parity.options.config_path), "models": {}, "problems": list(problems)}
     for line in problems:
         sys.stderr.write(f"ERROR: {line}\n")
     sys.stderr.flush()
@@ -170,25 +172,25 @@ def _register_hypothesis_profiles():
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so that `-m gpu` also selects trt tests
 def pytest_collection_modifyitems(config, items):
-    session = config.stash[SESSION_KEY]
+    options = config.stash[OPTIONS_KEY]
     worker = hasattr(config, "workerinput")
-    candidate_on_trt = session.runtime == "tensorrt"
+    candidate_on_trt = options.runtime == "tensorrt"
     try:
-        known = load_known_failures(session.config_path)
-        _check_beam_expectations(session)
+        known = load_known_failures(options.config_path)
+        _check_beam_expectations(options)
     except ConfigError as err:
         _stop(config, [str(err)])
     for item in items:
         model, precision = case_of(item)
         if model is not None and known:
-            mark_known_failures(item, model, precision, session.runtime, known, session.numerics)
+            mark_known_failures(item, model, precision, options.runtime, known, options.numerics)
         if candidate_on_trt and "parity_candidate_available" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.trt)  # the candidate runs on TensorRT: `-m gpu` selects these checks
         if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.gpu)  # trt implies gpu
         if item.get_closest_marker("gpu") or item.get_closest_marker("trt"):
-            reason = session.gpu_skip_reason(needs_trt=bool(item.get_closest_marker("trt")))
-            if reason and session.require_gpu:
+            reason = options.gpu_skip_reason(needs_trt=bool(item.get_closest_marker("trt")))
+            if reason and options.require_gpu:
                 item.stash[GPU_REQUIRED_KEY] = reason  # fails in pytest_runtest_setup
             elif reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
@@ -197,12 +199,12 @@ def pytest_collection_modifyitems(config, items):
                 reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
 
 
-def _check_beam_expectations(session):
+def _check_beam_expectations(options):
     """``[[expectations]]`` beside the config are read now (their ``reaches`` and ``when`` too): a malformed entry
     stops the run, not a Beam check. Raises ExpectationError, a ConfigError."""
     from paritygate.beam.expectations import expectations_for
 
-    expectations_for(session.config_path)
+    expectations_for(options.config_path)
 
 
 def pytest_collection_finish(session):
@@ -220,7 +222,7 @@ def pytest_xdist_node_collection_finished(node, ids):
     No test is scheduled before every worker has reported its collection, so this still runs before any check."""
     config = node.config
     parity = config.stash[SESSION_KEY]
-    if parity.validation is None and any(_is_model_check(config, parity, nodeid) for nodeid in ids):
+    if parity.validation is None and any(_is_model_check(config, parity.options, nodeid) for nodeid in ids):
         _validate(config)
 
 
@@ -233,13 +235,13 @@ def _in_conformance(path):
     return any(path.is_relative_to(d) for d in {conformance_dir(), CHECKOUT / "conformance"})
 
 
-def _is_model_check(config, parity, nodeid):
+def _is_model_check(config, options, nodeid):
     path, _, rest = nodeid.partition("::")
     if "[" not in rest or not _in_conformance(config.rootpath / path):
         return False
     param = rest[rest.index("[") + 1:].rstrip("]")
     try:
-        names = [m.name for m in parity.models]
+        names = [m.name for m in options.models]
     except ConfigError:
         return False
     return any(param == n or param.startswith(f"{n}-") for n in names)
@@ -248,9 +250,9 @@ def _is_model_check(config, parity, nodeid):
 def _validate(config):
     from paritygate.models.preflight import validate_models
 
-    parity = config.stash[SESSION_KEY]
+    parity, options = config.stash[SESSION_KEY], config.stash[OPTIONS_KEY]
     try:
-        found = parity.validation = validate_models(parity.context, parity.models, parity.config_path)
+        found = parity.validation = validate_models(options.context, options.models, options.config_path)
     except ConfigError as err:
         _stop(config, [str(err)])
     if found["problems"]:
@@ -274,9 +276,9 @@ def pytest_runtest_call(item):
     try:
         result = yield
     except BaseException:
-        coverage_after_failure(item, item.config.stash[SESSION_KEY].context, _result_of(item))
+        coverage_after_failure(item, item.config.stash[OPTIONS_KEY].context, _result_of(item))
         raise
-    coverage_verdict(item, item.config.stash[SESSION_KEY].context, _result_of(item))
+    coverage_verdict(item, item.config.stash[OPTIONS_KEY].context, _result_of(item))
     return result
 
 
@@ -341,9 +343,12 @@ def pytest_report_teststatus(report, config):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    from paritygate.report.baseline import run_fails_reasons
+
     parity = session.config.stash[SESSION_KEY]
-    parity.finish(workeroutput=getattr(session.config, "workeroutput", None))
-    if parity.baseline_fails() and session.exitstatus == pytest.ExitCode.OK:
+    parity.finish(workeroutput=getattr(session.config, "workeroutput", None),
+                  baseline=session.config.stash.get(BASELINE_KEY, None))
+    if run_fails_reasons(parity.baseline_section) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # new failures or gating drift vs --parity-baseline
 
 
@@ -354,35 +359,41 @@ def pytest_testnodedown(node, error):
 
 
 def pytest_terminal_summary(terminalreporter):
-    parity = terminalreporter.config.stash[SESSION_KEY]
-    for line in parity.summary_lines():
+    from paritygate.report.summary import summary_lines
+
+    for line in summary_lines(terminalreporter.config.stash[SESSION_KEY]):
         terminalreporter.write_line(line)
 
 
 # -- thin fixtures ------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def parity_session(request):
-    """The one ParitySession of this run (config, runtime, recorded checks)."""
+    """The one ParitySession of this run: the recorder of its checks and findings."""
     return request.config.stash[SESSION_KEY]
 
 
 @pytest.fixture(scope="session")
-def parity_models(parity_session):
+def parity_options(request):
+    """The run's ``RunOptions`` (config path, runtime choice, report folder, ...)."""
+    return request.config.stash[OPTIONS_KEY]
+
+
+@pytest.fixture(scope="session")
+def parity_models(parity_options):
     """The ModelSpecs under test (the --parity-config file, or the bundled zoo)."""
     try:
-        return parity_session.models
+        return parity_options.models
     except ConfigError as err:
         pytest.fail(str(err), pytrace=False)
 
 
 def pytest_generate_tests(metafunc):
     """``parity_model`` / ``parity_case`` parametrize over the config's models (x precisions)."""
-    session = metafunc.config.stash[SESSION_KEY]
     wanted = [f for f in ("parity_model", "parity_case") if f in metafunc.fixturenames]
     if not wanted:
         return
     try:
-        models = session.models
+        models = metafunc.config.stash[OPTIONS_KEY].models
     except ConfigError as err:
         raise pytest.UsageError(str(err)) from err
     if "parity_case" in metafunc.fixturenames:
@@ -409,9 +420,9 @@ def parity_details(parity_result):
 
 
 @pytest.fixture(scope="session")
-def parity_context(parity_session):
+def parity_context(parity_options):
     """The run's ``RunContext``: what judge code computes with (options, runners, reference outputs)."""
-    return parity_session.context
+    return parity_options.context
 
 
 def _result_of(item):
@@ -425,13 +436,13 @@ def _result_of(item):
 
 
 @pytest.fixture(scope="session")
-def parity_candidate_available(parity_session):
+def parity_candidate_available(parity_options):
     """Skip (or fail under --require-gpu) when the selected candidate runtime cannot run here."""
-    reason = parity_session.runtime_skip_reason()
+    reason = parity_options.runtime_skip_reason()
     if reason:
-        if parity_session.require_gpu:
+        if parity_options.require_gpu:
             pytest.fail(f"--require-gpu: {reason}", pytrace=False)
-        pytest.skip(f"candidate runtime {parity_session.runtime}: {reason}")
+        pytest.skip(f"candidate runtime {parity_options.runtime}: {reason}")
 
 
 def pytest_unconfigure(config):

@@ -97,6 +97,24 @@ class CheckResult:
                    **{k: v for k, v in typed.items() if v is not None})
 
 
+def read_checks(records):
+    """A report's check records (``parity-report.json``'s ``checks``) as CheckResults; CheckResults handed over by
+    the session pass as they are. The one place the report, the baseline diff and the merge turn records into
+    results; ValueError names the record's index and what it lacks."""
+    results = []
+    for i, record in enumerate(records):
+        if isinstance(record, CheckResult):
+            results.append(record)
+            continue
+        if not isinstance(record, dict):
+            raise ValueError(f"checks[{i}]: expected a check record (a JSON object), got {type(record).__name__}")  # noqa: TRY004 - callers catch one error type
+        try:
+            results.append(CheckResult.from_dict(record))
+        except ValueError as err:
+            raise ValueError(f"checks[{i}]: {err}") from err
+    return results
+
+
 def jsonable(obj):
     """Plain JSON (strict: no NaN/Infinity tokens, which jq and browsers reject): numpy scalars and arrays become
     numbers and lists, paths strings, non-finite floats the strings "nan", "inf" and "-inf", tuples lists."""

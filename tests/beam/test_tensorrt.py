@@ -9,9 +9,9 @@ pytestmark = [pytest.mark.beam, pytest.mark.trt, pytest.mark.gpu, pytest.mark.on
 
 
 @pytest.mark.parametrize("model", ["linear", "bert"])
-def test_tensorrt_handler_fails_only_where_expected(parity_session, model):
+def test_tensorrt_handler_fails_only_where_expected(parity_options, model):
     pytest.importorskip("apache_beam")
-    if not parity_session.is_bundled:
+    if not parity_options.is_bundled:
         pytest.skip("the zoo handlers belong to the bundled config")
     from paritygate.backend.runtimes import reference_runner
     from paritygate.beam import direct
@@ -19,10 +19,10 @@ def test_tensorrt_handler_fails_only_where_expected(parity_session, model):
     from paritygate.beam.contract import HandlerUnderTest
     from paritygate.beam.expectations import expectations_for, match
 
-    spec = next(m for m in parity_session.models if m.name == model)
+    spec = next(m for m in parity_options.models if m.name == model)
     import zoo_handlers
 
-    subject = HandlerUnderTest.from_spec(spec, reference_runner(parity_session.context, spec),
+    subject = HandlerUnderTest.from_spec(spec, reference_runner(parity_options.context, spec),
                                          factory=getattr(zoo_handlers, f"{model}_tensorrt"))
     known = expectations_for()
     for name, check in {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS}.items():

@@ -15,20 +15,20 @@ pytestmark = [pytest.mark.beam, pytest.mark.tf, pytest.mark.onnx, pytest.mark.sl
 
 
 @pytest.fixture(scope="module")
-def zoo(parity_session):
-    if not parity_session.is_bundled:
+def zoo(parity_options):
+    if not parity_options.is_bundled:
         pytest.skip("the zoo handlers belong to the bundled config")
-    specs = {m.name: m for m in parity_session.models}
+    specs = {m.name: m for m in parity_options.models}
     import zoo_handlers  # beside fixtures/parity.toml: importable once the config is loaded
 
     return specs, zoo_handlers
 
 
-def _subject(parity_session, spec, factory):
+def _subject(parity_options, spec, factory):
     from paritygate.backend.runtimes import reference_runner
     from paritygate.beam.contract import HandlerUnderTest
 
-    return HandlerUnderTest.from_spec(spec, reference_runner(parity_session.context, spec), factory=factory)
+    return HandlerUnderTest.from_spec(spec, reference_runner(parity_options.context, spec), factory=factory)
 
 
 def test_the_configured_factories_return_beams_onnx_or_the_suites_tf_handler(zoo):
@@ -46,9 +46,9 @@ def test_the_configured_factories_return_beams_onnx_or_the_suites_tf_handler(zoo
 
 @pytest.mark.parametrize("model,factory", [("linear", "linear_keras"), ("mobilenet", "mobilenet_onnx"),
                                            ("ssd", "ssd_keras")])
-def test_the_other_beam_handler_fails_only_where_expected(parity_session, zoo, model, factory):
+def test_the_other_beam_handler_fails_only_where_expected(parity_options, zoo, model, factory):
     specs, handlers = zoo
-    subject = _subject(parity_session, specs[model], getattr(handlers, factory))
+    subject = _subject(parity_options, specs[model], getattr(handlers, factory))
     known = expectations_for()
     for name, check in {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS}.items():
         result, expected = check(subject), match(name, subject, known)
@@ -56,7 +56,7 @@ def test_the_other_beam_handler_fails_only_where_expected(parity_session, zoo, m
 
 
 @pytest.mark.parametrize("model", ["linear", "mobilenet", "bert", "ssd"])
-def test_the_suites_own_onnxruntime_handler_passes_every_check(parity_session, zoo, model):
+def test_the_suites_own_onnxruntime_handler_passes_every_check(parity_options, zoo, model):
     """paritygate.beam.handlers:onnxruntime on the model's own candidate ONNX: only Beam's own defects (reached by
     every handler: max_batch_weight, mixed MaybeKeyed batches) remain, as strict xfails."""
     from paritygate.beam.copies import model_copies
@@ -65,7 +65,7 @@ def test_the_suites_own_onnxruntime_handler_passes_every_check(parity_session, z
     from paritygate.beam.updates import model_update
 
     specs, _ = zoo
-    subject = _subject(parity_session, specs[model], onnxruntime)
+    subject = _subject(parity_options, specs[model], onnxruntime)
     known = expectations_for()
     every = {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS, "beam_multi_process": multi_process,
              "beam_model_update": model_update, "beam_model_copies": model_copies}

@@ -2,10 +2,11 @@
 
 import pytest
 
+from paritygate.context import RunOptions
 from paritygate.judge.divergence import localize_failure
 from paritygate.models.config import ConfigError, load_config
 from paritygate.report.markdown import _divergence_note
-from paritygate.session import ParitySession
+from paritygate.result import CheckResult
 from tests.conftest import toy_spec, write_config
 from tests.models.test_config import folder, minimal  # noqa: F401 - the config folder fixture
 
@@ -30,25 +31,25 @@ def test_unknown_precision_key_names_the_key(folder):  # noqa: F811
 
 def test_localization_is_off_for_fp32_and_with_the_option_off():
     spec = toy_spec()
-    assert localize_failure(ParitySession(localize=False).context, spec, "fp16", {}) is None
-    assert localize_failure(ParitySession().context, spec, "fp32", {}) is None
+    assert localize_failure(RunOptions(localize=False).context, spec, "fp16", {}) is None
+    assert localize_failure(RunOptions().context, spec, "fp32", {}) is None
 
 
 def test_plugin_option_turns_localization_off(pytester):
-    pytester.makepyfile("def test_x(parity_session):\n    assert parity_session.localize is False\n")
+    pytester.makepyfile("def test_x(parity_options):\n    assert parity_options.localize is False\n")
     pytester.runpytest("--parity-localize=off").assert_outcomes(passed=1)
-    pytester.makepyfile("def test_x(parity_session):\n    assert parity_session.localize is True\n")
+    pytester.makepyfile("def test_x(parity_options):\n    assert parity_options.localize is True\n")
     pytester.runpytest().assert_outcomes(passed=1)
 
 
 def test_markdown_row_shows_the_first_node_and_the_verified_plan():
-    text = _divergence_note({"details": {"divergence": DIVERGENCE}})
+    text = _divergence_note(CheckResult("toy", details={"divergence": DIVERGENCE}))
     assert "node adding the most error `scale_up` (Mul), max abs error inf" in text
     assert "keep in FP32 `scale_up`, `ln` (verified)" in text and 'fp16_keep_fp32 = ["scale_up", "ln"]' in text
     unverified = {**DIVERGENCE, "verified": False, "config": None, "keep_fp32": [],
                   "first_node": None, "note": "no divergent node"}
-    assert "(NOT verified)" in _divergence_note({"details": {"divergence": unverified}})
-    assert _divergence_note({"details": {}}) == ""
+    assert "(NOT verified)" in _divergence_note(CheckResult("toy", details={"divergence": unverified}))
+    assert _divergence_note(CheckResult("toy")) == ""
 
 
 def test_html_draws_the_error_by_depth_plot():

@@ -134,10 +134,10 @@ def test_a_constant_output_model_is_inconclusive(pytester):
 # -- 3. in-distribution inputs ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("check", ["property_parity", "batch_invariance", "determinism"])
 def test_the_bundled_ssd_properties_reach_detections(check):
+    from paritygate.context import RunOptions
     from paritygate.judge import properties
-    from paritygate.session import ParitySession
 
-    session = ParitySession()
+    session = RunOptions()
     ssd = next(m for m in session.models if m.name == "ssd")
     result = getattr(properties, check)(session.context, ssd, "fp32")
     assert result.passed and not result.inconclusive, result.failures or result.inconclusive

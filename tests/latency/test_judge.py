@@ -197,11 +197,11 @@ def test_each_bundled_budget_fails_a_candidate_slowed_by_its_margin(monkeypatch)
     slowed candidate sleeps this run's reference p50 / speedup_min: the measured speedup divided by its margin."""
     pytest.importorskip("tensorflow")
     from paritygate.backend.runtimes import candidate_runner
+    from paritygate.context import RunOptions
     from paritygate.latency import latency_check
-    from paritygate.session import ParitySession
 
     monkeypatch.setenv(PROFILE_ENV, "quick")
-    session = ParitySession(runtime="onnxruntime", device_class="cpu")
+    session = RunOptions(runtime="onnxruntime", device_class="cpu")
     for spec in session.models:
         budgets = budgets_for(spec, "cpu", "fp32")
         assert budgets.percentiles and budgets.speedups, f"{spec.name}: the bundled model has cpu budgets"

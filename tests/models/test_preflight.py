@@ -13,7 +13,9 @@ pytest.importorskip("onnx")  # before pytester snapshots sys.modules: re-importi
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tensorflow")
 
+from paritygate.context import RunOptions
 from paritygate.models.preflight import validate_models
+from paritygate.report.summary import summary_lines
 from paritygate.session import ParitySession
 from tests.conftest import make_onnx, scale, write_config
 
@@ -36,8 +38,9 @@ def model(name, reference, **fields):
 
 
 def validated(folder, *tables):
-    session = ParitySession(config_path=write_config(folder, {"models": list(tables)}), runtime="onnxruntime")
-    session.validation = validate_models(session.context, session.models, session.config_path)
+    options = RunOptions(config_path=write_config(folder, {"models": list(tables)}), runtime="onnxruntime")
+    session = ParitySession(options)
+    session.validation = validate_models(options.context, options.models, options.config_path)
     return session, session.validation
 
 
@@ -66,8 +69,9 @@ def test_a_good_model_validates_records_the_mapping_and_leaves_runners_for_the_c
                                  "outputs": {"y": {"candidate": "out_y", "rule": "explicit"},
                                              "z": {"candidate": "out_z", "rule": "explicit"}}}
     assert got["checked"] == ["reference", "candidate inputs and outputs"]
-    assert "m" in session.context.references and ("onnxruntime", "m", "fp32") in session.context.candidates
-    assert "paritygate: m: mapped inputs x -> serving_default_x:0 (signature)" in session.summary_lines()[1]
+    context = session.options.context
+    assert "m" in context.references and ("onnxruntime", "m", "fp32") in context.candidates
+    assert "paritygate: m: mapped inputs x -> serving_default_x:0 (signature)" in summary_lines(session)[1]
 
 
 def test_missing_signature(folder, toy_saved_model):

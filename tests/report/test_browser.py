@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from paritygate.context import RunOptions
 from paritygate.judge.parity import compare
 from paritygate.report import write_report
 from paritygate.report.browser import HEIGHT, WIDTH, BrowserError, find_chromium, layout, screenshot
@@ -24,7 +25,7 @@ X = np.linspace(-1, 1, 64, dtype=np.float32).reshape(16, 4)
 
 def failing_session(config):
     """A run of four models x three precisions with a NaN failure (long cause), an error, passes and skips."""
-    s = ParitySession(config_path=config, runtime="onnxruntime")
+    s = ParitySession(RunOptions(config_path=config, runtime="onnxruntime"))
     spec = toy_spec(precisions=("fp32", "fp16", "int8"))
     ok = compare(spec, "fp32", {"y": 5 * X}, {"y": 5 * X + 1e-7}, compare_task=False).to_dict()["details"]
     for o in ok["outputs"]:  # plots for the failing check only: drawing ~40 of them takes half a minute
@@ -81,7 +82,7 @@ def test_verdict_matrix_and_first_cause_are_on_the_first_screen(tmp_path):
 def test_the_command_line_writes_the_screenshot_beside_the_report(tmp_path):
     from paritygate.report.browser import main
 
-    report = write_report(ParitySession(config_path=tmp_path / "p.toml", runtime="onnxruntime"), tmp_path)
+    report = write_report(ParitySession(RunOptions(config_path=tmp_path / "p.toml", runtime="onnxruntime")), tmp_path)
     assert main([str(report / "parity-report.html")]) == 0
     assert png_size(report / "parity-report.png") == (WIDTH, HEIGHT)
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from paritygate.cli.main import FAILED, OK, USAGE, main
+from paritygate.context import RunOptions
 from paritygate.judge.parity import compare
 from paritygate.report import write_report
 from paritygate.report.merge import MergeError, merge_reports
@@ -19,7 +20,7 @@ X = np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)
 
 def _shard(folder, rows, runtime="onnxruntime"):
     """A shard's parity-report.json: ``rows`` are (model, precision, check, status)."""
-    s = ParitySession(config_path=folder / "parity.toml", runtime=runtime, reference_cache=True)
+    s = ParitySession(RunOptions(config_path=folder / "parity.toml", runtime=runtime, reference_cache=True))
     spec = toy_spec()
     for model, precision, check, status in rows:
         cand = 5 * X if status == "pass" else 5 * X + 1e-3

@@ -9,9 +9,11 @@ import re
 import numpy as np
 import pytest
 
+from paritygate.context import RunOptions
 from paritygate.judge.parity import compare
 from paritygate.lazy import dist_version
 from paritygate.report import SCHEMA, write_report
+from paritygate.report.summary import summary_lines
 from paritygate.session import ParitySession
 from tests.conftest import record_of, toy_spec, write_config
 
@@ -21,7 +23,7 @@ X = np.linspace(-1, 1, 64, dtype=np.float32).reshape(16, 4)
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
-    s = ParitySession(config_path=tmp_path_factory.mktemp("cfg") / "parity.toml", runtime="onnxruntime")
+    s = ParitySession(RunOptions(config_path=tmp_path_factory.mktemp("cfg") / "parity.toml", runtime="onnxruntime"))
     spec = toy_spec(precisions=("fp32", "fp16"))
     ok = compare(spec, "fp16", {"y": 5 * X}, {"y": (5 * X).astype(np.float16)}, compare_task=False)
     bad = compare(spec, "fp32", {"y": 5 * X}, {"y": 5 * X + 1e-3}, compare_task=False)
@@ -50,8 +52,8 @@ def test_json_report(session, report):
     assert ENV_KEYS <= set(data["environment"])
     assert data["environment"]["python"] == platform.python_version()
     assert data["environment"]["onnxruntime"] == _installed("onnxruntime")  # None where it is not installed
-    assert data["runtime"] == "onnxruntime" and data["config"] == str(session.config_path)
-    assert data["device_class"] == session.device_class
+    assert data["runtime"] == "onnxruntime" and data["config"] == str(session.options.config_path)
+    assert data["device_class"] == session.options.device_class
     checks = data["checks"]
     assert [(c["model"], c["precision"], c["check"], c["status"]) for c in checks] == [
         ("alpha", "fp32", "latency", "pass"), ("toy", "fp16", "parity", "pass"), ("toy", "fp32", "parity", "fail"),
@@ -87,7 +89,7 @@ def test_markdown_report(report):
 
 
 def test_markdown_keeps_full_causes_of_failures_out_of_the_table(tmp_path):
-    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime"))
     cause = "invalid artifact: " + "x" * 600 + " END OF CAUSE with `backticks` and ``` fences"
     s.record(record_of("long", "fp32", "parity", "error", {"message": cause}))
     s.record(record_of("other", "fp32", "parity", "skip", {"reason": "y" * 1000}))
@@ -100,7 +102,7 @@ def test_markdown_keeps_full_causes_of_failures_out_of_the_table(tmp_path):
 
 
 def test_markdown_puts_nonfinite_counts_before_finite_only_statistics(tmp_path):
-    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime"))
     ref = np.ones((4, 8), np.float32)
     cand = ref.copy()
     cand.ravel()[:31] = np.nan
@@ -142,7 +144,7 @@ def test_html_leads_with_the_verdict_then_the_matrix_then_failures(report):
 
 
 def test_html_card_states_the_tolerance_source_once_and_the_worst_inputs(tmp_path):
-    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime"))
     bad = compare(toy_spec(), "fp32", {"y": 5 * X, "z": 2 * X}, {"y": 5 * X + 1, "z": 2 * X + 1}, compare_task=False)
     details = {**bad.to_dict()["details"], "message": "two outputs off"}
     for o in details["outputs"]:
@@ -156,7 +158,7 @@ def test_html_card_states_the_tolerance_source_once_and_the_worst_inputs(tmp_pat
 
 
 def test_findings_are_counted_in_the_banner_and_listed(tmp_path):
-    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime"))
     s.record(record_of("toy", "fp32", "property_parity", "pass", {}))
     s.record_finding("reference_unstable", "toy", "fp32", "property_parity",
                      {"summary": "the reference differs from itself by 0.3 on batch element 2", "spread": 0.3})
@@ -169,14 +171,14 @@ def test_findings_are_counted_in_the_banner_and_listed(tmp_path):
 
 
 def test_html_without_plot_data_has_no_images(tmp_path):
-    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime"))
     s.record(record_of("toy", "fp32", "parity", "error", {"message": "boom"}))
     html = (write_report(s, tmp_path) / "parity-report.html").read_text()
     assert "<img" not in html and "<pre class=cause>boom</pre>" in html and "card st-error" in html
 
 
 def test_empty_session(tmp_path):
-    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime"))
     folder = write_report(s, tmp_path)
     assert json.loads((folder / "parity-report.json").read_text())["checks"] == []
     assert "no checks ran" in (folder / "parity-report.md").read_text()
@@ -228,17 +230,17 @@ def test_unwritable_report_folder_fails_the_run_early(pytester, inner):
 
 
 def test_findings_reach_json_markdown_and_terminal_and_merge_across_workers(tmp_path):
-    worker = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime", is_xdist_worker=True)
+    worker = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime", is_xdist_worker=True))
     details = {"summary": "the reference disagrees with itself by 0.03", "max_spread": 0.03,
                "reproducer": {"npz": "/r/x.npz", "command": "python -m paritygate.cli.replay /r/x.npz"}}
     worker.record_finding("reference_unstable", "toy", "fp32", "property_parity", details)
     out = {}
     worker.finish(workeroutput=out)
-    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime"))
     s.merge_worker(out)
     assert s.findings == worker.findings and s.findings[0]["details"]["max_spread"] == 0.03
     assert ("paritygate: finding reference_unstable: toy fp32 property_parity: the reference disagrees with "
-            "itself by 0.03") in s.summary_lines()
+            "itself by 0.03") in summary_lines(s)
     write_report(s, tmp_path / "r")
     data = json.loads((tmp_path / "r" / "parity-report.json").read_text())
     assert data["findings"][0]["kind"] == "reference_unstable" and data["checks"] == []
@@ -247,7 +249,7 @@ def test_findings_reach_json_markdown_and_terminal_and_merge_across_workers(tmp_
 
 
 def test_an_allowed_inconclusive_does_not_fail_the_verdict(tmp_path):
-    s = ParitySession(config_path=tmp_path / "parity.toml", runtime="onnxruntime")
+    s = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime"))
     s.record(record_of("toy", "fp32", "property_parity", "inconclusive", {"message": "constant reference",
                                                                 "allow_uninformative": True}))
     folder = write_report(s, tmp_path)

@@ -135,6 +135,7 @@ def _merge(args):
     from paritygate.report import write_data
     from paritygate.report.merge import MergeError, merge_reports
     from paritygate.report.text import counts, run_fails
+    from paritygate.result import read_checks
 
     if not args.out:
         print("paritygate report: error: merging shard reports needs --out DIR (the shards' own files stay as they "
@@ -146,9 +147,9 @@ def _merge(args):
         print(f"paritygate report: error: {err}", file=sys.stderr)
         return USAGE
     out = write_data(data, Path(args.out))
-    base = data.get("baseline") or {}
-    failed = run_fails(data["checks"]) or base.get("new_failures") or any(d.get("gating") for d in base.get("drift", []))
-    tally = ", ".join(f"{n} {s}" for s, n in counts(data["checks"]).items() if n)
+    base, checks = data.get("baseline") or {}, read_checks(data["checks"])
+    failed = run_fails(checks) or base.get("new_failures") or any(d.get("gating") for d in base.get("drift", []))
+    tally = ", ".join(f"{n} {s}" for s, n in counts(checks).items() if n)
     print(f"paritygate report: {len(args.json)} shards, {len(data['checks'])} checks: {tally}; "
           f"verdict {'FAIL' if failed else 'PASS'}; wrote {out / 'parity-report.json'}, .md and .html")
     for line in data["environment_differs"]:

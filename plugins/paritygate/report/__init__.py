@@ -10,15 +10,18 @@ SCHEMA = 1
 
 
 def report_dict(session):
-    data = {"schema": SCHEMA, "environment": session.environment, "runtime": session.runtime,
-            "numerics": getattr(session, "numerics", "strict"),
-            "config": str(session.config_path), "device_class": session.device_class,
+    """The report of a run: the recorder's (``paritygate.session``) checks, findings and counters, with the run's
+    options (``session.options``) and environment."""
+    options = session.options
+    data = {"schema": SCHEMA, "environment": options.context.versions(), "runtime": options.runtime,
+            "numerics": options.numerics,
+            "config": str(options.config_path), "device_class": options.device_class,
             "artifact_cache": session.cache_stats(),
             "reference_cache": session.reference_cache_stats(), "time": session.time_spent(), "validation": session.validation,
             "checks": [c.to_dict() for c in sorted(session.checks, key=lambda c: (c.model, c.precision or "", c.check))],
             "findings": sorted(session.findings, key=lambda f: (f["kind"], f["model"], f["precision"] or "",
                                                                 f["check"]))}
-    if getattr(session, "baseline_section", None) is not None:
+    if session.baseline_section is not None:
         data["baseline"] = session.baseline_section
     return data
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paritygate.report.text import run_fails
-from paritygate.result import CheckResult
+from paritygate.result import read_checks
 
 # Statistics compared per output / per latency row, and whether larger is worse (cosine: smaller is worse).
 ERROR_FIELDS = {"max_abs": True, "p99_abs": True, "mean_abs": True, "max_rel": True, "p99_rel": True,
@@ -51,6 +51,48 @@ class Threshold:
                 return change > 0
             return change / abs(before) * 100 > self.value
         return change > self.value
+
+
+class Baseline:
+    """``--parity-baseline`` and ``--parity-baseline-fail``: read and parsed when the run starts (BaselineError names
+    the file or the expression, before any check runs), compared with the run's report when it ends."""
+
+    def __init__(self, path=None, expressions=()):
+        self.gates = parse_gates(expressions)
+        if expressions and path is None:
+            raise BaselineError("--parity-baseline-fail needs --parity-baseline=PATH (the report to compare with)")
+        self.path = Path(path).resolve() if path is not None else None
+        self.data = load_baseline(self.path) if self.path is not None else None
+
+    def compare(self, current):
+        """The report's ``baseline`` section for ``current`` (a report dict)."""
+        return compare(current, self.data, self.path, self.gates)
+
+
+def run_fails_reasons(section):
+    """Why the comparison with the baseline fails the run (new failures, gating drift), or []."""
+    if not section:
+        return []
+    reasons = [f"new failure vs baseline: {f['model']} {f['precision'] or 'model-level'} {f['check']} "
+               f"({f['status']}; baseline: {f['baseline_status'] or 'not run'})" for f in section["new_failures"]]
+    reasons += [f"drift past --parity-baseline-fail {d['threshold']}: {d['model']} {d['precision'] or ''} "
+                f"{d['check']} {d['where']} {d['field']} {d['baseline']:.4g} -> {d['current']:.4g} ({d['change']})"
+                for d in section["drift"] if d["gating"]]
+    return reasons
+
+
+def summary_lines(section):
+    """The terminal summary's lines on the comparison: counts, a different machine, what fails the run."""
+    if not section:
+        return []
+    b = section
+    lines = [(f"paritygate: vs baseline {b['path']}: {len(b['new_failures'])} new failure(s), "
+             f"{len(b['fixed'])} fixed, {len(b['existing_failures'])} still failing, {len(b['drift'])} drift "
+             f"({sum(d['gating'] for d in b['drift'])} gating)")]
+    if b["environment_differs"]:
+        lines.append("paritygate: WARNING: the baseline came from another machine or runtime: "
+                     + "; ".join(b["environment_differs"]))
+    return lines + [f"paritygate: {r}" for r in run_fails_reasons(b)]
 
 
 def parse_threshold(expression):
@@ -104,20 +146,19 @@ def _ref(c, **extra):
 def _failing(c, raw):
     """A check of a report (its CheckResult and its record): a fail or error, or an inconclusive not allowed (a
     record without details, from an older report, fails on fail or error only)."""
-    return run_fails([c.to_dict()]) if "details" in raw else c.status in ("fail", "error")
+    return run_fails([c]) if "details" in raw else c.status in ("fail", "error")
 
 
 def compare(current, baseline, path, gates=()):
     """The ``baseline`` section of the report: current and baseline are report dicts (``checks`` lists), each check
     read back as its ``paritygate.result.CheckResult``."""
-    before = {_key(c): (c, raw) for raw in baseline["checks"] for c in [CheckResult.from_dict(raw)]}
+    before = {_key(c): (c, raw) for raw, c in zip(baseline["checks"], read_checks(baseline["checks"]))}
     thresholds = {t.field: t for t in map(parse_threshold, DEFAULT_DRIFT)}
     gating = {t.field for t in gates}
     thresholds.update({t.field: t for t in gates})
     out = {"path": str(path), "new_failures": [], "existing_failures": [], "fixed": [], "drift": [],
            "gates": [t.expression for t in gates], "environment_differs": environment_differences(current, baseline)}
-    for raw in current["checks"]:
-        c = CheckResult.from_dict(raw)
+    for raw, c in zip(current["checks"], read_checks(current["checks"])):
         old, old_raw = before.get(_key(c), (None, None))
         was = old.status if old else None
         failing, failed = _failing(c, raw), bool(old) and _failing(old, old_raw)

@@ -17,6 +17,7 @@ from paritygate.report.text import (
     run_fails,
     worst_status,
 )
+from paritygate.result import read_checks
 from paritygate.verdict import STATUSES
 
 ESC = html.escape
@@ -48,10 +49,10 @@ border-radius:4px;padding:0 5px;margin-left:6px}.tag.old{color:#667085}#verdict 
 
 
 def render_html(data):
-    checks = data["checks"]
+    checks = read_checks(data["checks"])
     parts = [(f"<!doctype html><html lang=en><meta charset=utf-8><title>Parity report: "
-             f"{_verdict_word(data)}</title><style>{CSS}{_status_css()}</style><body>"),
-             _banner(data), _matrix(checks),
+             f"{_verdict_word(data, checks)}</title><style>{CSS}{_status_css()}</style><body>"),
+             _banner(data, checks), _matrix(checks),
              *render_checks(by_severity(checks), data.get("baseline"), before_rest=[
                  _baseline(data.get("baseline")), _findings(data.get("findings"))]), "</body></html>"]
     return "\n".join(p for p in parts if p) + "\n"
@@ -62,22 +63,21 @@ def _status_css():
                    f".tint-{s}{{background:{TINTS[s]}}}" for s in STATUSES)
 
 
-def _run_fails(data):
-    return run_fails(data["checks"]) or any(d["gating"] for d in (data.get("baseline") or {}).get("drift", []))
+def _run_fails(data, checks):
+    return run_fails(checks) or any(d["gating"] for d in (data.get("baseline") or {}).get("drift", []))
 
 
-def _verdict_word(data):
-    if not data["checks"]:
+def _verdict_word(data, checks):
+    if not checks:
         return "NO CHECKS RAN"
-    return "FAIL" if _run_fails(data) else "PASS"
+    return "FAIL" if _run_fails(data, checks) else "PASS"
 
 
-def _banner(data):
-    checks = data["checks"]
+def _banner(data, checks):
     n = counts(checks)
-    word = _verdict_word(data)
+    word = _verdict_word(data, checks)
     colour = COLOURS["fail"] if word == "FAIL" else (COLOURS["pass"] if checks else COLOURS["skip"])
-    why = _why(data) if checks else "no check was recorded"
+    why = _why(data, checks) if checks else "no check was recorded"
     base = data.get("baseline")
     if base:
         why += (f"<br>vs baseline: {len(base['new_failures'])} new failure(s), {len(base['fixed'])} fixed, "
@@ -93,8 +93,8 @@ def _banner(data):
             f"</header><p class=env>{ESC(_environment_line(data))}</p>")
 
 
-def _why(data):
-    failing = counts([c for c in data["checks"] if run_fails([c])])
+def _why(data, checks):
+    failing = counts([c for c in checks if run_fails([c])])
     parts = [f"{failing[s]} {s}" for s in ("fail", "error", "inconclusive") if failing[s]]
     gates = sum(d["gating"] for d in (data.get("baseline") or {}).get("drift", []))
     parts += [f"{gates} drift past --parity-baseline-fail"] if gates else []
@@ -115,15 +115,15 @@ def _environment_line(data):
 def _matrix(checks):
     if not checks:
         return ""
-    models = sorted({c["model"] for c in checks})
-    present = {c["precision"] for c in checks}
+    models = sorted({c.model for c in checks})
+    present = {c.precision for c in checks}
     columns = [p for p in PRECISION_ORDER if p in present] + sorted(p for p in present - {None}
                                                                     if p not in PRECISION_ORDER)
     columns += [None] if None in present else []
     head = "".join(f"<th>{ESC(p) if p else 'model-level'}</th>" for p in columns)
     rows = []
     for m in models:
-        cells = [_cell([c for c in checks if c["model"] == m and c["precision"] == p]) for p in columns]
+        cells = [_cell([c for c in checks if c.model == m and c.precision == p]) for p in columns]
         rows.append(f"<tr><th>{ESC(m)}</th>{''.join(cells)}</tr>")
     return (f"<section id=matrix><h2>Model × precision (worst status; click for its checks)</h2>"
             f"<table class=matrix><tr><th>model</th>{head}</tr>{''.join(rows)}</table></section>")
@@ -132,12 +132,12 @@ def _matrix(checks):
 def _cell(checks):
     if not checks:
         return "<td class=muted>—</td>"
-    worst = worst_status(c["status"] for c in checks)
-    first = min((c for c in checks if c["status"] == worst), key=lambda c: c["check"])
-    tally = ", ".join(f"{sum(c['status'] == s for c in checks)} {s}" for s in SEVERITY
-                      if any(c["status"] == s for c in checks))
+    worst = worst_status(c.status for c in checks)
+    first = min((c for c in checks if c.status == worst), key=lambda c: c.check)
+    tally = ", ".join(f"{sum(c.status == s for c in checks)} {s}" for s in SEVERITY
+                      if any(c.status == s for c in checks))
     tags = precision_label(first).partition(" ")[2]  # the numerics and coverage of an fp16/int8 cell
-    return (f"<td class=tint-{worst}><a href='#{check_id(first)}' title='{ESC(tally)}'>{badge(worst)}"
+    return (f"<td class=tint-{worst}><a href='#{check_id(first.model, first.precision, first.check)}' title='{ESC(tally)}'>{badge(worst)}"
             f"<small>{ESC(tally)}</small>{f'<small> {ESC(tags)}</small>' if tags else ''}</a></td>")
 
 

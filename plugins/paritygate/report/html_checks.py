@@ -30,19 +30,28 @@ def badge(status):
 
 
 def _title(c):
-    return f"{ESC(c['model'])} · {ESC(precision_label(c, 'model-level'))} · {ESC(c['check'])}"
+    return f"{ESC(c.model)} · {ESC(precision_label(c, 'model-level'))} · {ESC(c.check)}"
+
+
+def _ref_title(ref):
+    """A baseline section's entry (model, precision, check of a check)."""
+    return f"{ESC(ref['model'])} · {ESC(ref['precision'] or 'model-level')} · {ESC(ref['check'])}"
+
+
+def _id(c):
+    return check_id(c.model, c.precision, c.check)
 
 
 def render(checks, baseline=None, before_rest=()):
     """Sections for checks already ordered worst first: failing cards, ``before_rest``, the others, skips."""
-    cards = [c for c in checks if c["status"] in CARDS]
-    rest = [c for c in checks if c["status"] not in CARDS + ("skip",)]
-    skips = [c for c in checks if c["status"] == "skip"]
-    new = {_key(f) for f in (baseline or {}).get("new_failures", [])}
+    cards = [c for c in checks if c.status in CARDS]
+    rest = [c for c in checks if c.status not in CARDS + ("skip",)]
+    skips = [c for c in checks if c.status == "skip"]
+    new = {(f["model"], f["precision"], f["check"]) for f in (baseline or {}).get("new_failures", [])}
     out = []
     if cards:
         out.append(f"<section id=failing><h2>Failing checks ({len(cards)})</h2>"
-                   f"{''.join(_card(c, baseline and (_key(c) in new)) for c in cards)}</section>")
+                   f"{''.join(_card(c, baseline and ((c.model, c.precision, c.check) in new)) for c in cards)}</section>")
     out += [part for part in before_rest if part]
     if rest:
         out.append(f"<section id=others><h2>Other checks ({len(rest)})</h2>{_table(rest, plots_column=True)}</section>")
@@ -52,35 +61,31 @@ def render(checks, baseline=None, before_rest=()):
     return out
 
 
-def _key(c):
-    return c["model"], c["precision"], c["check"]
-
-
 def _card(c, new=None):
     """``new``: True (new since the baseline), False (failing in the baseline too), None (no baseline)."""
-    d = c["details"]
+    d = c.details
     tag = {True: " <span class=tag>new since baseline</span>", False: " <span class='tag old'>failing in the "
            "baseline too</span>", None: ""}[new]
     rerun = f"<p class=muted>rerun: <code>{ESC(d['rerun'])}</code></p>" if d.get("rerun") else ""
-    parts = [(f"<article class='card st-{c['status']}' id={check_id(c)}><h3>{badge(c['status'])} {_title(c)}{tag}"
+    parts = [(f"<article class='card st-{c.status}' id={_id(c)}><h3>{badge(c.status)} {_title(c)}{tag}"
              f"</h3><pre class=cause>{ESC(cause(c)) or '(no message recorded)'}</pre>")]
-    failing = [o for o in d.get("outputs") or [] if not o.get("passed", True)]
+    failing = [o for o in c.outputs or [] if not o.get("passed", True)]
     if failing:
         parts.append(_outputs_table(failing))
-    if d.get("outputs"):
-        parts.append(_tolerances(d["outputs"]))
-    task = d.get("task")
+    if c.outputs:
+        parts.append(_tolerances(c.outputs))
+    task = c.task
     if task and not task.get("passed", True):
         parts.append(f"<p><b>Task metric failed</b>: <code>{ESC(_compact(task))}</code></p>")
     if d.get("divergence"):
         text = ESC(divergence_text(c, code=lambda name: "\0" + name + "\1"))
         parts.append("<p><b>Where precision broke</b>: " + text.replace("\0", "<code>").replace("\1", "</code>") + "</p>")
-    if d.get("reproducer"):
-        parts.append(_reproducer(d["reproducer"]))
+    if c.reproducer:
+        parts.append(_reproducer(c.reproducer))
     parts.append(rerun)
     if has_plots(c):
         parts.append(f"<details open><summary>plots</summary><div class=plots>{''.join(plots(c))}</div></details>")
-    rest = {k: v for k, v in d.items() if k not in HIDDEN}
+    rest = {k: v for k, v in c.to_dict()["details"].items() if k not in HIDDEN}  # the record's, typed fields too
     if rest:
         parts.append(f"<details><summary>all details</summary><pre>{ESC(json.dumps(rest, indent=1))}</pre></details>")
     return "".join(parts) + "</article>"
@@ -143,10 +148,9 @@ def _compact(task):
 
 def summary(c):
     """One cell of text for a check in the table: its worst output's statistics, latency or cause."""
-    d = c["details"]
     o = worst_output(c)
     parts = [f"<code>{ESC(o['output'])}</code> {ESC(statistics_text(o))}"] if o else []
-    for r in d.get("latency") or []:
+    for r in c.latency or []:
         parts.append(ESC(f"{r.get('role', 'candidate')} {r.get('runtime', '')} batch {r.get('batch')}: p50 "
                          f"{num(r.get('p50_ms'), '.3f')} ms, p99 {num(r.get('p99_ms'), '.3f')} ms"
                          + (f" (budget {r['budget']})" if r.get("budget") else "")))
@@ -161,8 +165,8 @@ def _table(checks, plots_column):
         extra = ""
         if plots_column and has_plots(c):
             extra = f"<details><summary>plots</summary><div class=plots>{''.join(plots(c))}</div></details>"
-        rows.append(f"<tr id={check_id(c)}><td>{badge(c['status'])}</td><td>{ESC(c['model'])}</td>"
-                    f"<td>{ESC(precision_label(c))}</td><td>{ESC(c['check'])}</td><td>{summary(c)}{extra}</td></tr>")
+        rows.append(f"<tr id={_id(c)}><td>{badge(c.status)}</td><td>{ESC(c.model)}</td>"
+                    f"<td>{ESC(precision_label(c))}</td><td>{ESC(c.check)}</td><td>{summary(c)}{extra}</td></tr>")
     return ("<table class=checks style='table-layout:fixed;width:100%'><colgroup><col style='width:9em'>"
             "<col style='width:9em'><col style='width:6em'><col style='width:15em'><col></colgroup>"
             "<tr><th>status</th><th>model</th><th>precision</th><th>check</th><th>numbers and cause</th></tr>"
@@ -181,11 +185,12 @@ def baseline_section(base):
         items = base.get(key) or []
         if items:
             out.append(f"<h3>{title} ({len(items)})</h3><ul>" + "".join(
-                f"<li>{badge(i['status'])} <a href='#{check_id(i)}'>{_title(i)}</a> "
+                f"<li>{badge(i['status'])} <a href='#{check_id(i['model'], i['precision'], i['check'])}'>"
+                f"{_ref_title(i)}</a> "
                 f"<span class=muted>(baseline: {ESC(str(i.get('baseline_status') or 'not run'))})</span></li>"
                 for i in items) + "</ul>")
     if base.get("drift"):
-        rows = "".join(f"<tr><td>{'<b>gates</b>' if d['gating'] else 'reported'}</td><td>{_title(d)}</td>"
+        rows = "".join(f"<tr><td>{'<b>gates</b>' if d['gating'] else 'reported'}</td><td>{_ref_title(d)}</td>"
                        f"<td>{ESC(d['where'])}</td><td>{ESC(d['field'])}</td><td>{num(d['baseline'], '.4g')}</td>"
                        f"<td>{num(d['current'], '.4g')}</td><td>{ESC(d['change'])}</td><td>{ESC(d['threshold'])}</td>"
                        f"</tr>" for d in sorted(base["drift"], key=lambda d: not d["gating"]))

@@ -16,6 +16,7 @@ from paritygate.report.text import (
     tolerance_text,
     worst_output,
 )
+from paritygate.result import read_checks
 from paritygate.verdict import STATUSES
 
 ICON = {"pass": "✅ pass", "fail": "❌ fail", "error": "💥 error", "inconclusive": "❔ inconclusive", "skip": "⏭️ skip",
@@ -42,7 +43,7 @@ def _note(check):
     text = _cell(cause(check) + _divergence_note(check))
     if len(text) <= NOTE_CHARS:
         return text
-    where = "under Failures below" if check["status"] in FAILING else "in parity-report.json"
+    where = "under Failures below" if check.status in FAILING else "in parity-report.json"
     return text[:NOTE_CHARS] + f"… (full text {where})"
 
 
@@ -66,8 +67,7 @@ def _environment_line(data):
             f"TensorRT {env.get('tensorrt') or 'not installed'} · Beam {env.get('apache-beam')} · GPU: {gpu}")
 
 
-def _verdict(data):
-    checks = data["checks"]
+def _verdict(data, checks):
     if not checks:
         return ["no checks ran"]
     n = counts(checks)
@@ -80,10 +80,9 @@ def _verdict(data):
 
 
 def _failure(c):
-    lines = ["", f"### {ICON[c['status']]}: {c['model']} {precision_label(c, 'model-level')} {c['check']}", ""]
+    lines = ["", f"### {ICON[c.status]}: {c.model} {precision_label(c, 'model-level')} {c.check}", ""]
     lines += _fenced(cause(c) or "(no message recorded)")
-    d = c["details"]
-    for o in (o for o in d.get("outputs") or [] if not o.get("passed", True)):
+    for o in (o for o in c.outputs or [] if not o.get("passed", True)):
         lines.append(f"- output `{o['output']}`: {statistics_text(o)}")
         w = o.get("worst") or {}
         if w:
@@ -93,12 +92,12 @@ def _failure(c):
             shown = v.get("values", v.get("head"))
             lines.append(f"  - its input `{name}` {v.get('dtype')} {v.get('shape')}: "
                          f"{'' if 'values' in v else 'first values '}{[num(x, '.6g') for x in shown]}".replace("'", ""))
-    for tol, names in tolerance_groups(d.get("outputs") or []):
+    for tol, names in tolerance_groups(c.outputs or []):
         lines.append(f"- tolerance for {', '.join(f'`{n}`' for n in names)}: {tolerance_text(tol)}")
-    if d.get("divergence"):
+    if c.details.get("divergence"):
         lines.append(f"- where precision broke: {divergence_text(c, _code)}")
-    if d.get("reproducer"):
-        lines.append(f"- replay: `{d['reproducer']['command']}`")
+    if c.reproducer:
+        lines.append(f"- replay: `{c.reproducer['command']}`")
     return lines
 
 
@@ -126,11 +125,11 @@ def _baseline(base):
 
 
 def render_markdown(data):
-    checks = by_severity(data["checks"])
-    lines = ["# Parity report", "", *_verdict(data), "", _environment_line(data)]
+    checks = by_severity(read_checks(data["checks"]))
+    lines = ["# Parity report", "", *_verdict(data, checks), "", _environment_line(data)]
     if data.get("baseline"):
         lines += _baseline(data["baseline"])
-    failing = [c for c in checks if c["status"] in FAILING]
+    failing = [c for c in checks if c.status in FAILING]
     if failing:
         lines += ["", "## Failures"]
         for c in failing:
@@ -138,23 +137,23 @@ def render_markdown(data):
     lines += ["", "## Checks", "", "| model | precision | check | status | statistics (worst output) | note |",
               "|---|---|---|---|---|---|"]
     for c in checks:
-        lines.append(f"| {c['model']} | {precision_label(c)} | {c['check']} | {ICON[c['status']]} | "
+        lines.append(f"| {c.model} | {precision_label(c)} | {c.check} | {ICON[c.status]} | "
                      f"{_cell(_stat_cell(c))} | {_note(c)} |")
     lines += _latency(checks) + _findings(data.get("findings")) + _reproducers(checks)
     return "\n".join(lines) + "\n"
 
 
 def _latency(checks):
-    latency = [c for c in checks if c["details"].get("latency")]
+    latency = [c for c in checks if c.latency]
     if not latency:
         return []
     lines = ["", "## Latency", "",
              "| model | precision | runtime | batch | p50 ms | p90 ms | p99 ms | budget | within budget |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for c in sorted(latency, key=lambda c: (c["model"], c["precision"] or "")):
-        for row in c["details"]["latency"]:
+    for c in sorted(latency, key=lambda c: (c.model, c.precision or "")):
+        for row in c.latency:
             within = row.get("within_budget")
-            lines.append(f"| {c['model']} | {c['precision'] or '—'} | {row.get('runtime', '—')} | "
+            lines.append(f"| {c.model} | {c.precision or '—'} | {row.get('runtime', '—')} | "
                          f"{row.get('batch')} | {num(row.get('p50_ms', 0), '.3f')} | "
                          f"{num(row.get('p90_ms', 0), '.3f')} | {num(row.get('p99_ms', 0), '.3f')} | "
                          f"{row.get('budget') or '—'} | {'—' if within is None else ('yes' if within else 'NO')} |")
@@ -175,8 +174,8 @@ def _findings(findings):
 
 
 def _reproducers(checks):
-    repro = [(c, c["details"]["reproducer"]) for c in checks if c["details"].get("reproducer")]
+    repro = [c for c in checks if c.reproducer]
     if not repro:
         return []
-    return ["", "## Reproducers", ""] + [f"- {c['model']} {c['precision']} {c['check']}: `{r['command']}`"
-                                         for c, r in repro]
+    return ["", "## Reproducers", ""] + [f"- {c.model} {c.precision} {c.check}: `{c.reproducer['command']}`"
+                                         for c in repro]

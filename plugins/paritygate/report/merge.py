@@ -10,6 +10,8 @@ environment is kept under ``shards``, and a difference between them is listed in
 import json
 from pathlib import Path
 
+from paritygate.result import read_checks
+
 
 class MergeError(ValueError):
     """The shard reports cannot be merged; the message names the file(s) and what was expected."""
@@ -54,16 +56,21 @@ def merge_reports(paths):
 
 
 def _checks(shards):
+    """The shards' check records, each read back as its CheckResult (MergeError names the file of a bad one)."""
     seen, checks = {}, []
     for path, data in shards:
-        for c in data["checks"]:
-            key = (c.get("model"), c.get("precision"), c.get("check"))
+        try:
+            results = read_checks(data["checks"])
+        except ValueError as err:
+            raise MergeError(f"{path}: {err}") from err
+        for c in results:
+            key = (c.model, c.precision, c.check)
             if seen.get(key, path) != path:
                 raise MergeError(f"check {key[0]} {key[1] or 'model-level'} {key[2]} is in {seen[key]} and in "
                                  f"{path}: the shards overlap; give each model (or -k selection) to one shard")
             seen[key] = path
             checks.append(c)
-    return sorted(checks, key=lambda c: (c["model"], c["precision"] or "", c["check"]))
+    return [c.to_dict() for c in sorted(checks, key=lambda c: (c.model, c.precision or "", c.check))]
 
 
 def _joined(values):

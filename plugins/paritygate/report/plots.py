@@ -27,9 +27,10 @@ def _png(fig, alt):
 
 
 def has_plots(check):
-    d = check["details"]
-    return any("error_histogram" in o for o in d.get("outputs") or []) or \
-        any("samples_ms" in r for r in d.get("latency") or []) or bool((d.get("divergence") or {}).get("error_by_depth"))
+    """Whether a CheckResult has plot data: error histograms, latency samples or divergence by depth."""
+    return any("error_histogram" in o for o in check.outputs or []) or \
+        any("samples_ms" in r for r in check.latency or []) or \
+        bool((check.details.get("divergence") or {}).get("error_by_depth"))
 
 
 def plots(check):
@@ -39,10 +40,10 @@ def plots(check):
     plt = _pyplot()
     if plt is None:
         return [NO_MATPLOTLIB]
-    images = [_error_plot(plt, o) for o in check["details"].get("outputs") or [] if "error_histogram" in o]
-    if (check["details"].get("divergence") or {}).get("error_by_depth"):
-        images.append(_divergence_plot(plt, check["details"]["divergence"]))
-    rows = [r for r in check["details"].get("latency") or [] if r.get("samples_ms")]
+    images = [_error_plot(plt, o) for o in check.outputs or [] if "error_histogram" in o]
+    if (check.details.get("divergence") or {}).get("error_by_depth"):
+        images.append(_divergence_plot(plt, check.details["divergence"]))
+    rows = [r for r in check.latency or [] if r.get("samples_ms")]
     if rows:
         images.append(_latency_plot(plt, rows))
     return images

@@ -1,5 +1,6 @@
-"""Words and numbers shared by the Markdown and HTML reports and the JUnit properties: status order, the full
-cause of a check, and error statistics that say first how many values were NaN or Inf."""
+"""Words and numbers shared by the Markdown and HTML reports, the terminal summary and the JUnit properties: status
+order, the full cause of a check, and error statistics that say first how many values were NaN or Inf. A check is
+a ``paritygate.result.CheckResult`` (``read_checks`` turns a report's records into them)."""
 
 import json
 
@@ -25,8 +26,7 @@ def worst_status(statuses):
 
 def by_severity(checks):
     """Checks ordered failures first, then errors, inconclusive, xfail, regenerated, passes and skips."""
-    return sorted(checks, key=lambda c: (SEVERITY.index(c["status"]), c["model"], _precision_rank(c["precision"]),
-                                         c["check"]))
+    return sorted(checks, key=lambda c: (SEVERITY.index(c.status), c.model, _precision_rank(c.precision), c.check))
 
 
 def _precision_rank(precision):
@@ -38,15 +38,14 @@ def _precision_rank(precision):
 
 def precision_label(check, empty="—"):
     """The precision and, for an fp16/int8 row, the numerics it was computed with: ``fp16 [strict]``; with its
-    precision coverage when measured: ``fp16 [strict, 97% MACs]`` (``details.precision_coverage``)."""
-    d, precision = check.get("details") or {}, check.get("precision")
-    if not precision:
+    precision coverage when measured: ``fp16 [strict, 97% MACs]`` (the result's ``coverage``)."""
+    if not check.precision:
         return empty
-    tags = [d["numerics"]] if d.get("numerics") else []
-    cov = d.get("precision_coverage") or {}
+    tags = [check.numerics] if check.numerics else []
+    cov = check.coverage or {}
     if isinstance(cov.get("mac_share"), (int, float)):
         tags.append(f"{cov['mac_share']:.0%} MACs")
-    return f"{precision} [{', '.join(tags)}]" if tags else precision
+    return f"{check.precision} [{', '.join(tags)}]" if tags else check.precision
 
 
 def describe_numerics(mode):
@@ -58,24 +57,24 @@ def describe_numerics(mode):
 
 def counts(checks):
     """Count of every verdict word, zeros included, in the vocabulary's order."""
-    return {s: sum(c["status"] == s for c in checks) for s in STATUSES}
+    return {s: sum(c.status == s for c in checks) for s in STATUSES}
 
 
 def run_fails(checks):
     """Whether these checks fail the run: a fail or error, or an inconclusive the model does not allow."""
-    return any(c["status"] in ("fail", "error") or
-               (c["status"] == "inconclusive" and not c["details"].get("allow_uninformative")) for c in checks)
+    return any(c.status in ("fail", "error") or
+               (c.status == "inconclusive" and not c.details.get("allow_uninformative")) for c in checks)
 
 
 def cause(check):
     """The full cause of a check's status (never cut): the failure message, skip/xfail reason or note."""
-    d = check["details"]
+    d = check.details
     return str(d.get("message") or d.get("reason") or d.get("note") or "")
 
 
-def check_id(check):
+def check_id(model, precision, check):
     """An HTML id for a check's row."""
-    raw = f"{check['model']}-{check['precision'] or 'model'}-{check['check']}"
+    raw = f"{model}-{precision or 'model'}-{check}"
     return "c-" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in raw)
 
 
@@ -131,7 +130,7 @@ def statistics_text(o):
 def worst_output(check):
     """The output to summarise a check by: a failing one with the most non-finite values, else the largest
     finite max abs error."""
-    outs = check["details"].get("outputs") or []
+    outs = check.outputs or []
     pool = [o for o in outs if not o.get("passed", True)] or outs
     if not pool:
         return None
@@ -185,7 +184,7 @@ def key_numbers(result):
 def divergence_text(check, code=str):
     """Where precision broke and the plan that repairs it (``details["divergence"]``, paritygate/judge/divergence.py),
     in words; ``code`` wraps node and op names (backticks in Markdown, <code> in HTML)."""
-    d = check["details"].get("divergence")
+    d = check.details.get("divergence")
     if not d:
         return ""
     if d.get("error"):

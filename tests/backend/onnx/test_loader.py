@@ -320,9 +320,9 @@ def test_a_lint_finding_the_build_added_is_the_suites_error(tmp_path):
 def test_the_bundled_models_artifacts_pass_the_tensorrt_lint():
     """quantize_static's default made 11 INT32 DequantizeLinear in mobilenet's int8 artifact and 6 in ssd's;
     none of the bundled models' artifacts may carry a finding (they are built into the shared cache, by key)."""
-    from paritygate.session import ParitySession
+    from paritygate.context import RunOptions
 
-    for spec in ParitySession().models:  # the bundled zoo, built into the cache
+    for spec in RunOptions().models:  # the bundled zoo, built into the cache
         for precision in spec.precisions:
             report = loader.artifact_report(spec, precision)
             assert report["built_by_suite"] and report["lint"] == [], (spec.name, precision, report["lint"])

@@ -27,10 +27,10 @@ LN_INPUT = "StatefulPartitionedCall/bert_1/embed_1/add_1:0"  # the embedding sum
 @pytest.fixture(scope="module")
 def bert():
     pytest.importorskip("tensorflow")
+    from paritygate.context import RunOptions
     from paritygate.inputs import goldens
-    from paritygate.session import ParitySession
 
-    spec = next(m for m in ParitySession().models if m.name == "bert")  # the bundled zoo, built into the cache
+    spec = next(m for m in RunOptions().models if m.name == "bert")  # the bundled zoo, built into the cache
     golden = goldens.load_golden(spec)
     return spec, {k: v[:8] for k, v in golden.inputs.items()}, golden.outputs["probs"][:8]
 

@@ -25,10 +25,10 @@ BATCH = 8
 @pytest.fixture(scope="module")
 def bundled():
     pytest.importorskip("tensorflow")
+    from paritygate.context import RunOptions
     from paritygate.inputs import goldens
-    from paritygate.session import ParitySession
 
-    return {m.name: (m, goldens.load_golden(m).inputs) for m in ParitySession().models if m.name in MODELS}
+    return {m.name: (m, goldens.load_golden(m).inputs) for m in RunOptions().models if m.name in MODELS}
 
 
 def session(path):

@@ -1,0 +1,43 @@
+"""The terminal summary of a run (``pytest_terminal_summary``): the validation pass, the verdict counts, the
+artifact and reference caches, where the time went, the numerics of fp16/int8 rows, replay commands, findings,
+the comparison with the baseline and where the report was written. Read from the recorder
+(``paritygate.session.ParitySession``) and its run's options."""
+
+from paritygate.report.baseline import summary_lines as baseline_lines
+from paritygate.report.text import describe_numerics, precision_label
+from paritygate.report.timeline import summary_line as time_line
+from paritygate.verdict import STATUSES
+
+
+def summary_lines(session):
+    from paritygate.models.preflight import summary_lines as validation_lines
+
+    lines = validation_lines(session.validation)
+    checks = session.checks
+    if not checks and not session.findings:
+        return lines
+    counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
+    # the four verdicts always, so that "0 error" is said; skip/xfail/regenerated when they occurred
+    text = ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("pass", "fail", "error", "inconclusive"))
+    stats = session.cache_stats()
+    lines += [f"paritygate: runtime {session.options.runtime}, {len(checks)} checks: {text}",
+              f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]
+    from paritygate.backend.reference_cache import summary_line
+
+    ref = session.reference_cache_stats()
+    lines.append(summary_line(ref, ref["enabled"]))
+    spent = session.time_spent()
+    lines.append(time_line(spent, spent["wall"], spent["processes"]))
+    reduced = sorted({c.numerics for c in checks if c.numerics})
+    if reduced:
+        lines.append(f"paritygate: fp16/int8 rows computed with {' and '.join(reduced)} numerics "
+                     f"({'; '.join(describe_numerics(n) for n in reduced)})")
+    lines += [f"paritygate: {c.model} {precision_label(c)} {c.check} failed; replay: {c.reproducer['command']}"
+              for c in checks if c.reproducer]
+    for f in session.findings:
+        lines.append(f"paritygate: finding {f['kind']}: {f['model']} {f['precision'] or ''} {f['check']}: "
+                     f"{f['details'].get('summary', '')}".replace("  ", " "))
+    lines += baseline_lines(session.baseline_section)
+    if session.options.report_dir is not None:
+        lines.append(f"paritygate: report written to {session.options.report_dir}")
+    return lines
