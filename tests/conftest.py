@@ -175,15 +175,3 @@ def record_of(model, precision, check, status, details=None):
     return CheckResult.from_dict({"model": model, "precision": precision, "check": check, "status": status,
                                   "details": details or {}})
 
-
-# The longest tests first, so that under xdist (``-n auto``) they start at once on different workers and the short
-# ones fill in around them, instead of one long test ending the run alone (issue 19; measured with --durations).
-LONGEST = ("tests/thirdparty/", "tests/test_packaging.py", "tests/judge/test_nonfinite.py")
-
-
-def pytest_collection_modifyitems(items):
-    def rank(item):
-        path = item.nodeid.replace("\\", "/")
-        return 0 if path.startswith(LONGEST) else 1 if item.get_closest_marker("slow") else 2
-
-    items.sort(key=rank)  # stable: the same order on every worker, as xdist requires
