@@ -45,26 +45,21 @@ def constants(graph):
     return dims
 
 
-def interior(graph, half, shapes):
+def interior(graph, half, shapes, readers=None):
     """The float16 tensors of ``graph`` computed inside a fused chain (module doc): never stored, never rounded.
-    ``shapes``: {tensor: dims} after shape inference (a dim not known is None), for the residual sum."""
+    ``shapes``: {tensor: dims} after shape inference (a dim not known is None), for the residual sum; ``readers``:
+    ``scopes.readers(graph)`` (a tensor read twice by one node, or inside a subgraph, is stored: the chain ends)."""
     from paritygate.backend.onnx import scopes
 
     consts, outputs = constants(graph), {o.name for o in graph.output}
-    readers = {}
-    for node in graph.node:
-        for i in {i for i in node.input if i}:
-            readers.setdefault(i, []).append(node)
-        for sub in scopes.subgraphs(node):
-            for i in scopes.free_names(sub):
-                readers.setdefault(i, []).append(None)  # read inside a subgraph: stored
+    readers = scopes.readers(graph) if readers is None else readers
     inside = set()
     for node in graph.node:
         if node.op_type not in ANCHORS or not node.output or node.output[0] not in half:
             continue
         axis, tensor = _channel_axis(node, consts), node.output[0]
         while tensor not in outputs and len(readers.get(tensor, [])) == 1:
-            nxt = readers[tensor][0]
+            nxt = readers[tensor][0][0]
             if nxt is None or not nxt.output or nxt.output[0] not in half or not _epilogue(nxt, tensor, node, axis,
                                                                                            consts, shapes):
                 break
@@ -102,10 +97,8 @@ def _residual(node, tensor, anchor, shapes):
 
 
 def _epilogue(node, tensor, anchor, axis, consts, shapes):
-    """Whether ``node``, reading ``tensor`` (once) from the chain of ``anchor``, joins the chain (module doc)."""
-    others = [i for i in node.input if i and i != tensor]
-    if list(node.input).count(tensor) != 1:
-        return False
+    """Whether ``node``, reading ``tensor`` once from the chain of ``anchor``, joins the chain (module doc)."""
+    others = [i for i in node.input if i and i != tensor]  # ``tensor`` is read once (interior's readers)
     if node.op_type in AFFINE:
         # c / x is no epilogue (a reciprocal of the accumulator); c - x is (-1 * x + c)
         return (node.op_type != "Div" or node.input[0] == tensor) and all(_per_channel(consts.get(i), axis)

@@ -49,6 +49,20 @@ def free_names(graph):
     return read - defined(graph)
 
 
+def readers(graph):
+    """{tensor: [(node, input index), ...]} over ``graph``'s nodes, a node once per input it reads the tensor as; a
+    tensor a subgraph reads gets a (None, None) entry."""
+    out = {}
+    for node in graph.node:
+        for k, i in enumerate(node.input):
+            if i:
+                out.setdefault(i, []).append((node, k))
+        for sub in subgraphs(node):
+            for i in free_names(sub):
+                out.setdefault(i, []).append((None, None))
+    return out
+
+
 def rename_reads(graph, old, new, outputs=False):
     """Read ``new`` wherever ``graph`` and its subgraphs read ``old`` from this scope; a nested graph that defines
     ``old`` itself is left as it is. ``outputs``: also rename graph outputs named ``old`` (a subgraph's outputs are

@@ -87,8 +87,8 @@ def emulate(source, defer=True, fuse=True):
         else:
             _retype(graph.input)
         outputs = {o.name for o in graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
-        readers, unrounded, rebuilt = _readers(graph), set(), []
-        inside = fusion.interior(graph, half, shapes) if fuse else set()
+        readers, unrounded, rebuilt = scopes.readers(graph), set(), []
+        inside = fusion.interior(graph, half, shapes, readers) if fuse else set()
         for node in list(graph.node):
             report["retyped_nodes"] += _retarget(node)
             rebuilt.append(node)
@@ -116,19 +116,6 @@ def emulate(source, defer=True, fuse=True):
         if not top:
             _retype(graph.output)
     return model, report
-
-
-def _readers(graph):
-    """{tensor: [(node, input index), ...]} over ``graph``'s nodes; a tensor a subgraph reads gets a None entry."""
-    out = {}
-    for node in graph.node:
-        for k, i in enumerate(node.input):
-            if i:
-                out.setdefault(i, []).append((node, k))
-        for sub in scopes.subgraphs(node):
-            for i in scopes.free_names(sub):
-                out.setdefault(i, []).append((None, None))
-    return out
 
 
 def _deferrable(readers, out, half):
