@@ -79,14 +79,20 @@ def thirdparty_config(tmp_path):
             pytest.skip(f"third-party model '{name}': {reason}")
         if name in EXPORTS:
             exported(name)
-        table = dict(thirdparty_tables()[name])
-        for key in ("reference", "onnx", "calibration"):
-            if key in table:
-                table[key] = str((HERE / table[key]).resolve())
-        (tmp_path / "inputs").mkdir(exist_ok=True)
-        shutil.copy(HERE / "inputs" / f"{name}.npz", tmp_path / "inputs")
-        if known_failures(name):
-            write_config(tmp_path, {"known_failures": known_failures(name)}, name="expectations.toml")
-        return write_config(tmp_path, {"models": [table]})
+        return one_model_config(name, tmp_path)
 
     return config
+
+
+def one_model_config(name, folder, drop=()):
+    """Write ``folder``/parity.toml holding only the model ``name`` of tests/thirdparty/parity.toml (paths made
+    absolute, its input set and known failures beside it, the table keys in ``drop`` left out); returns its path."""
+    table = {k: v for k, v in thirdparty_tables()[name].items() if k not in drop}
+    for key in ("reference", "onnx", "calibration"):
+        if key in table:
+            table[key] = str((HERE / table[key]).resolve())
+    (folder / "inputs").mkdir(parents=True, exist_ok=True)
+    shutil.copy(HERE / "inputs" / f"{name}.npz", folder / "inputs")
+    if known_failures(name):
+        write_config(folder, {"known_failures": known_failures(name)}, name="expectations.toml")
+    return write_config(folder, {"models": [table]})
