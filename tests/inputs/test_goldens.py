@@ -329,3 +329,23 @@ def test_update_goldens_is_regenerated_and_a_tampered_golden_is_an_error(pyteste
     data = json.loads((report / "parity-report.json").read_text())
     assert data["checks"] == [] and len(data["validation"]["problems"]) == 1
     result.stderr.fnmatch_lines([f"ERROR: *parity.toml: model 'toy': {path}: sha256 * does not match the manifest's*"])
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_goldens_reproduce_with_outputs_mapped_to_other_candidate_names(pytester, toy_saved_model):
+    """Goldens hold the reference's outputs and goldens_reproduce runs TensorFlow again: both sides carry the
+    reference's names, whatever ``[models.outputs]`` maps them to on the candidate (found on basic-pitch, whose ONNX
+    names its outputs StatefulPartitionedCall:0..2: the check failed on its own fresh goldens)."""
+    pytest.importorskip("tensorflow")
+    from tests.conftest import make_onnx, scale, write_config
+
+    onnx_path = make_onnx(pytester.path / "renamed.onnx", scale("y_c", 5.0), scale("z_c", 2.0), outputs=("y_c", "z_c"))
+    write_config(pytester.path, {"models": [{
+        "name": "toy", "reference": str(toy_saved_model), "onnx": str(onnx_path), "precisions": ["fp32"],
+        "max_batch": 4, "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}},
+        "outputs": {"y": "y_c", "z": "z_c"}}]})
+    result, check, _ = _goldens_run(pytester, "--update-goldens")
+    assert result.ret == 0 and check["status"] == "regenerated", check
+    result, check, _ = _goldens_run(pytester)
+    assert result.ret == 0 and check["status"] == "pass", (check, result.stdout.str()[-2000:])
