@@ -14,7 +14,7 @@ FONT, CHAR_W = 11, 6.4  # px in the SVG's own units (1 unit = 1 CSS px at full s
 PANEL_W, PLOT_H = 430, 170  # one panel's width and its plot area's height
 LEFT, RIGHT, TOP, BOTTOM = 64, 14, 24, 40  # margins around the plot area; the legend goes under BOTTOM
 ROW = 15  # a legend row's height
-EDGE_FLOOR = 1e-10  # the histogram's first edge is 0: drawn at 1e-10 on the log axis, as the matplotlib report did
+EDGE_FLOOR = 1e-10  # the histogram's first edge is 0 (exact matches): drawn a decade below its second, 1e-9
 DEPTH_FLOOR, DEPTH_TOP = 1e-12, 1e30  # error by depth: zero drawn at the bottom, non-finite at the top
 BIG = 1e300  # finite values beyond this are clipped so that no span overflows to inf
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
