@@ -13,7 +13,7 @@ _IMPORTORSKIP_KEY = pytest.StashKey[object]()
 
 
 def require_extras(config):
-    """``PARITYGATE_REQUIRE_EXTRAS=tf,onnx,beam,report`` (set by .ci/run from the install line): a module one of
+    """``PARITYGATE_REQUIRE_EXTRAS=tf,onnx,beam`` (set by .ci/run from the install line): a module one of
     these extras promises (lazy.PROMISED) that does not import fails where ``pytest.importorskip`` would skip,
     so a CI environment whose extra is broken cannot go green. Unset: missing extras skip with the reason."""
     from paritygate.lazy import promised_by

@@ -23,23 +23,21 @@ _EXTRA = {
     "tensorrt": "gpu",
     "polygraphy": "gpu",
     "cuda": "gpu",
-    "matplotlib": "report",
 }
 
 
 # What each extra of pyproject.toml promises to make importable (its distributions' top-level modules), for
-# PARITYGATE_REQUIRE_EXTRAS: cpu is pyproject's paritygate[tf,onnx,beam,report]; lint installs binaries only.
+# PARITYGATE_REQUIRE_EXTRAS: cpu is pyproject's paritygate[tf,onnx,beam]; lint installs binaries only.
 PROMISED = {
     "tf": ("tensorflow", "keras", "hypothesis", "xdist"),
     "onnx": ("onnx", "onnxruntime", "onnxconverter_common", "tf2onnx", "polygraphy", "hypothesis", "xdist"),
     "beam": ("apache_beam", "hypothesis", "xdist"),
-    "report": ("matplotlib",),
     "gpu": ("tensorrt", "polygraphy", "cuda"),
     "gpu-trt10": ("tensorrt", "polygraphy", "cuda"),
     "test": ("pytest_benchmark",),
     "lint": (),
 }
-ALIASES = {"cpu": ("tf", "onnx", "beam", "report")}
+ALIASES = {"cpu": ("tf", "onnx", "beam")}
 
 
 def promised_by(extras):

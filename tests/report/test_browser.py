@@ -28,8 +28,6 @@ def failing_session(config):
     s = ParitySession(RunOptions(config_path=config, runtime="onnxruntime"))
     spec = toy_spec(precisions=("fp32", "fp16", "int8"))
     ok = compare(spec, "fp32", {"y": 5 * X}, {"y": 5 * X + 1e-7}, compare_task=False).to_dict()["details"]
-    for o in ok["outputs"]:  # plots for the failing check only: drawing ~40 of them takes half a minute
-        del o["error_histogram"], o["error_vs_magnitude"]
     for model in ("bert", "linear", "mobilenet", "ssd"):
         for precision in ("fp32", "fp16", "int8"):
             for check in ("matches_reference", "property_parity", "determinism"):
@@ -57,17 +55,18 @@ def png_size(path):
 
 @needs_chromium
 def test_verdict_matrix_and_first_cause_are_on_the_first_screen(tmp_path):
-    pytest.importorskip("matplotlib")  # the plots are part of what must fit the page
     report = write_report(failing_session(tmp_path / "parity.toml"), tmp_path / "report") / "parity-report.html"
     seen = layout(report)
     width, height = seen["viewport"]
     assert width == WIDTH and 0 < height <= HEIGHT
     boxes = seen["boxes"]
-    assert set(boxes) == {"verdict", "matrix", "first_cause"}
+    assert set(boxes) == {"verdict", "matrix", "first_cause", "first_plot"}
     for name in ("verdict", "matrix"):
         left, top, right, bottom = boxes[name]
         assert 0 <= left and right <= width and 0 <= top and bottom <= height, f"{name} at {boxes[name]}, viewport {seen}"
     assert boxes["verdict"][3] <= boxes["matrix"][1] <= boxes["first_cause"][1] < height  # in that order, cause begins
+    left, top, right, bottom = boxes["first_plot"]  # the failing card's plot (inline SVG) is drawn, inside the page
+    assert 0 <= left < right <= width and bottom - top > 100, f"first plot at {boxes['first_plot']}"
     assert seen["scroll_width"] <= width, "something (a plot, a table) overflows the window sideways"
     png = screenshot(report)
     assert png == report.with_suffix(".png") and png_size(png) == (WIDTH, HEIGHT)

@@ -20,7 +20,8 @@ NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
          "--disable-extensions", "--mute-audio", "--allow-file-access-from-files")
 # Elements whose boxes are measured: the selector and the name they get in the layout.
-MEASURED = {"verdict": "#verdict", "matrix": "#matrix", "first_cause": "#failing article .cause"}
+MEASURED = {"verdict": "#verdict", "matrix": "#matrix", "first_cause": "#failing article .cause",
+            "first_plot": "#failing article .plots svg"}
 PROBE = """<script>(function(){var out={viewport:[innerWidth,innerHeight],
 scroll_width:document.documentElement.scrollWidth,boxes:{}};var sel=%s;
 for(var k in sel){var e=document.querySelector(sel[k]);if(e){var r=e.getBoundingClientRect();

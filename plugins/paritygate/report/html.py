@@ -43,7 +43,7 @@ font-size:12px;text-align:center;text-transform:uppercase;letter-spacing:.03em}
 .card{border:1px solid #d0d5dd;border-left:6px solid;border-radius:6px;padding:8px 12px;margin:10px 0}
 .card h3{font-size:15px;margin:0 0 4px}.card table{margin:6px 0}.cause{background:#f9fafb;padding:6px 8px;
 border-radius:4px}details{margin:6px 0}summary{cursor:pointer}.plots{display:flex;flex-wrap:wrap;gap:8px}
-.plots img{max-width:min(100%,640px)}.tag{font-size:12px;font-weight:600;color:#b42318;border:1px solid;
+.plots svg{max-width:100%;height:auto;display:block}.tag{font-size:12px;font-weight:600;color:#b42318;border:1px solid;
 border-radius:4px;padding:0 5px;margin-left:6px}.tag.old{color:#667085}#verdict li.zero{color:#667085}.checks td:nth-child(5){max-width:640px}
 """
 
