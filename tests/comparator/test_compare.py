@@ -270,6 +270,7 @@ def test_compare_outputs_uses_each_outputs_tolerance():
 
 # -- speed ------------------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.latency  # a timed assertion: it runs with the latency tests, alone (under -n 2 it once took 1.01 s)
 def test_ten_million_float32_elements_compare_in_under_half_a_second():
     rng = np.random.default_rng(0)
     ref = rng.standard_normal((100, 100_000), dtype=np.float32)

@@ -93,6 +93,8 @@ def one_model_config(name, folder, drop=()):
             table[key] = str((HERE / table[key]).resolve())
     (folder / "inputs").mkdir(parents=True, exist_ok=True)
     shutil.copy(HERE / "inputs" / f"{name}.npz", folder / "inputs")
-    if known_failures(name):
-        write_config(folder, {"known_failures": known_failures(name)}, name="expectations.toml")
+    known = [{**e, **({"reproducer": str((HERE / e["reproducer"]).resolve())} if "reproducer" in e else {})}
+             for e in known_failures(name)]
+    if known:
+        write_config(folder, {"known_failures": known}, name="expectations.toml")
     return write_config(folder, {"models": [table]})

@@ -195,14 +195,15 @@ def corner_feeds(spec):
     return corners
 
 
-def with_corner_examples(prop, spec, argname="feed", pool=None):
-    """Decorate a Hypothesis test with ``corner_feeds(spec)`` as explicit examples, and with one unperturbed
-    batch of each of the model's input sets when ``pool`` is given (so that in-distribution inputs are
-    tried on every run, whatever Hypothesis draws)."""
+def with_corner_examples(prop, spec, argname="feed", pool=None, known=()):
+    """Decorate a Hypothesis test with ``known`` (the inputs of recorded known failures: each a ``Feed`` from
+    "known_failure"), ``corner_feeds(spec)`` and, when ``pool`` is given, one unperturbed batch of each of the
+    model's input sets as explicit examples (so that these are tried on every run, whatever Hypothesis draws)."""
     from hypothesis import example
 
-    explicit = corner_feeds(spec) + (pool_feeds(spec, pool) if pool is not None else [])
-    for feed in reversed(explicit):  # decorators apply inside out: the corners run first
+    recorded = [Feed(x, ["known_failure"] * len(next(iter(x.values())))) for x in known]
+    explicit = recorded + corner_feeds(spec) + (pool_feeds(spec, pool) if pool is not None else [])
+    for feed in reversed(explicit):  # decorators apply inside out: the first runs first
         prop = example(**{argname: feed})(prop)
     return prop
 

@@ -30,6 +30,7 @@ from paritygate.judge import vacuity
 from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import judge_outputs, output_records
 from paritygate.judge.reference_noise import K_REFERENCE, Ledger, reference_noise
+from paritygate.models.known import known_failure_feeds
 from paritygate.result import CheckResult
 from paritygate.verdict import SuiteError, inconclusive
 
@@ -167,7 +168,7 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
             ledger.add(feed, profile)
             check(feed, profile)
 
-    prop = with_corner_examples(prop, spec, pool=input_pool(ctx, spec))
+    prop = with_corner_examples(prop, spec, pool=input_pool(ctx, spec), known=known_failure_feeds(spec, precision, name))
     try:
         prop()
     except Exception as err:

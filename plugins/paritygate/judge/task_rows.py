@@ -22,7 +22,7 @@ TASKS = ("classification", "detection")
 
 def in_distribution(source):
     """A row from the model's own data (as is or perturbed), not spec noise or a corner batch."""
-    return source != "noise" and not source.startswith("corner:") and source != "unlabelled"
+    return source not in ("noise", "unlabelled", "known_failure") and not source.startswith("corner:")
 
 
 class TaskRows:

@@ -7,6 +7,8 @@
     runtime = "tensorrt"            # optional: every runtime when absent
     numerics = "strict"             # optional (onnxruntime): every --parity-numerics mode when absent
     upstream_defect = "onnx-numpy-first-output"   # optional: the [[expectations]] id of the upstream defect
+    reproducer = "reproducers/x.npz"  # optional: the failing input (a saved reproducer of this model and check,
+                                    # path relative to expectations.toml), tried first by the property check
     reason = "…"                    # required: why, with the upstream issue or measurement
 
     [[expectations]]                a known upstream (Beam) defect: paritygate/beam/expectations.py applies it
@@ -14,7 +16,9 @@
 
 A known failure is applied to the matching checks as a *strict* xfail (an unexpected pass is reported as a
 failure) that expects an ``AssertionError`` (the candidate wrong): any other exception of the check is reported
-as itself. Both tables are read and checked here, once: unknown or missing keys and values of the wrong type are
+as itself. A property check's failure is found by what Hypothesis draws, and the derandomized draws change with
+the suite's and the project's code (Hypothesis mixes constants of local modules into them): an entry that names
+its ``reproducer`` is tried on that input every run, so it stays found. Both tables are read and checked here, once: unknown or missing keys and values of the wrong type are
 refused with the file, the table, the entry and the key.
 """
 
@@ -27,7 +31,8 @@ from paritygate.models.config import BUNDLED_CONFIG, ConfigError, tomllib
 BUNDLED_EXPECTATIONS = BUNDLED_CONFIG.parent / "expectations.toml"
 # table -> (required keys, optional keys, keys whose value is a list of strings; every other value is a string)
 SCHEMA = {
-    "known_failures": ({"model", "check", "reason"}, {"precision", "runtime", "numerics", "upstream_defect"}, set()),
+    "known_failures": ({"model", "check", "reason"}, {"precision", "runtime", "numerics", "upstream_defect",
+                                                     "reproducer"}, set()),
     "expectations": ({"id", "checks", "beam", "reaches", "upstream", "reason"},
                      {"defect", "when", "issue", "evidence"}, {"checks", "when"}),
 }
@@ -81,6 +86,9 @@ def load_known_failures(config_path):
         return []
     tables = read_expectations(path)
     entries = tables["known_failures"]
+    for e in entries:
+        if "reproducer" in e:
+            e["reproducer"] = _reproducer(path, e)
     named = [e for e in entries if "upstream_defect" in e]
     if named:
         ids = {e["id"] for e in tables["expectations"]}
@@ -91,6 +99,40 @@ def load_known_failures(config_path):
                 raise ExpectationError(f"{path}: {e['source'].split(' ', 1)[1]}: key 'upstream_defect': "
                                        f"{e['upstream_defect']!r} is no known upstream defect; known: {sorted(ids)}")
     return entries
+
+
+def _reproducer(path, entry):
+    """The entry's reproducer resolved beside ``path``, after checking it is one of this model and check."""
+    from paritygate.inputs.reproducer import ReplayError, load_reproducer
+
+    where = f"{path}: {entry['source'].split(' ', 1)[1]}: key 'reproducer'"
+    file = (path.parent / entry["reproducer"]).resolve()
+    try:
+        meta, _ = load_reproducer(file)
+    except ReplayError as err:
+        raise ExpectationError(f"{where}: {err}") from err
+    if (meta["model"], meta["check"]) != (entry["model"], entry["check"]):
+        raise ExpectationError(f"{where}: {file} reproduces model {meta['model']!r} check {meta['check']!r}, "
+                               f"expected model {entry['model']!r} check {entry['check']!r}")
+    return str(file)
+
+
+def known_failure_feeds(spec, precision=None, check=None):
+    """The inputs of the ``[[known_failures]]`` reproducers of ``spec``'s model (of ``precision`` and ``check``;
+    None: any) in the expectations.toml beside its config, each checked against the spec (an InputSetError
+    names the file)."""
+    from paritygate.inputs.reproducer import load_reproducer
+    from paritygate.inputs.sets import check_arrays
+
+    found = []
+    for entry in load_known_failures(spec.source):
+        if "reproducer" not in entry or entry["model"] != spec.name or entry["check"] != (check or entry["check"]) \
+                or entry.get("precision", precision) != (precision or entry.get("precision")):
+            continue
+        _, inputs = load_reproducer(entry["reproducer"])
+        check_arrays(spec, entry["reproducer"], inputs, "known failure's reproducer")
+        found.append(inputs)
+    return found
 
 
 def mark_known_failures(item, model, precision, runtime, entries, numerics=None):

@@ -34,6 +34,7 @@ import numpy as np
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
 from paritygate.lazy import available, missing_reason
+from paritygate.models.config import ConfigError
 from paritygate.verdict import SuiteError
 
 
@@ -250,6 +251,7 @@ def _data_files(ctx, spec, v):
     """Every data file of the model through the one reader (paritygate.inputs.sets); the goldens also against their
     manifest (not under --update-goldens, which rewrites them)."""
     from paritygate.inputs import goldens
+    from paritygate.models.known import known_failure_feeds
     from paritygate.inputs.sets import InputSetError, read_input_set
 
     files = [(None, goldens.input_set_path(spec), "input set"), (None, goldens.heldout_set_path(spec), "held-out set")]
@@ -265,6 +267,12 @@ def _data_files(ctx, spec, v):
                 v.problem(key, err)
                 continue
             v.checked.append(what)
+    with v.guard(None):
+        try:
+            if known_failure_feeds(spec):
+                v.checked.append("known failures' reproducers")
+        except (SuiteError, ConfigError) as err:  # InputSetError, ExpectationError
+            v.problem(None, err)
     if goldens.golden_path(spec).exists() and not ctx.update_goldens:
         with v.guard(None, goldens.golden_path(spec)):
             try:
