@@ -152,8 +152,8 @@ def test_a_reproducer_of_another_check_or_not_a_reproducer_is_refused(tmp_path):
                        "runtime": "onnxruntime"})
     np.savez(tmp_path / "other.npz", **{"input:x": np.zeros((1, 1), np.float32), "__meta__": np.array(meta)})
     (tmp_path / "junk.npz").write_bytes(b"not an archive")
-    for file, message in (("other.npz", r"reproduces model 'toy' check 'batch_invariance', expected model 'toy' "
-                                        r"check 'property_parity'"),
+    for file, message in (("other.npz", (r"reproduces model 'toy' check 'batch_invariance', expected model 'toy' "
+                                        r"check 'property_parity'")),
                           ("junk.npz", r"junk.npz: not a paritygate reproducer")):
         (tmp_path / "expectations.toml").write_text('[[known_failures]]\nmodel = "toy"\ncheck = "property_parity"\n'
                                                     f'reason = "r"\nreproducer = "{file}"\n')

@@ -251,8 +251,8 @@ def _data_files(ctx, spec, v):
     """Every data file of the model through the one reader (paritygate.inputs.sets); the goldens also against their
     manifest (not under --update-goldens, which rewrites them)."""
     from paritygate.inputs import goldens
-    from paritygate.models.known import known_failure_feeds
     from paritygate.inputs.sets import InputSetError, read_input_set
+    from paritygate.models.known import known_failure_feeds
 
     files = [(None, goldens.input_set_path(spec), "input set"), (None, goldens.heldout_set_path(spec), "held-out set")]
     if spec.calibration is not None:
