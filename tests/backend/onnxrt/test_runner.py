@@ -75,13 +75,23 @@ def test_deactivate_is_idempotent(toy_onnx):
     assert not runner.is_active
 
 
-def test_threads_do_not_spin_in_an_xdist_worker_and_outputs_are_the_same(toy_onnx, monkeypatch):
+def test_in_an_xdist_worker_one_thread_does_not_spin_and_outputs_are_the_same(toy_onnx, monkeypatch):
     x = {"x": np.linspace(-1, 1, 8, dtype=np.float32).reshape(8, 1)}
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     alone = OnnxrtRunner(toy_onnx).activate()
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     worker = OnnxrtRunner(toy_onnx).activate()
-    assert alone.spin and not worker.spin and OnnxrtRunner(toy_onnx, spin=True).spin
-    assert worker._sess.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    told = OnnxrtRunner(toy_onnx, threads=2, spin=True).activate()
+    options = {r: r._sess.get_session_options() for r in (alone, worker, told)}
+    def spin(o):
+        try:
+            return o.get_session_config_entry("session.intra_op.allow_spinning")
+        except RuntimeError:  # not set: ONNX Runtime's default, spinning
+            return "1"
+
+    spins = {r: spin(o) for r, o in options.items()}
+    assert (spins[alone], spins[worker], spins[told]) == ("1", "0", "1")
+    assert (options[alone].intra_op_num_threads, options[worker].intra_op_num_threads,
+            options[told].intra_op_num_threads) == (0, 1, 2)  # 0: ONNX Runtime's default, a thread per core
     for k, v in alone.infer(x).items():
         assert np.array_equal(v, worker.infer(x)[k])

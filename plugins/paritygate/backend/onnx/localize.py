@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from paritygate.backend.onnxrt.runner import session_options
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
@@ -79,8 +80,7 @@ def run_marked(model, feed, names):
     for name in names:
         if name not in have:
             marked.graph.output.append(onnx.ValueInfoProto(name=name))  # type left to ONNX Runtime's inference
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options = session_options()
     sess = ort.InferenceSession(marked.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
     wanted = [o.name for o in sess.get_outputs() if o.name in set(names)]
     return dict(zip(wanted, sess.run(wanted, feed)))
@@ -222,8 +222,7 @@ def added_errors(fp32_model, ref, values, atol, rtol):
     value against the FP32 node run alone on the candidate's values of its inputs (module doc, Ranking)."""
     values = {k: np.asarray(v).astype(ref[k].dtype) if k in ref else np.asarray(v) for k, v in values.items()}
     model, fed = _local_graph(fp32_model, values)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options = session_options()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # each node as written
     sess = ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]

@@ -71,8 +71,9 @@ def check_runtime(model_bytes, feeds, converter, path=None):
     """Steps 3 and 4: an ONNX Runtime session on the serialized model, and one run on ``feeds``."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # warnings (e.g. lenient shape merges) are not the verdict; errors are
+    from paritygate.backend.onnxrt.runner import session_options
+
+    options = session_options()  # warnings (e.g. lenient shape merges) are not the verdict; errors are
     try:
         session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
     except Exception as err:

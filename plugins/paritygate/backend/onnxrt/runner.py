@@ -15,28 +15,40 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tenso
               "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
 
 
+def session_options(threads=None, spin=None):
+    """ONNX Runtime session options of every session the suite makes: warnings off (errors are raised), and the
+    threading policy of ``OnnxrtRunner`` (below): in an xdist worker one intra-op thread that does not spin."""
+    worker = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    threads = (1 if worker else None) if threads is None else threads
+    if threads:
+        options.intra_op_num_threads = threads
+    if not (not worker if spin is None else spin):
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 class OnnxrtRunner(BaseRunner):
     """``spin``: whether ONNX Runtime's intra-op threads spin-wait between runs (its default). None: they do,
     except in an xdist worker (or a run it started): there the workers' thread pools share the cores, and spinning
     threads take them from each other (measured: nakdimon's ONNX at batch 4, 499 ms a call spinning, 298 ms not,
-    on the 2-core machine under load; the outputs are the same, spinning only changes how threads wait). The
-    latency checks never run in a worker, so they measure the default."""
+    on the 2-core machine under load; the outputs are the same, spinning only changes how threads wait).
+    ``threads``: intra-op threads (None: ONNX Runtime's default, one per core, except in an xdist worker, where it
+    is 1: the workers already fill the cores; measured with two processes at once on the 2-core machine, nakdimon's
+    ONNX at batch 4 took 54.7 and 54.7 ms a call with one thread each, 52.0 and 84.5 ms with the default; the
+    bundled mobilenet at batch 8, 0.175 against 0.237 ms). The latency checks never run in a worker, so they
+    measure the defaults."""
 
     def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None):
         super().__init__(name or f"onnxruntime:{Path(path).name}")
         self.path = Path(path)
         self.providers = list(providers)
-        self.threads = threads
-        self.spin = not os.environ.get("PYTEST_XDIST_WORKER") if spin is None else spin
+        self.threads, self.spin = threads, spin
         self._sess = None
 
     def activate_impl(self):
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        if self.threads:
-            options.intra_op_num_threads = self.threads
-        if not self.spin:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options = session_options(self.threads, self.spin)
         try:
             self._sess = ort.InferenceSession(str(self.path), sess_options=options, providers=self.providers)
         except Exception as err:
