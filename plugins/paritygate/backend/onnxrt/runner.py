@@ -17,11 +17,10 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tenso
 
 def session_options(threads=None, spin=None):
     """ONNX Runtime session options of every session the suite makes: warnings off (errors are raised), and the
-    threading policy of ``OnnxrtRunner`` (below): in an xdist worker one intra-op thread that does not spin."""
+    threading policy of ``OnnxrtRunner`` (below): in an xdist worker the intra-op threads do not spin."""
     worker = bool(os.environ.get("PYTEST_XDIST_WORKER"))
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    threads = (1 if worker else None) if threads is None else threads
     if threads:
         options.intra_op_num_threads = threads
     if not (not worker if spin is None else spin):
@@ -34,11 +33,12 @@ class OnnxrtRunner(BaseRunner):
     except in an xdist worker (or a run it started): there the workers' thread pools share the cores, and spinning
     threads take them from each other (measured: nakdimon's ONNX at batch 4, 499 ms a call spinning, 298 ms not,
     on the 2-core machine under load; the outputs are the same, spinning only changes how threads wait).
-    ``threads``: intra-op threads (None: ONNX Runtime's default, one per core, except in an xdist worker, where it
-    is 1: the workers already fill the cores; measured with two processes at once on the 2-core machine, nakdimon's
-    ONNX at batch 4 took 54.7 and 54.7 ms a call with one thread each, 52.0 and 84.5 ms with the default; the
-    bundled mobilenet at batch 8, 0.175 against 0.237 ms). The latency checks never run in a worker, so they
-    measure the defaults."""
+    ``threads``: intra-op threads (None: ONNX Runtime's default, one per core, in a worker too). Not 1 in a worker,
+    though it would be faster there (two processes at once on the 2-core machine: nakdimon's ONNX 54.7/54.7 ms a
+    call against 52.0/84.5 ms): the thread count changes ONNX Runtime's numerics (basic-pitch's fp32 outputs on
+    silence move by 0.0542 between a batch of one and of two with the default, not at all with one thread), and a
+    verdict must not depend on pytest's ``-n``. The latency checks never run in a worker, so they measure the
+    default."""
 
     def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None):
         super().__init__(name or f"onnxruntime:{Path(path).name}")
