@@ -1,7 +1,7 @@
 """Shared fixtures of the suite's own tests: a tiny TF SavedModel, ONNX graphs built with onnx.helper, and
 ModelSpecs / config files made in code.
 
-    parity_cache               session-scoped: $PARITYGATE_CACHE points at a fresh folder, not ~/.cache
+    parity_cache               session-scoped fresh folder; $PARITYGATE_CACHE points at it during the tests using it
     toy_saved_model            session-scoped SavedModel: x float32 [N, 1] in [-1, 1] -> y = 5x, z = 2x
     make_onnx(path, *nodes)    an ONNX model over x float32 [N, 1]; nodes default to y = 5x, z = 2x
     scale(out, k, src="x")     the nodes of out = k * src, for y = 5x variants: make_onnx(p, scale("y", 5.01))
@@ -24,11 +24,17 @@ OPSET = 17
 
 @pytest.fixture(scope="session")
 def parity_cache(tmp_path_factory):
-    """The artifact cache of this test session (a fresh folder): converted ONNX is built once per session."""
-    with pytest.MonkeyPatch.context() as mp:
-        folder = tmp_path_factory.mktemp("parity-cache")
-        mp.setenv("PARITYGATE_CACHE", str(folder))
-        yield folder
+    """The artifact cache of this test session (a fresh folder): converted ONNX is built once per session.
+    ``$PARITYGATE_CACHE`` points at it while a test that uses it runs (``_parity_cache_env``); every other test
+    uses the default cache, as the README's commands do (it once stayed set for the rest of the worker's session,
+    so that whichever tests ran after the first user rebuilt the bundled zoo in a fresh folder: issue 19)."""
+    return tmp_path_factory.mktemp("parity-cache")
+
+
+@pytest.fixture(autouse=True)
+def _parity_cache_env(request, monkeypatch):
+    if "parity_cache" in request.fixturenames:
+        monkeypatch.setenv("PARITYGATE_CACHE", str(request.getfixturevalue("parity_cache")))
 
 
 @pytest.fixture(autouse=True)

@@ -52,7 +52,9 @@ def toy(toy_saved_model, calibration, parity_cache):
     spec = toy_spec(reference=toy_saved_model, source=toy_saved_model.parent / "parity.toml",
                     precisions=("fp32", "fp16", "int8"), calibration=calibration)
     before = dict(STATS)
-    path = loader.fp32_onnx(spec)
+    with pytest.MonkeyPatch.context() as mp:  # module-scoped: built before the tests' own environment is set
+        mp.setenv("PARITYGATE_CACHE", str(parity_cache))
+        path = loader.fp32_onnx(spec)
     return spec, path, STATS["builds"] - before["builds"]
 
 
