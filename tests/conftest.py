@@ -9,6 +9,8 @@ ModelSpecs / config files made in code.
     write_config(folder, ...)  a parity.toml (inline tables) from nested dicts
 """
 
+import contextlib
+import functools
 import json
 import shutil
 import sys
@@ -46,6 +48,7 @@ def _smoke_profile_for_inner_runs(request, monkeypatch):
     if "pytester" not in request.fixturenames:
         yield
         return
+    _preload()
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "smoke")
     try:
         from hypothesis import settings
@@ -55,6 +58,28 @@ def _smoke_profile_for_inner_runs(request, monkeypatch):
     before = settings.get_current_profile_name()
     yield
     settings.load_profile(before)
+
+
+@functools.cache
+def _preload():
+    """Import the frameworks and every paritygate module before a test's pytester takes its snapshot of
+    sys.modules (this fixture runs first: autouse), once per process. An in-process run (``pytester.runpytest``)
+    then pays no import of its own, and pytester's restore drops nothing: a framework dropped and imported again
+    aborts the process (onnx's extension), and paritygate modules would be re-imported by every run. (Runs that
+    run Beam pipelines stay subprocesses: Beam's runner modules are many and imported on first use.)"""
+    import importlib
+    import pkgutil
+
+    import paritygate
+
+    for name in ("onnx", "onnxruntime", "tensorflow", "tf2onnx", "onnxconverter_common", "apache_beam",
+                 "apache_beam.ml.inference.base", "hypothesis"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    for info in pkgutil.walk_packages(paritygate.__path__, "paritygate."):
+        if not info.name.startswith(("paritygate.conformance", "paritygate.fixtures", "paritygate.__main__")):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(info.name)
 
 
 # -- TensorFlow ---------------------------------------------------------------------------------------

@@ -116,7 +116,7 @@ def test_a_dynamic_spatial_model_runs_its_checks_over_the_profile(pytester):
     cfg = write_config(pytester.path, {"models": [{"name": "fcn", "reference": str(reference), "precisions": ["fp32"],
                                                    "max_batch": 2, "task": "regression", "inputs": {"x": INPUT}}]})
     report = pytester.path / "report"
-    result = pytester.runpytest_subprocess(str(CONFORMANCE / "test_properties.py"), str(CONFORMANCE / "test_parity.py"),
+    result = pytester.runpytest(str(CONFORMANCE / "test_properties.py"), str(CONFORMANCE / "test_parity.py"),
                                            f"--parity-config={cfg}", f"--parity-report={report}", "-k",
                                            "property_parity or accepts_every_batch_size", "-p", "no:cacheprovider",
                                            "-p", "no:xdist")
@@ -144,7 +144,7 @@ def test_goldens_of_a_dynamic_model_hold_the_profiles_min_opt_and_max(pytester):
 
     def run(*args):
         report = pytester.path / f"report{len(args)}"
-        result = pytester.runpytest_subprocess(str(CONFORMANCE / "test_goldens.py"), str(CONFORMANCE / "test_parity.py"),
+        result = pytester.runpytest(str(CONFORMANCE / "test_goldens.py"), str(CONFORMANCE / "test_parity.py"),
                                                f"--parity-config={cfg}", f"--parity-report={report}", "-k",
                                                "goldens or matches_reference", "-p", "no:cacheprovider", "-p",
                                                "no:xdist", *args)
@@ -175,7 +175,7 @@ def test_a_profile_corner_the_model_cannot_take_is_one_validation_line(pytester)
     small = dict(INPUT, profile={"min": [1, 2, 2, 3], "opt": [2, 8, 8, 3], "max": [2, 16, 12, 3]})
     cfg = write_config(pytester.path, {"models": [{"name": "fcn", "reference": str(reference), "precisions": ["fp32"],
                                                    "max_batch": 2, "inputs": {"x": small}}]})
-    result = pytester.runpytest_subprocess(str(CONFORMANCE / "test_parity.py"), f"--parity-config={cfg}",
+    result = pytester.runpytest(str(CONFORMANCE / "test_parity.py"), f"--parity-config={cfg}",
                                            "-p", "no:cacheprovider", "-p", "no:xdist")
     assert result.ret == 4, result.stdout.str()[-3000:]
     lines = [line for line in result.outlines + result.errlines if "inputs.x.profile" in line]

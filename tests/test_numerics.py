@@ -45,7 +45,7 @@ def square_config(tmp_path_factory):
 
 def _run(pytester, config, *args):
     report = pytester.path / "report"
-    result = pytester.runpytest_subprocess(str(CONFORMANCE / "test_parity.py"), "-k", "matches_reference",
+    result = pytester.runpytest(str(CONFORMANCE / "test_parity.py"), "-k", "matches_reference",
                                            f"--parity-config={config}", f"--parity-report={report}",
                                            "-p", "no:cacheprovider", "-p", "no:xdist", *args)
     checks = {c["precision"]: c for c in json.loads((report / "parity-report.json").read_text())["checks"]}
@@ -88,7 +88,7 @@ def test_the_printed_plan_applied_as_printed_makes_the_next_run_pass(pytester, s
                       'range = [-2.0, 2.0]\n')
 
     def run(report):
-        pytester.runpytest_subprocess(str(CONFORMANCE / "test_parity.py"), str(CONFORMANCE / "test_properties.py"),
+        pytester.runpytest(str(CONFORMANCE / "test_parity.py"), str(CONFORMANCE / "test_properties.py"),
                                       "-k", "matches_reference or property_parity", f"--parity-config={config}",
                                       f"--parity-report={pytester.path / report}", "-p", "no:cacheprovider",
                                       "-p", "no:xdist")

@@ -54,7 +54,7 @@ def run(pytester, toy_saved_model, onnx_files, precisions, *args):
         "max_batch": 4, "task": "regression", "calibration": "calib.npz",
         "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}]})
     report = pytester.path / "report"
-    result = pytester.runpytest_subprocess(str(CONFORMANCE / "test_parity.py"), "-k", "matches_reference",
+    result = pytester.runpytest(str(CONFORMANCE / "test_parity.py"), "-k", "matches_reference",
                                            f"--parity-config={cfg}", f"--parity-report={report}",
                                            "-p", "no:cacheprovider", "-p", "no:xdist", *args)
     path = report / "parity-report.json"

@@ -291,7 +291,7 @@ def _goldens_run(pytester, *args):
 
     report = pytester.path / "report"
     conformance = Path(__file__).resolve().parents[2] / "conformance" / "test_goldens.py"
-    result = pytester.runpytest_subprocess(str(conformance), f"--parity-config={pytester.path / 'parity.toml'}",
+    result = pytester.runpytest(str(conformance), f"--parity-config={pytester.path / 'parity.toml'}",
                                            f"--parity-report={report}", "-p", "no:cacheprovider", "-p", "no:xdist",
                                            "-rA", *args)
     [check] = json.loads((report / "parity-report.json").read_text())["checks"]
@@ -321,7 +321,7 @@ def test_update_goldens_is_regenerated_and_a_tampered_golden_is_an_error(pyteste
     path = pytester.path / "goldens" / "toy.npz"
     path.write_bytes(path.read_bytes() + b"tampered")
     report = pytester.path / "report-tampered"
-    result = pytester.runpytest_subprocess(str(Path(__file__).resolve().parents[2] / "conformance" / "test_goldens.py"),
+    result = pytester.runpytest(str(Path(__file__).resolve().parents[2] / "conformance" / "test_goldens.py"),
                                            f"--parity-config={pytester.path / 'parity.toml'}",
                                            f"--parity-report={report}", "-p", "no:cacheprovider", "-p", "no:xdist")
     # the suite's data is broken: the validation pass stops the run before any check (never a candidate failure)

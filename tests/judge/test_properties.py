@@ -29,7 +29,7 @@ X = {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-10.0, 10.0]}}
 def _run(pytester, models, files=("test_properties.py", "test_parity.py")):
     cfg = write_config(pytester.path, {"models": models})
     report = pytester.path / "report"
-    result = pytester.runpytest_subprocess(*[str(CONFORMANCE / f) for f in files], f"--parity-config={cfg}",
+    result = pytester.runpytest(*[str(CONFORMANCE / f) for f in files], f"--parity-config={cfg}",
                                            f"--parity-report={report}", "-p", "no:cacheprovider", "-p", "no:xdist")
     data = json.loads((report / "parity-report.json").read_text())
     checks = {}

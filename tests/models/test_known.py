@@ -44,7 +44,7 @@ def _run(pytester, toy_saved_model, y_scale):
         "max_batch": 4, "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}]})
     (pytester.path / "expectations.toml").write_text(KNOWN)
     report = pytester.path / "report"
-    result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={cfg}", f"--parity-report={report}",
+    result = pytester.runpytest(str(CONFORMANCE), f"--parity-config={cfg}", f"--parity-report={report}",
                                            "-p", "no:cacheprovider", "-p", "no:xdist")
     checks = {c["check"]: c for c in json.loads((report / "parity-report.json").read_text())["checks"]}
     return result, checks
@@ -128,7 +128,7 @@ def _anchored_run(pytester, toy_saved_model, reproducer):
     entry = '[[known_failures]]\nmodel = "toy"\ncheck = "property_parity"\nreason = "wrong at one input, TICKET-2"\n'
     (pytester.path / "expectations.toml").write_text(entry + (f'reproducer = "{reproducer}"\n' if reproducer else ""))
     report = pytester.path / "report"
-    result = pytester.runpytest_subprocess(str(CONFORMANCE.parent / "test_properties.py"), f"--parity-config={cfg}",
+    result = pytester.runpytest(str(CONFORMANCE.parent / "test_properties.py"), f"--parity-config={cfg}",
                                            f"--parity-report={report}", "-k", "property_parity", "-p", "no:cacheprovider",
                                            "-p", "no:xdist")
     return result, report

@@ -218,7 +218,7 @@ def test_plugin_stops_before_any_check_with_one_line_per_problem(pytester, toy_s
 def test_xdist_controller_validates_and_stops_the_run(pytester, toy_saved_model, parity_cache):
     pytest.importorskip("xdist")
     config, bad = _bad_config(pytester.path, toy_saved_model)
-    result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={config}", "-n", "1",
+    result = pytester.runpytest(str(CONFORMANCE), f"--parity-config={config}", "-n", "1",
                                            "-p", "no:cacheprovider")
     _assert_stopped(result, config, bad)
 

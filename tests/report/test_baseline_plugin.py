@@ -28,7 +28,7 @@ def _run(pytester, toy_saved_model, name, y_scale, *args):
         "max_batch": 4, "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}]},
         name=f"{name}.toml")
     report = pytester.path / name
-    result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={cfg}", f"--parity-report={report}",
+    result = pytester.runpytest(str(CONFORMANCE), f"--parity-config={cfg}", f"--parity-report={report}",
                                            "-p", "no:cacheprovider", "-p", "no:xdist", *args)
     return result, report
 

@@ -85,7 +85,7 @@ def test_a_run_split_with_parity_shard_merges_back_into_the_whole(pytester, toy_
     parity = Path(__file__).resolve().parents[2] / "conformance" / "test_parity.py"
     reports = []
     for k in (1, 2):
-        result = pytester.runpytest_subprocess(str(parity), f"--parity-config={cfg}", f"--parity-shard={k}/2",
+        result = pytester.runpytest(str(parity), f"--parity-config={cfg}", f"--parity-shard={k}/2",
                                                f"--parity-report={tmp_path / f's{k}'}", "-k", "batch_size",
                                                "-p", "no:cacheprovider", "-p", "no:xdist")
         assert result.ret == 0, result.stdout.str()[-2000:]
@@ -94,5 +94,5 @@ def test_a_run_split_with_parity_shard_merges_back_into_the_whole(pytester, toy_
     assert models == [["m1", "m3"], ["m2"]]
     assert main(["report", *map(str, reports), "--out", str(tmp_path / "all")]) == OK
     assert len(json.loads((tmp_path / "all" / "parity-report.json").read_text())["checks"]) == 3
-    bad = pytester.runpytest_subprocess(str(parity), f"--parity-config={cfg}", "--parity-shard=3/2")
+    bad = pytester.runpytest(str(parity), f"--parity-config={cfg}", "--parity-shard=3/2")
     assert bad.ret == 4 and "expected K/N with 1 <= K <= N" in bad.stderr.str()

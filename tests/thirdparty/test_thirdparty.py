@@ -36,7 +36,7 @@ def run_conformance(pytester, config, monkeypatch, *args, localize=False, report
     """The parity and property checks over ``config``; returns (result, checks of the JSON report)."""
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "smoke")  # derandomized: the same examples every run; fewer than ci's
     report = pytester.path / report
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         str(CONFORMANCE / "test_parity.py"), str(CONFORMANCE / "test_properties.py"), f"--parity-config={config}",
         f"--parity-report={report}", f"--parity-localize={'on' if localize else 'off'}", "-p", "no:xdist",
         "-p", "no:cacheprovider", *args)
@@ -101,6 +101,8 @@ def test_the_suites_own_beam_handler_passes_every_runinference_check(name, third
     config = thirdparty_config(name)
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "smoke")
     report = pytester.path / "report"
+    # a process of its own: Beam's runner modules imported by an in-process run would be dropped by pytester's
+    # restore of sys.modules and imported again by this worker's later Beam tests, two copies of one class
     result = pytester.runpytest_subprocess(
         str(CONFORMANCE / "test_runinference.py"), f"--parity-config={config}", f"--parity-report={report}",
         "-p", "no:xdist", "-p", "no:cacheprovider", "-rfEs")
