@@ -44,12 +44,20 @@ def _smoke_profile_for_inner_runs(request, monkeypatch):
     """A test that runs the suite in a pytester run asserts what that run reports (statuses, report fields,
     reproducers), not the numerics of many draws: its inner run draws under the derandomized ``smoke`` profile
     (issue 19: the suite's own time). A test needing another profile sets HYPOTHESIS_PROFILE itself. Hypothesis'
-    loaded profile is put back after the test (an in-process run loads the one it is given)."""
+    loaded profile is put back after the test (an in-process run loads the one it is given). Its inner runs use
+    the artifact and reference cache the README's commands use ($PARITYGATE_CACHE, else ~/.cache/paritygate), as
+    a team's CI would: pytester points HOME at a fresh folder, and every inner run had rebuilt the bundled zoo and
+    recomputed every reference there (the warnings-as-errors test's first run: 4 built, 524 computed, 16.9 s). A
+    test that needs a cold cache sets its own (``parity_cache``, or PARITYGATE_CACHE in the test)."""
     if "pytester" not in request.fixturenames:
         yield
         return
     _preload()
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "smoke")
+    if "parity_cache" not in request.fixturenames:  # pytester points HOME at a fresh folder: keep the real cache
+        from paritygate.backend.cache import cache_root
+
+        monkeypatch.setenv("PARITYGATE_CACHE", str(cache_root()))
     try:
         from hypothesis import settings
     except ImportError:  # the core install: no draws to make

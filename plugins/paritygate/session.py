@@ -38,6 +38,7 @@ class ParitySession:
         self.worker_time = {}  # seconds per part of the time line, summed over xdist workers
         self.workers = 0
         self.started = time.perf_counter()
+        self._at_start = _counters()  # the process's counters: a second session in it (an in-process run) counts its own
 
     # -- checks ---------------------------------------------------------------------------------------
     def record(self, result):
@@ -95,24 +96,24 @@ class ParitySession:
             self.worker_time[key] = self.worker_time.get(key, 0.0) + s
         self.workers += _TIME_KEY in workeroutput
 
+    def _since_start(self, kind):
+        """This session's part of one of the process's counters (``_counters``)."""
+        return {k: v - self._at_start[kind].get(k, 0) for k, v in _counters()[kind].items()}
+
     def cache_stats(self):
         """Artifacts (ONNX conversions, fp16/int8 variants, engines) built vs served from the cache."""
-        from paritygate.backend.cache import STATS
-
-        return {k: STATS.get(k, 0) + self.worker_cache_stats.get(k, 0) for k in ("builds", "hits")}
+        mine = self._since_start("artifact")
+        return {k: mine.get(k, 0) + self.worker_cache_stats.get(k, 0) for k in ("builds", "hits")}
 
     def reference_cache_stats(self):
         """TF reference runs: computed (and stored), reused from the cache, and live (goldens, latency)."""
-        from paritygate.backend.reference_cache import STATS
-
-        counts = {k: STATS.get(k, 0) + self.worker_reference_stats.get(k, 0) for k in ("computed", "reused", "live")}
+        mine = self._since_start("reference")
+        counts = {k: mine.get(k, 0) + self.worker_reference_stats.get(k, 0) for k in ("computed", "reused", "live")}
         return {"enabled": self.options.reference_cache, **counts}
 
     def time_spent(self):
-        """Seconds per part (conversion, reference, candidate, checks) over this process and its workers."""
-        from paritygate.report.timeline import SPENT
-
-        seconds = {k: round(s + self.worker_time.get(k, 0.0), 3) for k, s in SPENT.items()}
+        """Seconds per part (conversion, reference, candidate, checks) over this session and its workers."""
+        seconds = {k: round(s + self.worker_time.get(k, 0.0), 3) for k, s in self._since_start("time").items()}
         return {**seconds, "wall": round(time.perf_counter() - self.started, 3), "processes": 1 + self.workers}
 
     def finish(self, workeroutput=None, baseline=None):
@@ -133,15 +134,11 @@ class ParitySession:
             write_report(self, self.options.report_dir)
 
     def _hand_over(self, workeroutput):
-        from paritygate.backend.cache import STATS
-        from paritygate.backend.reference_cache import STATS as REFERENCE_STATS
-        from paritygate.report.timeline import SPENT
-
         workeroutput[_WORKER_KEY] = json.dumps([c.to_dict() for c in self.checks])
         workeroutput[_FINDINGS_KEY] = json.dumps(self.findings)
-        workeroutput[_CACHE_KEY] = json.dumps(STATS)
-        workeroutput[_REFERENCE_KEY] = json.dumps(REFERENCE_STATS)
-        workeroutput[_TIME_KEY] = json.dumps(SPENT)
+        workeroutput[_CACHE_KEY] = json.dumps(self._since_start("artifact"))
+        workeroutput[_REFERENCE_KEY] = json.dumps(self._since_start("reference"))
+        workeroutput[_TIME_KEY] = json.dumps(self._since_start("time"))
 
     def check_report_dir(self):
         """Fail early (not after an hour of checks) when the report folder cannot be written."""
@@ -194,3 +191,12 @@ def _short_failure(report):
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _counters():
+    """Copies of the process's counters: artifact builds and hits, reference-cache outcomes, time per part."""
+    from paritygate.backend.cache import STATS
+    from paritygate.backend.reference_cache import STATS as REFERENCE_STATS
+    from paritygate.report.timeline import SPENT
+
+    return {"artifact": dict(STATS), "reference": dict(REFERENCE_STATS), "time": dict(SPENT)}
