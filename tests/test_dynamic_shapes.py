@@ -41,6 +41,7 @@ def test_corner_examples_run_the_profiles_min_opt_and_max():
 
 
 def test_drawn_feeds_have_one_shape_each_within_the_profile():
+    pytest.importorskip("hypothesis")
     from hypothesis import given, settings
 
     seen = set()
