@@ -214,3 +214,9 @@ def record_of(model, precision, check, status, details=None):
     return CheckResult.from_dict({"model": model, "precision": precision, "check": check, "status": status,
                                   "details": details or {}})
 
+
+
+def pytest_collection_modifyitems(items):
+    """The `slow` tests (whole-model runs, up to ~30 s each) first: under `--dist worksteal` a worker that runs
+    out of tests takes the other's queued ones, so no long run starts last, beside an idle worker."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
