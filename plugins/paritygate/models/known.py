@@ -18,8 +18,9 @@ A known failure is applied to the matching checks as a *strict* xfail (an unexpe
 failure) that expects an ``AssertionError`` (the candidate wrong): any other exception of the check is reported
 as itself. A property check's failure is found by what Hypothesis draws, and the derandomized draws change with
 the suite's and the project's code (Hypothesis mixes constants of local modules into them): an entry that names
-its ``reproducer`` is tried on that input every run, so it stays found. Both tables are read and checked here, once: unknown or missing keys and values of the wrong type are
-refused with the file, the table, the entry and the key.
+its ``reproducer`` is tried on that input every run, so it stays found. Both tables are read and checked here,
+once: unknown or missing keys and values of the wrong type are refused with the file, the table, the entry and
+the key.
 """
 
 from pathlib import Path
@@ -126,8 +127,8 @@ def known_failure_feeds(spec, precision=None, check=None):
 
     found = []
     for entry in load_known_failures(spec.source):
-        if "reproducer" not in entry or entry["model"] != spec.name or entry["check"] != (check or entry["check"]) \
-                or entry.get("precision", precision) != (precision or entry.get("precision")):
+        if not ("reproducer" in entry and entry["model"] == spec.name and check in (None, entry["check"])
+                and (precision is None or entry.get("precision", precision) == precision)):
             continue
         _, inputs = load_reproducer(entry["reproducer"])
         check_arrays(spec, entry["reproducer"], inputs, "known failure's reproducer")
