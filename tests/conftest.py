@@ -215,7 +215,6 @@ def record_of(model, precision, check, status, details=None):
                                   "details": details or {}})
 
 
-
 def pytest_collection_modifyitems(items):
     """The `slow` tests (whole-model runs, up to ~30 s each) first: under `--dist worksteal` a worker that runs
     out of tests takes the other's queued ones, so no long run starts last, beside an idle worker."""

@@ -104,4 +104,3 @@ def attach_worst_inputs(outputs, inputs):
         except IndexError as err:
             w["inputs_error"] = f"the inputs hold no batch element {w['batch_element']}: {err}"
     return outputs
-

@@ -4,9 +4,8 @@ the comparison with the baseline and where the report was written. Read from the
 (``paritygate.session.ParitySession``) and its run's options."""
 
 from paritygate.report.baseline import summary_lines as baseline_lines
-from paritygate.report.text import describe_numerics, precision_label
+from paritygate.report.text import counts, describe_numerics, precision_label
 from paritygate.report.timeline import summary_line as time_line
-from paritygate.verdict import STATUSES
 
 
 def summary_lines(session):
@@ -16,9 +15,8 @@ def summary_lines(session):
     checks = session.checks
     if not checks and not session.findings:
         return lines
-    counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
     # the four verdicts always, so that "0 error" is said; skip/xfail/regenerated when they occurred
-    text = ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("pass", "fail", "error", "inconclusive"))
+    text = ", ".join(f"{n} {s}" for s, n in counts(checks).items() if n or s in ("pass", "fail", "error", "inconclusive"))
     stats = session.cache_stats()
     lines += [f"paritygate: runtime {session.options.runtime}, {len(checks)} checks: {text}",
               f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]

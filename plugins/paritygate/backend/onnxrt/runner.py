@@ -18,12 +18,13 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tenso
 def session_options(threads=None, spin=None):
     """ONNX Runtime session options of every session the suite makes: warnings off (errors are raised), and the
     threading policy of ``OnnxrtRunner`` (below): in an xdist worker the intra-op threads do not spin."""
-    worker = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    if spin is None:
+        spin = not os.environ.get("PYTEST_XDIST_WORKER")
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if threads:
         options.intra_op_num_threads = threads
-    if not (not worker if spin is None else spin):
+    if not spin:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
