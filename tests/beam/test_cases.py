@@ -43,3 +43,23 @@ def test_explore_runs_explicit_cases_first_and_stops_at_a_failure():
 def test_pipeline_examples_scale_with_the_profile():
     assert cases.pipeline_examples() == max(1, settings.default.max_examples // 5)
     assert cases.pipeline_examples(cases.DEAD_LETTER_EXAMPLES_DIVISOR) == max(1, settings.default.max_examples // 10)
+
+
+def test_a_derandomised_profile_draws_the_same_cases_in_every_process(monkeypatch):
+    """Under ci's profile (derandomize) the drawn cases do not depend on the process's seed: a rerun, or another
+    xdist worker, runs the same pipelines, so the reference cache serves their batches. Without it, each process
+    draws its own."""
+    explicit, strategy = cases.explicit_cases(SPEC, ("FnApiRunner",)), cases.cases(SPEC, ("FnApiRunner",))
+
+    def drawn(process_seed):
+        monkeypatch.setattr(cases, "SESSION_SEED", process_seed)
+        return cases.explore(strategy, explicit, lambda c: [], 5)[2][2:]
+
+    before = settings.get_current_profile_name()
+    try:
+        for derandomize in (True, False):  # True: as the ci profile sets it
+            settings.register_profile("test-derandomize", settings.get_profile(before), derandomize=derandomize)
+            settings.load_profile("test-derandomize")
+            assert (drawn(1) == drawn(2)) is derandomize and len(drawn(1)) >= 3
+    finally:
+        settings.load_profile(before)

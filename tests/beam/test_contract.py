@@ -108,3 +108,28 @@ def test_references_are_batched_and_memoised():
     assert calls == [2, 1]
     subject.references(elements)
     assert calls == [2, 1]
+
+
+def test_reference_batches_depend_only_on_the_examples_given():
+    """``references`` runs the distinct examples max_batch at a time in the order given, whatever an earlier call
+    computed: the batches a pipeline check sends the reference are the same on a rerun and in any worker (Beam's
+    output order and batch split vary; callers pass a run's inputs in input order)."""
+    spec = toy_spec(max_batch=4)
+    examples = [np.array([float(i)], np.float32) for i in range(10)]
+
+    def batches(calls):
+        seen = []
+
+        def reference(batch):
+            seen.append(tuple(float(v) for v in batch["x"].ravel()))
+            return {"y": batch["x"] * 5}
+
+        subject = contract.HandlerUnderTest(spec, None, reference, ["y"])
+        out = [subject.references(call) for call in calls]
+        return seen, out[-1]
+
+    alone, refs = batches([examples])
+    assert alone == [(0.0, 1.0, 2.0, 3.0), (4.0, 5.0, 6.0, 7.0), (8.0, 9.0)]
+    assert [float(r["y"][0]) for r in refs] == [5.0 * i for i in range(10)]
+    after_a_short_batch, _ = batches([[examples[9], examples[2]], examples + examples[:3]])
+    assert after_a_short_batch[1:] == alone, "a batch holding one uncomputed example runs whole"

@@ -113,8 +113,8 @@ def pairing_failures(subject, run):
             failures.append(f"key {e.key!r} came back with the element of key {', '.join(owners)}")
         else:
             good.append(e)
-    refs = subject.references([examples[e.digest] for e in good])
-    wrong = [(e, compare_element(subject, ref, e.inference)) for e, ref in zip(good, refs)]
+    refs = subject.run_references(run)
+    wrong = [(e, compare_element(subject, refs[e.digest], e.inference)) for e in good if e.digest in refs]
     wrong = [(e, problem) for e, problem in wrong if problem]
     for i, (e, problem) in enumerate(wrong):
         hint = _misaligned_hint(subject, run, e) if i < 3 else ""
@@ -133,9 +133,9 @@ def compare_element(subject, ref, cand):
 
 
 def _misaligned_hint(subject, run, emitted):
-    others = [(i, ex) for i, (_, _, d, ex) in enumerate(run.inputs) if d != emitted.digest]
-    for (i, _), ref in zip(others, subject.references([ex for _, ex in others])):
-        if compare_element(subject, ref, emitted.inference) is None:
+    refs = subject.run_references(run)
+    for i, (_, _, d, _) in enumerate(run.inputs):
+        if d != emitted.digest and d in refs and compare_element(subject, refs[d], emitted.inference) is None:
             return f" -- it matches the reference of element #{i} instead (results misaligned)"
     return ""
 
@@ -250,8 +250,8 @@ def short_batch_failures(subject, run):
     short = {d for t in run.traces if t.size < run.case.max_batch for d in t.digests}
     examples = {d: ex for _, _, d, ex in run.inputs}
     mine = [e for e in run.results if e.digest in short and e.digest in examples and not e.error]
-    refs = subject.references([examples[e.digest] for e in mine])
-    wrong = [(e, compare_element(subject, ref, e.inference)) for e, ref in zip(mine, refs)]
+    refs = subject.run_references(run)
+    wrong = [(e, compare_element(subject, refs[e.digest], e.inference)) for e in mine if e.digest in refs]
     return _listed([f"short batch: {_label(run, e.key, e.has_key, e.digest)}: {problem}"
                     for e, problem in wrong if problem])
 

@@ -102,3 +102,30 @@ def test_weights_sha256_is_stable_across_saves_and_sees_a_changed_weight(tmp_pat
     assert hash_path(a) != hash_path(b), "premise: the saved files are not byte-reproducible"
     assert fingerprints[0] == fingerprints[1]
     assert fingerprints[0] != fingerprints[2]
+
+
+def test_a_keras_file_is_read_once_per_process_until_it_changes(tmp_path, monkeypatch):
+    """A Beam handler over a Keras file loads it in every pipeline: the file is read and traced once per process,
+    and read again when it changes (its size or mtime)."""
+    import os
+
+    from paritygate.backend.tf import runner as module
+    from paritygate.backend.tf.util import load_keras
+    from tests.backend.tf.test_loader import two_output_classifier
+
+    reads = []
+    monkeypatch.setattr(module, "load_keras", lambda path: reads.append(path) or load_keras(path))
+    path = two_output_classifier(tmp_path / "m.keras")
+    feed = {"features": np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)}
+    first, second = TfRunner(path).activate(), TfRunner(path).activate()
+    assert len(reads) == 1 and second.output_names == first.output_names == ["logits", "probs"]
+    np.testing.assert_array_equal(first.infer(feed)["probs"], second.infer(feed)["probs"])
+    second.output_names.append("mutated")
+    assert TfRunner(path).activate().output_names == ["logits", "probs"], "each runner has its own list"
+    with pytest.raises(RunnerError, match="failed on inputs"):  # a string input: an error, and no lock left held
+        first.infer({"features": np.full((2, 4), "poison")})
+    np.testing.assert_array_equal(second.infer(feed)["probs"], first.infer(feed)["probs"])
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    TfRunner(path).activate()
+    assert len(reads) == 2

@@ -87,33 +87,11 @@ class TfRunner(BaseRunner):
         self.output_names = sorted(fetches)
 
     def _load_keras(self):
-        model = load_keras(self.path)
-        self._variables = _snapshot((getattr(w, "path", w.name), w) for w in model.weights)
-        names = [t.name.split(":")[0] for t in model.inputs]
-        self._inputs = {n: (np.dtype(getattr(t.dtype, "as_numpy_dtype", t.dtype)),
-                            tuple(-1 if d is None else d for d in t.shape))
-                        for n, t in zip(names, model.inputs)}
-        structure = getattr(model, "output", None)
-        if isinstance(structure, dict):  # a functional model built with a dict of outputs: its keys name them
-            outs = list(structure)
-        else:
-            outs = output_names(model)
-        self.output_names = list(outs)
-
-        # One traced graph with the batch (and any unknown) dimension left open, as a SavedModel signature runs:
-        # eager calls of a recurrent model run its loop op by op (nakdimon's BiLSTM: 0.7 s eager, 0.05 s traced,
-        # the outputs bit-identical; measured with tf_keras 2.21 on 2 cores).
-        specs = [tf.TensorSpec([None] * len(t.shape), t.dtype) for t in model.inputs]
-        graph = tf.function(lambda *args: model(list(args) if len(args) > 1 else args[0], training=False),
-                            input_signature=specs, autograph=False)
-
-        def call(feed):
-            result = graph(*[feed[n] for n in names])
-            if isinstance(result, dict):
-                return {k: result[k] for k in self.output_names}
-            return dict(zip(self.output_names, result if isinstance(result, (list, tuple)) else [result]))
-
-        self._fn = call
+        key = (str(self.path.resolve()), *_stat(self.path), keras_name(self.path))
+        if key not in _KERAS:
+            _KERAS[key] = _keras_state(self.path)
+        self._inputs, names, self._variables, self._fn = _KERAS[key]
+        self.output_names = list(names)
 
     def weights_sha256(self):
         """sha256 over the model's variable values (name, dtype, shape, bytes), in name order.
@@ -144,6 +122,46 @@ class TfRunner(BaseRunner):
         if getattr(self, "_session", None) is not None:
             self._session.close()
         self._fn = self._keep = self._session = None
+
+
+# A Keras file read once per process (keyed by its path, size, mtime and the Keras that reads it): a Beam handler
+# over it loads it in every pipeline (RunInference's setup), and reading a .keras file and tracing its graph cost
+# 0.3 s of each of mobilenet's pipelines (py-spy, conformance/test_runinference.py). Inference never changes it.
+_KERAS = {}
+
+
+def _stat(path):
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _keras_state(path):
+    """(inputs, output names, variables, call) of the Keras file ``path``."""
+    model = load_keras(path)
+    variables = _snapshot((getattr(w, "path", w.name), w) for w in model.weights)
+    names = [t.name.split(":")[0] for t in model.inputs]
+    inputs = {n: (np.dtype(getattr(t.dtype, "as_numpy_dtype", t.dtype)), tuple(-1 if d is None else d for d in t.shape))
+              for n, t in zip(names, model.inputs)}
+    structure = getattr(model, "output", None)
+    # a functional model built with a dict of outputs: its keys name them
+    outs = list(structure) if isinstance(structure, dict) else list(output_names(model))
+
+    # One traced graph with the batch (and any unknown) dimension left open, as a SavedModel signature runs:
+    # eager calls of a recurrent model run its loop op by op (nakdimon's BiLSTM: 0.7 s eager, 0.05 s traced,
+    # the outputs bit-identical; measured with tf_keras 2.21 on 2 cores).
+    specs = [tf.TensorSpec([None] * len(t.shape), t.dtype) for t in model.inputs]
+    # Traced here, once: the shared concrete function is then only called (a tf.function first called from a Beam
+    # worker thread with a dead-letter check's string input never released its tracing lock: the next call hung).
+    graph = tf.function(lambda *args: model(list(args) if len(args) > 1 else args[0], training=False),
+                        input_signature=specs, autograph=False).get_concrete_function()
+
+    def call(feed):
+        result = graph(*[feed[n] for n in names])
+        if isinstance(result, dict):
+            return {k: result[k] for k in outs}
+        return dict(zip(outs, result if isinstance(result, (list, tuple)) else [result]))
+
+    return inputs, outs, variables, call
 
 
 def _snapshot(named_variables):
