@@ -28,10 +28,12 @@ class RunContext:
     reproducer_dir: object = None  # where failing inputs are saved (--parity-report DIR/reproducers, else the cache's)
     device_class: str = "cpu"  # latency budget class (--parity-device-class, or derived from the GPU)
     serial: bool = True  # False on an xdist worker: latency is never measured beside other work
+    spin: bool = None  # ONNX Runtime's candidate threads spin-wait (backend.onnxrt.runner); the plugin sets it
     update_goldens: bool = False  # --parity-update-goldens: the goldens are being rewritten, not read
     # -- once per process, each keyed by what it depends on --------------------------------------------------
     references: dict = field(default_factory=dict)  # model -> backend.runtimes.ReferenceRunner
     live_references: dict = field(default_factory=dict)  # model -> the reference running TF, never the cache
+    reference_processes: dict = field(default_factory=dict)  # model -> backend.tf.process.TfProcessRunner (goldens)
     candidates: dict = field(default_factory=dict)  # (runtime, model, precision) -> the fed candidate runner
     failed_candidates: dict = field(default_factory=dict)  # (runtime, model, precision) -> the build's error
     mappings: dict = field(default_factory=dict)  # model -> the resolved input/output mapping (backend.iomap)
@@ -185,6 +187,11 @@ class RunOptions:
                                        device_class=self.device_class, serial=not self.is_xdist_worker,
                                        update_goldens=self.update_goldens)
         return self._context
+
+    def close(self):
+        """End the processes the run's context started (``backend.tf.process``); makes no context."""
+        for child in (self._context.reference_processes.values() if self._context else ()):
+            child.close()
 
 
 def parse_shard(text):

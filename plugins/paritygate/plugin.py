@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from paritygate.backend.runtimes import start_goldens_reference
 from paritygate.context import RunOptions
 from paritygate.extras import require_extras, restore_importorskip
 from paritygate.gpu.device import pin_xdist_worker
+from paritygate.lazy import available
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
 from paritygate.models.known import load_known_failures, mark_known_failures
 from paritygate.session import ParitySession, case_of
@@ -89,7 +91,10 @@ def pytest_configure(config):
         pin_xdist_worker(config.workerinput.get("workerid"), worker_count=config.workerinput.get("workercount"))
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    _register_hypothesis_profiles()
+    if available("hypothesis"):  # profiles dev / smoke / ci / nightly, by HYPOTHESIS_PROFILE (without it: skips)
+        from paritygate.inputs.strategies import register_profiles
+
+        register_profiles()
     require_extras(config)
     try:
         options = config.stash[OPTIONS_KEY] = _options(config)
@@ -159,25 +164,17 @@ def _stop(config, problems):
     raise pytest.UsageError()  # no arguments: pytest prints nothing more after its summary
 
 
-def _register_hypothesis_profiles():
-    """Profiles dev / ci / nightly (paritygate.inputs.strategies), chosen by HYPOTHESIS_PROFILE, in any project that
-    installs the plugin; without Hypothesis the property tests skip through ``pytest.importorskip``."""
-    from paritygate.lazy import available
-
-    if available("hypothesis"):
-        from paritygate.inputs.strategies import register_profiles
-
-        register_profiles()
-
-
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so that `-m gpu` also selects trt tests
 def pytest_collection_modifyitems(config, items):
     options = config.stash[OPTIONS_KEY]
     worker = hasattr(config, "workerinput")
     candidate_on_trt = options.runtime == "tensorrt"
+    from paritygate.beam.expectations import expectations_for
+
     try:
         known = load_known_failures(options.config_path)
-        _check_beam_expectations(options)
+        # [[expectations]] beside the config are read now (their reaches and when too): a malformed entry stops
+        expectations_for(options.config_path)  # the run, not a Beam check (ExpectationError is a ConfigError)
     except ConfigError as err:
         _stop(config, [str(err)])
     for item in items:
@@ -199,21 +196,21 @@ def pytest_collection_modifyitems(config, items):
                 reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
 
 
-def _check_beam_expectations(options):
-    """``[[expectations]]`` beside the config are read now (their ``reaches`` and ``when`` too): a malformed entry
-    stops the run, not a Beam check. Raises ExpectationError, a ConfigError."""
-    from paritygate.beam.expectations import expectations_for
-
-    expectations_for(options.config_path)
-
-
 def pytest_collection_finish(session):
     """Validate every model once, before any check runs, when the conformance suite's checks over models were
-    collected (not on xdist workers: the controller does it, in pytest_xdist_node_collection_finished)."""
+    collected (not on xdist workers: the controller does it, in pytest_xdist_node_collection_finished). ONNX
+    Runtime's candidate threads spin-wait only in a run that measures latency (``RunContext.spin``). A serial run
+    starts a goldens check's TensorFlow in a process of its own (``start_goldens_reference``) and runs it last."""
     if hasattr(session.config, "workerinput"):
         return
     if any(case_of(item)[0] is not None and _in_conformance(item.path) for item in session.items):
+        options = session.config.stash[OPTIONS_KEY]
+        options.context.spin = any(i.get_closest_marker("latency") for i in session.items)
         _validate(session.config)
+        if not (options.update_goldens or session.config.pluginmanager.has_plugin("dsession")):
+            started = [i for i in session.items if i.originalname == "test_goldens_reproduce" and _in_conformance(
+                i.path) and start_goldens_reference(options.context, i.callspec.params["parity_model"])]
+            session.items[:] = [i for i in session.items if i not in started] + started
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -345,6 +342,7 @@ def pytest_report_teststatus(report, config):
 def pytest_sessionfinish(session, exitstatus):
     from paritygate.report.baseline import run_fails_reasons
 
+    session.config.stash[OPTIONS_KEY].close()
     parity = session.config.stash[SESSION_KEY]
     parity.finish(workeroutput=getattr(session.config, "workeroutput", None),
                   baseline=session.config.stash.get(BASELINE_KEY, None))

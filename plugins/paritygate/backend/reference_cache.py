@@ -147,6 +147,10 @@ class CachedReference(BaseRunner):
                 self.live()  # records it
         return self._meta
 
+    def has_metadata(self):
+        """Whether an earlier live load recorded this reference's inputs and outputs (nothing is loaded)."""
+        return self._entry(key_of(kind="metadata", **self.base_key), ".json").exists()
+
     def _store_metadata(self):
         meta = {"reference": self.describe(),
                 "inputs": {k: [np.dtype(d).str, list(s)] for k, (d, s) in self.runner.input_metadata().items()},

@@ -95,6 +95,45 @@ def live_reference(ctx, spec):
     return ctx.live_references[spec.name]
 
 
+def start_goldens_reference(ctx, spec):
+    """Start the reference of ``spec`` in a process of its own for its goldens check
+    (``paritygate.backend.tf.process``), when the model has goldens and this run is likely to need TensorFlow for
+    nothing else: the reference-output cache holds what the reference declared on an earlier run (so its outputs
+    are likely cached too) and TensorFlow is not imported here yet. Returns whether it started."""
+    import sys
+
+    from paritygate.backend.reference_cache import CachedReference
+    from paritygate.backend.tf.process import TfProcessRunner
+    from paritygate.backend.tf.runner import TfRunner
+    from paritygate.inputs.goldens import golden_path
+
+    if (spec.name in ctx.reference_processes or "tensorflow" in sys.modules or not ctx.reference_cache
+            or not golden_path(spec).exists()):
+        return False
+    try:
+        warm = CachedReference(TfRunner(spec.reference, spec.signature)).has_metadata()
+    except OSError:
+        return False  # an unreadable reference: the check reports it, in process
+    if warm:
+        child = ctx.reference_processes[spec.name] = TfProcessRunner(spec.reference, spec.signature,
+                                                                     name=f"tensorflow:{spec.name}")
+        child.time_as = "reference"
+    return warm
+
+
+def goldens_reference(ctx, spec):
+    """The reference the goldens check runs: live TensorFlow, in the process ``start_goldens_reference`` started
+    when there is one, else ``live_reference``."""
+    child = ctx.reference_processes.get(spec.name)
+    if child is None:
+        return live_reference(ctx, spec)
+    try:
+        child.activate()
+    except RunnerError as err:
+        raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
+    return ReferenceRunner(child, reference_runner(ctx, spec).casts, counted="live")
+
+
 def recorded_mapping(ctx, spec):
     """The input/output mapping resolved for ``spec`` in this process (None before any candidate was built)."""
     return ctx.mappings.get(spec.name)
@@ -271,7 +310,7 @@ def _build(ctx, spec, precision):
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
         path = computed_artifact(ctx, onnx_artifact(spec, precision, ctx.fp16_keep_fp32))
-        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}")
+        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}", spin=ctx.spin)
         runner.time_as = "candidate"
         runner.activate()
         what = str(path)

@@ -57,6 +57,19 @@ class Feed(dict):
         super().__init__(arrays)
         self.sources = list(sources)
 
+    def __repr__(self):
+        """Shapes and sources, not values: Hypothesis writes out every explicit example's arguments as it runs
+        them (0.28 s of ONet's 4.4 s warm rerun went to NumPy printing arrays), and a failure's values are in its
+        reproducer file, which the failure names."""
+        from collections import Counter
+
+        arrays = ", ".join(f"{k}={np.asarray(v).dtype}{list(np.shape(v))}" for k, v in self.items())
+        rows = ", ".join(f"{n} {source}" for source, n in Counter(self.sources).items())
+        return f"Feed({arrays}; rows: {rows})"
+
+    def _repr_pretty_(self, printer, cycle):  # Hypothesis's printer: as repr, not as a dict of arrays
+        printer.text(repr(self))
+
 
 @dataclass
 class InputPool:

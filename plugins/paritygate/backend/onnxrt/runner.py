@@ -39,7 +39,8 @@ class OnnxrtRunner(BaseRunner):
     call against 52.0/84.5 ms): the thread count changes ONNX Runtime's numerics (basic-pitch's fp32 outputs on
     silence move by 0.0542 between a batch of one and of two with the default, not at all with one thread), and a
     verdict must not depend on pytest's ``-n``. The latency checks never run in a worker, so they measure the
-    default."""
+    default. A candidate of the conformance checks spins only in a run that measures latency
+    (``RunContext.spin``, set by the plugin)."""
 
     def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None):
         super().__init__(name or f"onnxruntime:{Path(path).name}")

@@ -1,0 +1,134 @@
+"""The TF reference in a process of its own, started before the checks: the goldens check's live TensorFlow run on a
+warm rerun, overlapped with the rest of the run.
+
+A warm rerun of an unchanged config reads every reference output from the reference-output cache, so the goldens
+check is the only part of it that runs TensorFlow, which must run live. Importing TensorFlow and loading the model
+took 2.3 s of ONet's 4.3 s warm run (cProfile, docs/measure_rerun.py), on one core while the other idled. So when
+a run selects ``goldens_reproduce`` and the cache already holds what the reference declared on an earlier run
+(``paritygate.plugin.pytest_collection_finish``; not on xdist workers, which share the cores already), this
+process is started at collection: it imports TensorFlow and loads the model while the checks before it run, and the
+goldens check asks it for the outputs. It runs ``TfRunner``, the code an in-process reference runs, on the same
+machine and environment: the same numerics.
+
+The protocol is framed NumPy archives on the child's stdin and a private copy of its stdout (the child's own
+``print``s go to its stderr): a request names a command (``meta``, ``infer``) and holds the feed; a reply holds the
+outputs, the metadata (JSON), or the error the child's runner raised, which the parent raises as its own
+``RunnerError``. The child ends when its stdin closes, or is killed when the run ends.
+"""
+
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from paritygate.backend.base import BaseRunner, RunnerError
+
+_CMD, _ERROR, _META = "__cmd__", "__error__", "__meta__"
+
+
+def _send(stream, arrays):
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    data = buf.getvalue()
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream):
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    (size,) = struct.unpack("<Q", head)
+    with np.load(io.BytesIO(stream.read(size)), allow_pickle=False) as archive:
+        return {k: archive[k] for k in archive.files}
+
+
+class TfProcessRunner(BaseRunner):
+    """``TfRunner(path, signature)`` served by a child process, started by the constructor (it loads the model at
+    once); ``activate`` waits for it. Raises RunnerError with the child's own message."""
+
+    def __init__(self, path, signature="serving_default", name=None):
+        super().__init__(name or f"tf:{Path(path).name}")
+        self.path, self.signature = Path(path), signature
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr while it lives; close() closes it
+        self._child = subprocess.Popen([sys.executable, "-m", "paritygate.backend.tf.process", str(path), signature],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
+        self._meta = None
+
+    def _call(self, command, feed=None):
+        try:
+            _send(self._child.stdin, {_CMD: np.array(command), **(feed or {})})
+            reply = _receive(self._child.stdout)
+        except (BrokenPipeError, OSError, ValueError):
+            reply = None
+        if reply is None:
+            self._log.seek(0)
+            tail = self._log.read().decode(errors="replace").strip().splitlines()[-5:]
+            raise RunnerError(f"{self.path}: the TensorFlow reference process ended (exit {self._child.poll()}): "
+                              + " | ".join(tail))
+        if _ERROR in reply:
+            raise RunnerError(str(reply[_ERROR]))
+        return reply
+
+    def activate_impl(self):
+        self._meta = json.loads(str(self._call("meta")[_META]))
+        self.output_names = list(self._meta["outputs"])
+
+    def describe(self):
+        return self._meta["describe"] if self._meta else f"{self.path} (signature '{self.signature}')"
+
+    def input_metadata_impl(self):
+        return {k: (np.dtype(d), tuple(s)) for k, (d, s) in self._meta["inputs"].items()}
+
+    def weights_sha256(self):
+        return self._meta["weights_sha256"]
+
+    def infer_impl(self, feed):
+        return {k: v for k, v in self._call("infer", {k: np.asarray(v) for k, v in feed.items()}).items()}
+
+    def deactivate_impl(self):
+        self.close()
+
+    def close(self):
+        """End the child now: it holds no state worth a clean exit, and TensorFlow's own teardown took 0.6 s the
+        run would wait for."""
+        if self._child.poll() is None:
+            self._child.kill()
+            self._child.wait()
+        for stream in (self._child.stdin, self._child.stdout, self._log):
+            stream.close()
+
+
+def main(path, signature):
+    from paritygate.backend.tf.runner import TfRunner
+
+    channel = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the model's own prints cannot corrupt the protocol
+    runner, meta = TfRunner(Path(path), signature), None
+    try:
+        runner.activate()
+        meta = {"describe": runner.describe(), "outputs": list(runner.output_names),
+                "inputs": {k: [np.dtype(d).str, list(s)] for k, (d, s) in runner.input_metadata().items()},
+                "weights_sha256": runner.weights_sha256()}
+    except Exception as err:  # noqa: BLE001 - sent back, raised by the parent as its RunnerError
+        failed = str(err)
+    requests = sys.stdin.buffer
+    while (request := _receive(requests)) is not None:
+        command = str(request.pop(_CMD))
+        try:
+            if meta is None:
+                raise RunnerError(failed)
+            reply = {_META: np.array(json.dumps(meta))} if command == "meta" else runner.infer(request)
+        except Exception as err:  # noqa: BLE001 - as above
+            reply = {_ERROR: np.array(str(err))}
+        _send(channel, reply)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

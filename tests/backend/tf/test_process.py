@@ -1,0 +1,39 @@
+"""paritygate.backend.tf.process: the TF reference served by a process of its own (the goldens check's, on a warm
+rerun) computes what the in-process reference computes, and reports its errors as the in-process one does."""
+
+import numpy as np
+import pytest
+
+from paritygate.backend.base import RunnerError
+from paritygate.backend.tf.process import TfProcessRunner
+from paritygate.backend.tf.runner import TfRunner
+
+pytestmark = pytest.mark.tf
+pytest.importorskip("tensorflow")
+
+X = np.linspace(-1, 1, 6, dtype=np.float32).reshape(-1, 1)
+
+
+def test_the_process_computes_what_the_in_process_reference_computes(toy_saved_model):
+    child = TfProcessRunner(toy_saved_model).activate()
+    try:
+        with TfRunner(toy_saved_model) as here:
+            assert child.output_names == here.output_names and child.input_metadata() == here.input_metadata()
+            assert child.weights_sha256() == here.weights_sha256() and child.describe() == here.describe()
+            ours, theirs = child.infer({"x": X}), here.infer({"x": X})
+        assert sorted(ours) == sorted(theirs)  # a SignatureDef's outputs are a proto map: no order
+        for name in ours:
+            np.testing.assert_array_equal(ours[name], theirs[name])
+        with pytest.raises(RunnerError, match=rf"^{toy_saved_model}: feed is missing input\(s\) \['x'\]"):
+            child.infer({"w": X})
+        np.testing.assert_array_equal(child.infer({"x": X})["y"], 5 * X)  # an error leaves the process serving
+    finally:
+        child.deactivate()
+    assert child._child.poll() is not None, "the run's end ends the child"
+
+
+def test_a_reference_the_process_cannot_load_is_its_runner_error(tmp_path):
+    child = TfProcessRunner(tmp_path / "missing")
+    with pytest.raises(RunnerError, match=rf"^{tmp_path / 'missing'}: not a TensorFlow SavedModel"):
+        child.activate()
+    child.close()
