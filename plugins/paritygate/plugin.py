@@ -200,14 +200,16 @@ def pytest_collection_finish(session):
     """Validate every model once, before any check runs, when the conformance suite's checks over models were
     collected (not on xdist workers: the controller does it, in pytest_xdist_node_collection_finished). ONNX
     Runtime's candidate threads spin-wait only in a run that measures latency (``RunContext.spin``). A serial run
-    starts a goldens check's TensorFlow in a process of its own (``start_goldens_reference``) and runs it last."""
+    without latency or Beam checks (which import TensorFlow here anyway: a live reference, a TF handler) starts a
+    goldens check's TensorFlow in a process of its own (``start_goldens_reference``) and runs that check last."""
     if hasattr(session.config, "workerinput"):
         return
     if any(case_of(item)[0] is not None and _in_conformance(item.path) for item in session.items):
         options = session.config.stash[OPTIONS_KEY]
         options.context.spin = any(i.get_closest_marker("latency") for i in session.items)
         _validate(session.config)
-        if not (options.update_goldens or session.config.pluginmanager.has_plugin("dsession")):
+        if not (options.update_goldens or session.config.pluginmanager.has_plugin("dsession") or any(
+                i.get_closest_marker("latency") or "beam_check" in getattr(i, "fixturenames", ()) for i in session.items)):
             started = [i for i in session.items if i.originalname == "test_goldens_reproduce" and _in_conformance(
                 i.path) and start_goldens_reference(options.context, i.callspec.params["parity_model"])]
             session.items[:] = [i for i in session.items if i not in started] + started
