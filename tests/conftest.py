@@ -68,20 +68,55 @@ def _smoke_profile_for_inner_runs(request, monkeypatch):
     settings.load_profile(before)
 
 
+# The modules a Beam pipeline run imports on first use (Beam 2.77: the conformance RunInference checks over the
+# bundled models, FnApiRunner and BundleBasedDirectRunner, one and two SDK workers; sys.modules before and after).
+# Imported by _preload, an in-process run that runs pipelines drops none of them when pytester restores
+# sys.modules (dropped and imported again, they left two copies of one class in the worker).
+BEAM_ON_FIRST_USE = (
+    "apache_beam.io.fileio", "apache_beam.io.watch", "apache_beam.io.watermark_estimators",
+    "apache_beam.ml.inference.onnx_inference", "apache_beam.ml.inference.tensorrt_inference",
+    "apache_beam.ml.inference.utils", "apache_beam.runners.direct.consumer_tracking_pipeline_visitor",
+    "apache_beam.runners.direct.direct_metrics", "apache_beam.runners.direct.direct_userstate",
+    "apache_beam.runners.direct.evaluation_context", "apache_beam.runners.direct.executor",
+    "apache_beam.runners.direct.sdf_direct_runner", "apache_beam.runners.direct.test_stream_impl",
+    "apache_beam.runners.direct.transform_evaluator", "apache_beam.runners.direct.util",
+    "apache_beam.runners.direct.watermark_manager", "apache_beam.runners.job", "apache_beam.runners.job.utils",
+    "apache_beam.runners.portability.abstract_job_service", "apache_beam.runners.portability.fn_api_runner",
+    "apache_beam.runners.portability.fn_api_runner.execution",
+    "apache_beam.runners.portability.fn_api_runner.fn_runner",
+    "apache_beam.runners.portability.fn_api_runner.translations",
+    "apache_beam.runners.portability.fn_api_runner.watermark_manager",
+    "apache_beam.runners.portability.fn_api_runner.worker_handlers", "apache_beam.runners.portability.job_server",
+    "apache_beam.runners.portability.local_job_service", "apache_beam.runners.portability.portable_metrics",
+    "apache_beam.runners.portability.portable_runner", "apache_beam.runners.worker.bundle_processor",
+    "apache_beam.runners.worker.channel_factory", "apache_beam.runners.worker.data_plane",
+    "apache_beam.runners.worker.data_sampler", "apache_beam.runners.worker.log_handler",
+    "apache_beam.runners.worker.opcounters", "apache_beam.runners.worker.operation_specs",
+    "apache_beam.runners.worker.operations", "apache_beam.runners.worker.sdk_worker",
+    "apache_beam.runners.worker.sdk_worker_main", "apache_beam.runners.worker.sideinputs",
+    "apache_beam.runners.worker.statecache", "apache_beam.runners.worker.worker_id_interceptor",
+    "apache_beam.runners.worker.worker_pool_main", "apache_beam.runners.worker.worker_status", "apache_beam.testing",
+    "apache_beam.testing.test_stream", "apache_beam.transforms.periodicsequence",
+    "apache_beam.typehints.intrinsic_one_ops", "apache_beam.typehints.opcodes", "apache_beam.typehints.typecheck",
+    "apache_beam.utils.byte_limited_queue", "apache_beam.utils.profiler", "apache_beam.utils.sentinel",
+    "apache_beam.utils.thread_pool_executor", "grpc._interceptor", "grpc._server", "grpc._utilities",
+)
+
+
 @functools.cache
 def _preload():
     """Import the frameworks and every paritygate module before a test's pytester takes its snapshot of
     sys.modules (this fixture runs first: autouse), once per process. An in-process run (``pytester.runpytest``)
     then pays no import of its own, and pytester's restore drops nothing: a framework dropped and imported again
-    aborts the process (onnx's extension), and paritygate modules would be re-imported by every run. (Runs that
-    run Beam pipelines stay subprocesses: Beam's runner modules are many and imported on first use.)"""
+    aborts the process (onnx's extension), and paritygate modules would be re-imported by every run; Beam's runner
+    modules, imported on first use, are listed in ``BEAM_ON_FIRST_USE``."""
     import importlib
     import pkgutil
 
     import paritygate
 
     for name in ("onnx", "onnxruntime", "tensorflow", "tf2onnx", "onnxconverter_common", "apache_beam",
-                 "apache_beam.ml.inference.base", "hypothesis"):
+                 "apache_beam.ml.inference.base", "hypothesis", *BEAM_ON_FIRST_USE):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     for info in pkgutil.walk_packages(paritygate.__path__, "paritygate."):

@@ -65,8 +65,8 @@ def test_conformance_file_over_a_temporary_config(pytester, toy_saved_model, mon
         _model("bad", toy_saved_model, {"handler": "handlers:drops"}),
         _model("plain", toy_saved_model)]})
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
-    result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={config}", "-p", "no:cacheprovider",
-                                           f"--parity-report={pytester.path / 'report'}", "-rfEs")
+    result = pytester.runpytest(str(CONFORMANCE), f"--parity-config={config}", "-p", "no:cacheprovider",
+                                f"--parity-report={pytester.path / 'report'}", "-rfEs")
     # 17 checks a model. good: 14 pass, 2 Beam-level xfails, model_update fails naming the upstream defect its
     # handler reaches (no update_model_path: Beam's no-op). bad: exactly_once, dead_letter, batch_extremes,
     # multi_process, model_copies and model_update fail, latency is skipped (no budget), 2 xfails, 8 pass. plain:
@@ -107,9 +107,9 @@ def _team_run(pytester, toy_saved_model, accepted):
         (pytester.path / "expectations.toml").write_text(ACCEPTED)
     config = write_config(pytester.path, {"models": [_model("team", toy_saved_model, {"handler": "stock:stock"})]})
     report = pytester.path / "report"
-    result = pytester.runpytest_subprocess(str(CONFORMANCE), f"--parity-config={config}", "-p", "no:cacheprovider",
-                                           "-p", "no:xdist", f"--parity-report={report}", "-k",
-                                           "handler_batch_extremes or handler_results_stable")
+    result = pytester.runpytest(str(CONFORMANCE), f"--parity-config={config}", "-p", "no:cacheprovider",
+                                "-p", "no:xdist", f"--parity-report={report}", "-k",
+                                "handler_batch_extremes or handler_results_stable")
     by = {c["check"]: c for c in json.loads((report / "parity-report.json").read_text())["checks"]}
     return result, by
 

@@ -101,9 +101,7 @@ def test_the_suites_own_beam_handler_passes_every_runinference_check(name, third
     config = thirdparty_config(name)
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "smoke")
     report = pytester.path / "report"
-    # a process of its own: Beam's runner modules imported by an in-process run would be dropped by pytester's
-    # restore of sys.modules and imported again by this worker's later Beam tests, two copies of one class
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         str(CONFORMANCE / "test_runinference.py"), f"--parity-config={config}", f"--parity-report={report}",
         "-p", "no:xdist", "-p", "no:cacheprovider", "-rfEs")
     checks = json.loads((report / "parity-report.json").read_text())["checks"]
