@@ -5,8 +5,9 @@ A warm rerun of an unchanged config reads every reference output from the refere
 check is the only part of it that runs TensorFlow, which must run live. Importing TensorFlow and loading the model
 took 2.3 s of ONet's 4.3 s warm run (cProfile, docs/measure_rerun.py), on one core while the other idled. So when
 a run selects ``goldens_reproduce`` and the cache already holds what the reference declared on an earlier run
-(``paritygate.plugin.pytest_collection_finish``; not on xdist workers, which share the cores already), this
-process is started at collection: it imports TensorFlow and loads the model while the checks before it run, and the
+(``paritygate.plugin.pytest_collection_finish``; not on xdist workers, which share the cores already; not for a
+Keras file, which may need custom objects a conftest registered in the run's process), this process is started
+at collection: it imports TensorFlow and loads the model while the checks before it run, and the
 goldens check asks it for the outputs. It runs ``TfRunner``, the code an in-process reference runs, on the same
 machine and environment: the same numerics.
 
