@@ -4,6 +4,7 @@ fp32 converts a real SavedModel with tf2onnx (once per session); fp16 keeps floa
 list; int8 has Q/DQ nodes and refuses bad calibration data naming the file and the array."""
 
 import dataclasses
+import json
 import shutil
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from paritygate.backend import cache
 from paritygate.backend.base import RunnerError
-from paritygate.backend.cache import STATS
+from paritygate.backend.cache import STATS, report_path
 from paritygate.backend.onnx import loader
 from paritygate.backend.onnx.validate import ArtifactError
 from paritygate.inputs.sets import InputSetError
@@ -49,8 +50,8 @@ def calibration(tmp_path_factory):
 @pytest.fixture(scope="module")
 def toy(toy_saved_model, calibration, parity_cache):
     """The toy model's spec (no `onnx`: fp32 comes from tf2onnx) and the STATS of its first fp32 build."""
-    spec = toy_spec(reference=toy_saved_model, source=toy_saved_model.parent / "parity.toml",
-                    precisions=("fp32", "fp16", "int8"), calibration=calibration)
+    spec = toy_spec(name="loader_toy", reference=toy_saved_model, source=toy_saved_model.parent / "parity.toml",
+                    precisions=("fp32", "fp16", "int8"), calibration=calibration)  # a name no other test builds
     before = dict(STATS)
     with pytest.MonkeyPatch.context() as mp:  # module-scoped: built before the tests' own environment is set
         mp.setenv("PARITYGATE_CACHE", str(parity_cache))
@@ -62,7 +63,10 @@ def toy(toy_saved_model, calibration, parity_cache):
 @pytest.mark.tf
 def test_fp32_converts_the_saved_model_with_tf2onnx(toy, parity_cache):
     _, path, builds = toy
-    assert builds == 1 and path.parent == parity_cache / "onnx" and path.name.startswith("toy-fp32-")
+    # builds: 1, or 0 where xdist ran this module's tests apart and the module fixture was made again
+    assert builds <= 1 and path.parent == parity_cache / "onnx" and path.name.startswith("loader_toy-fp32-")
+    made = json.loads(cache.report_path(path).read_text())
+    assert made["converter"] == "tf2onnx" and "tf2onnx.convert" in made["command"]
     model = loader.load_checked(path)
     assert [i.name for i in model.graph.input] == ["x"] and [o.name for o in model.graph.output] == ["y", "z"]
     assert [op.version for op in model.opset_import if op.domain in ("", "ai.onnx")] == [loader.OPSET]
@@ -83,15 +87,36 @@ def test_fp32_second_call_builds_nothing(toy):
 def test_fp32_key_changes_with_the_reference_and_signature(toy, tmp_path, monkeypatch):
     spec, path, _ = toy
     built = []
-    monkeypatch.setattr(loader, "_convert", lambda s, out: (built.append(s), out.write_bytes(b"fake"))[-1])
+    monkeypatch.setattr(loader, "_convert", lambda s, out, key: (built.append(s), out.write_bytes(b"fake"))[-1])
     changed = tmp_path / "changed"
     shutil.copytree(spec.reference, changed)
-    assert loader.fp32_onnx(toy_spec(reference=changed, source=spec.source)) == path  # same content: same key
+    assert loader.fp32_onnx(toy_spec(name=spec.name, reference=changed, source=spec.source)) == path  # same content: same key
     assert built == []
     (changed / "saved_model.pb").write_bytes((changed / "saved_model.pb").read_bytes() + b"\0")
-    other = loader.fp32_onnx(toy_spec(reference=changed, source=spec.source))
-    resigned = loader.fp32_onnx(toy_spec(reference=spec.reference, source=spec.source, signature="other"))
+    other = loader.fp32_onnx(toy_spec(name=spec.name, reference=changed, source=spec.source))
+    resigned = loader.fp32_onnx(toy_spec(name=spec.name, reference=spec.reference, source=spec.source,
+                                        signature="other"))
     assert len({path, other, resigned}) == 3 and len(built) == 2
+
+
+@pytest.mark.tf
+def test_a_second_model_over_the_same_reference_reuses_the_conversion_and_validates_it_on_its_inputs(
+        toy, parity_cache, monkeypatch):
+    """Two models of a config over one SavedModel: tf2onnx runs once; the second model's artifact is a copy of the
+    first one's, validated on its own inputs (a range its smoke feed cannot run would still stop it)."""
+    import subprocess
+
+    spec, path, _ = toy
+    ran = []
+    real = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: ran.append(cmd) or real(cmd, **kw))
+    twin = loader.fp32_onnx(dataclasses.replace(spec, name="loader_toy_again"))
+    assert twin != path and twin.name.startswith("loader_toy_again-fp32-") and twin.read_bytes() == path.read_bytes()
+    assert not [c for c in ran if "tf2onnx.convert" in c]
+    report = json.loads(report_path(twin).read_text())  # copied from this model's file, or another test's twin
+    key = path.name.split("-fp32-")[1]
+    assert report["copied_from"].endswith(f"-fp32-{key}") and report["converter"] == "tf2onnx"
+    np.testing.assert_allclose(run(twin, {"x": X})["y"], 5 * X, rtol=1e-6)
 
 
 def test_fp32_given_onnx_is_used_as_is(toy_onnx, parity_cache):
