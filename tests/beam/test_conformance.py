@@ -17,9 +17,10 @@ from tests.conftest import make_onnx, write_config
 pytestmark = [pytest.mark.beam, pytest.mark.tf, pytest.mark.onnx, pytest.mark.slow]
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance" / "test_runinference.py"
-# Its runs are subprocesses: Beam's runner modules imported by an in-process run would be dropped by pytester's
-# restore of sys.modules and imported again by this worker's later Beam tests, two copies of one class
-# ("'_Future' object has no attribute 'error'" in tests/beam/test_judge.py, measured).
+# Its runs are in-process: tests/conftest.py preloads the Beam modules a pipeline imports on first use
+# (BEAM_ON_FIRST_USE). Dropped by pytester's restore of sys.modules and imported again by this worker's later Beam
+# tests, they left two copies of one class ("'_Future' object has no attribute 'error'" in tests/beam/test_judge.py,
+# measured before the preload).
 
 HANDLERS = textwrap.dedent('''
     import numpy as np
