@@ -8,7 +8,7 @@ pytestmark = [pytest.mark.tf]
 def test_goldens_reproduce(request, parity_context, parity_model, parity_result):
     import dataclasses
 
-    from paritygate.backend.runtimes import goldens_reference, live_reference
+    from paritygate.backend.runtimes import goldens_reference
     from paritygate.cli import commands
     from paritygate.inputs import goldens
     from paritygate.judge.parity import compare, merged, run_batched, shape_records
@@ -23,7 +23,7 @@ def test_goldens_reproduce(request, parity_context, parity_model, parity_result)
                     "compared with the live TF reference instead (create goldens with "
                     f"`{commands.regenerate_goldens(spec.source, spec.name)}`)")
     # TensorFlow runs here, never the reference-output cache (in a process started at collection, on a warm rerun)
-    runner = live_reference(parity_context, spec) if parity_context.update_goldens else goldens_reference(parity_context, spec)
+    runner = goldens_reference(parity_context, spec)
     if parity_context.update_goldens:
         before = _readable_golden(goldens, spec)
         groups = [(inputs, run_batched(runner, inputs, spec.max_batch), labels)

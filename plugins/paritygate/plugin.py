@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from paritygate.backend.runtimes import start_goldens_reference
 from paritygate.context import RunOptions
 from paritygate.extras import require_extras, restore_importorskip
 from paritygate.gpu.device import pin_xdist_worker
@@ -208,8 +207,10 @@ def pytest_collection_finish(session):
         options = session.config.stash[OPTIONS_KEY]
         options.context.spin = any(i.get_closest_marker("latency") for i in session.items)
         _validate(session.config)
-        if not (options.update_goldens or session.config.pluginmanager.has_plugin("dsession") or any(
-                i.get_closest_marker("latency") or "beam_check" in getattr(i, "fixturenames", ()) for i in session.items)):
+        if not (options.update_goldens or options.context.spin or session.config.pluginmanager.has_plugin("dsession")
+                or any("beam_check" in getattr(i, "fixturenames", ()) for i in session.items)):
+            from paritygate.backend.runtimes import start_goldens_reference
+
             started = [i for i in session.items if i.originalname == "test_goldens_reproduce" and _in_conformance(
                 i.path) and start_goldens_reference(options.context, i.callspec.params["parity_model"])]
             session.items[:] = [i for i in session.items if i not in started] + started
