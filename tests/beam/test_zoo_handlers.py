@@ -59,9 +59,10 @@ def test_the_other_beam_handler_fails_only_where_expected(parity_options, zoo, m
 def test_the_suites_own_onnxruntime_handler_passes_every_check(parity_options, zoo, model):
     """paritygate.beam.handlers:onnxruntime on the model's own candidate ONNX: only Beam's own defects (reached by
     every handler: max_batch_weight, mixed MaybeKeyed batches) remain, as strict xfails. The multi-process runner
-    (two SDK worker processes a pipeline, 2-5 s) runs on one model, bert (two inputs, the dict path): pickling the
-    handler and loading its session in a worker do not depend on the model, and the conformance suite runs
-    beam_multi_process on every bundled model with its configured handler."""
+    (two SDK worker processes a pipeline, 2-5 s; beam_model_copies runs two such pipelines) runs on one model, bert
+    (two inputs, the dict path): pickling the handler, loading its session in a worker and counting its loads do not
+    depend on the model, and the conformance suite runs beam_multi_process and beam_model_copies on every bundled
+    model with its configured handler."""
     from paritygate.beam.copies import model_copies
     from paritygate.beam.handlers import onnxruntime
     from paritygate.beam.multiprocess import multi_process
@@ -71,7 +72,7 @@ def test_the_suites_own_onnxruntime_handler_passes_every_check(parity_options, z
     subject = _subject(parity_options, specs[model], onnxruntime)
     known = expectations_for()
     every = {**checks.PIPELINE_CHECKS, **direct.DIRECT_CHECKS, "beam_model_update": model_update,
-             "beam_model_copies": model_copies, **({"beam_multi_process": multi_process} if model == "bert" else {})}
+             **({"beam_multi_process": multi_process, "beam_model_copies": model_copies} if model == "bert" else {})}
     for name, check in every.items():
         result, expected = check(subject), match(name, subject, known)
         assert all(not e.in_handler for e in expected), (name, [e.id for e in expected])

@@ -223,3 +223,31 @@ class PadsShortBatchesAtTheFront(ToyHandler):
         padded = [np.zeros_like(batch[0])] * (want - len(batch)) + list(batch)
         y, z = self.outputs(padded, model)
         return [PredictionResult(x, {"y": y[i], "z": z[i]}, self.onnx_path) for i, x in enumerate(batch)]
+
+
+# beam_multi_process's two defects (tests/beam/test_multiprocess.py says why they are here)
+class LoadsInInit(ToyHandler):
+    """Loads its ONNX Runtime session in __init__ and keeps it: the session cannot be pickled."""
+
+    def __init__(self, onnx_path, min_batch_size=None, max_batch_size=None):
+        super().__init__(onnx_path, min_batch_size, max_batch_size)
+        self.session = ToyHandler.load_model(self)
+
+    def load_model(self):
+        return self.session
+
+
+_LOADED = {}  # filled by the factory in the launching process only
+
+
+class LoadedByFactory(ToyHandler):
+    """load_model hands back the session the factory loaded into a module global: empty in a worker."""
+
+    def load_model(self):
+        return _LOADED["session"]
+
+
+def loaded_by_factory(onnx_path, min_batch_size=None, max_batch_size=None):
+    handler = LoadedByFactory(onnx_path, min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+    _LOADED["session"] = ToyHandler.load_model(handler)
+    return handler
