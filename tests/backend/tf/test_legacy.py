@@ -2,6 +2,7 @@
 Keras-2-era SavedModel carrying optimizer slots loads without tf_keras (its SignatureDef run from the MetaGraph).
 Each case runs in a child process, so that "tf_keras is not installed" is real there (import blocked)."""
 
+import functools
 import subprocess
 import sys
 import textwrap
@@ -27,11 +28,12 @@ print(np.round(next(iter(runner.infer({{list(runner.input_metadata())[0]: x}}).v
 """
 
 
+@functools.cache  # each (file, loader) child once a session: both hdf5 cases compare the same two runs
 def _child(path, block):
     proc = subprocess.run([sys.executable, "-c", CHILD.format(block=block), str(path)], capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip().splitlines()[-3:]
+    return tuple(proc.stdout.strip().splitlines()[-3:])
 
 
 @pytest.fixture(scope="module")
