@@ -3,6 +3,7 @@ opt and max always), the one input-set reader takes several shapes, and a tiny f
 any H, W runs the property checks and accepts_every_batch_size over at least three shapes (pytester)."""
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -107,13 +108,21 @@ def save_fully_convolutional_model(path, padding="SAME"):
     return path
 
 
+@pytest.fixture(scope="module")
+def fcn(tmp_path_factory):
+    """copy(folder) -> one SavedModel of the 'same' model, copied byte for byte: the suite converts it once for
+    the tests of this module (a SavedModel saved again differs in its bytes, and its conversion is cached by them)."""
+    saved = save_fully_convolutional_model(tmp_path_factory.mktemp("fcn") / "fcn")
+    return lambda folder: Path(shutil.copytree(saved, folder / "fcn"))
+
+
 @pytest.mark.tf
 @pytest.mark.onnx
 @pytest.mark.slow
-def test_a_dynamic_spatial_model_runs_its_checks_over_the_profile(pytester):
+def test_a_dynamic_spatial_model_runs_its_checks_over_the_profile(pytester, fcn):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("tf2onnx")
-    reference = save_fully_convolutional_model(pytester.path / "fcn")
+    reference = fcn(pytester.path)
     cfg = write_config(pytester.path, {"models": [{"name": "fcn", "reference": str(reference), "precisions": ["fp32"],
                                                    "max_batch": 2, "task": "regression", "inputs": {"x": INPUT}}]})
     report = pytester.path / "report"
@@ -134,12 +143,12 @@ def test_a_dynamic_spatial_model_runs_its_checks_over_the_profile(pytester):
 @pytest.mark.tf
 @pytest.mark.onnx
 @pytest.mark.slow
-def test_goldens_of_a_dynamic_model_hold_the_profiles_min_opt_and_max(pytester):
+def test_goldens_of_a_dynamic_model_hold_the_profiles_min_opt_and_max(pytester, fcn):
     """--parity-update-goldens writes one group per profile corner (no input set: seeded samples); the next run
     reproduces them and matches_reference judges the candidate at every one of them."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("tf2onnx")
-    reference = save_fully_convolutional_model(pytester.path / "fcn")
+    reference = fcn(pytester.path)
     cfg = write_config(pytester.path, {"models": [{"name": "fcn", "reference": str(reference), "precisions": ["fp32"],
                                                    "max_batch": 2, "task": "regression", "inputs": {"x": INPUT}}]})
 
