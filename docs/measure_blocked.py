@@ -9,7 +9,9 @@ each residual Add onto the blocked tensors, drops the reorders that become unuse
 optimizations off. It prints whether the outputs equal the strict artifact's bit for bit on random inputs, and
 the median of 200 calls at batch 8 of the FP32 artifact, the strict one and the moved one (three rounds).
 
-    .venv/bin/python docs/measure_blocked.py STRICT.onnx FP32.onnx   # e.g. mobilenet's, from $PARITYGATE_CACHE/onnx
+    .venv/bin/python docs/measure_blocked.py STRICT.onnx FP32.onnx [BLOCK]   # e.g. mobilenet's, from $PARITYGATE_CACHE/onnx
+
+BLOCK (16 on an AVX-512 CPU, 8 on AVX2): move only tensors whose channel count is a multiple of it (none padded).
 
 Why it is not taken yet: the equality is measured on finite values only. A blocked tensor pads its channels to
 the block size; ReorderInput zero-fills the padding, while a Conv's padded output channels hold 0 x input, which
@@ -33,7 +35,7 @@ def _attr(node, name, default=None):
     return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
-def blocked(strict, out):
+def blocked(strict, out, block=None):
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.optimized_model_filepath, options.log_severity_level = str(out), 3
@@ -43,7 +45,8 @@ def blocked(strict, out):
     for n in model.graph.node:
         n.input[:] = [rename.get(i, i) for i in n.input]
         if n.op_type == "ReorderOutput" and not _attr(n, "channels_last", 0):
-            twin[n.output[0]] = (n.input[0], _attr(n, "channels"))
+            if block is None or _attr(n, "channels") % block == 0:
+                twin[n.output[0]] = (n.input[0], _attr(n, "channels"))
         elif n.op_type == "Cast" and n.input[0] in twin:
             name = n.output[0] + "__blocked"
             nodes.append(helper.make_node("Cast", [twin[n.input[0]][0]], [name], to=_attr(n, "to"), name=name))
@@ -73,8 +76,8 @@ def session(path, level):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def main(strict, fp32):
-    moved = blocked(strict, Path(tempfile.mkdtemp()) / "blocked.onnx")
+def main(strict, fp32, block=None):
+    moved = blocked(strict, Path(tempfile.mkdtemp()) / "blocked.onnx", int(block) if block else None)
     runs = {"fp32": session(fp32, ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
             "strict": session(strict, ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
             "blocked": session(moved, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)}
@@ -99,4 +102,4 @@ def main(strict, fp32):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])
