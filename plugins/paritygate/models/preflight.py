@@ -28,6 +28,7 @@ that are no archive) is one problem line too, under the key that names the file:
 """
 
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
@@ -77,9 +78,36 @@ class ModelValidation:
 def validate_models(ctx, models, config_path):
     """Validate every model of the config at ``config_path`` with the run's context; returns {"config",
     "models": {name: {...}}, "problems": [lines]} (the report's ``validation`` entry)."""
+    _convert_ahead(models)
     found = [validate_model(ctx, spec) for spec in models]
     return {"config": str(config_path), "models": {v.spec.name: v.as_dict() for v in found},
             "problems": [p for v in found for p in v.problems]}
+
+
+def _convert_ahead(models):
+    """tf2onnx's conversions of the SavedModel references the run needs, a process per core at once, before the
+    models are validated one by one: each conversion is a process of its own (``loader.fp32_onnx``), so a cold run
+    over several models on two cores converts two at once. One per reference (its other models copy the file).
+    Not in an xdist worker: the workers share the cores already. A conversion that fails here is left to the
+    model's own validation, which runs it again and reports it where it belongs."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from paritygate.backend.onnx import loader
+    from paritygate.backend.tf.loader import is_keras
+
+    cores = os.cpu_count() or 1
+    if cores < 2 or os.environ.get("PYTEST_XDIST_WORKER") or not (available("tf2onnx") and available("onnxruntime")):
+        return
+    todo = {}
+    for spec in models:
+        if spec.onnx is None and Path(spec.reference).is_dir() and not is_keras(spec.reference):
+            todo.setdefault((str(spec.reference), spec.signature), spec)
+    if len(todo) < 2:
+        return
+    with ThreadPoolExecutor(min(cores, len(todo))) as pool:
+        for done in [pool.submit(loader.fp32_onnx, spec) for spec in todo.values()]:
+            done.exception()  # waits; an error is the model's validation's to report
 
 
 def validate_model(ctx, spec):
