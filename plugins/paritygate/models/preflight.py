@@ -91,14 +91,15 @@ def _convert_ahead(models):
     Not in an xdist worker: the workers share the cores already. A conversion that fails here is left to the
     model's own validation, which runs it again and reports it where it belongs."""
     import os
+
+    cores = os.cpu_count() or 1
+    if cores < 2 or os.environ.get("PYTEST_XDIST_WORKER") or not (available("tf2onnx") and available("onnxruntime")):
+        return
     from concurrent.futures import ThreadPoolExecutor
 
     from paritygate.backend.onnx import loader
     from paritygate.backend.tf.loader import is_keras
 
-    cores = os.cpu_count() or 1
-    if cores < 2 or os.environ.get("PYTEST_XDIST_WORKER") or not (available("tf2onnx") and available("onnxruntime")):
-        return
     todo = {}
     for spec in models:
         if spec.onnx is None and Path(spec.reference).is_dir() and not is_keras(spec.reference):
