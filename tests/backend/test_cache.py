@@ -45,6 +45,23 @@ def test_hash_path_of_a_file_follows_its_bytes(tmp_path):
     assert hash_path(f) != first
 
 
+def test_hash_path_reads_a_settled_file_once_and_a_changed_or_fresh_one_again(tmp_path, monkeypatch):
+    import os
+
+    reads = []
+    monkeypatch.setattr(cache, "_HASHES", {})
+    monkeypatch.setattr(cache, "_sha256", lambda path, files: reads.append(path) or f"sha of {path.read_bytes()}")
+    f = tmp_path / "model.onnx"
+    f.write_bytes(b"one")
+    hash_path(f), hash_path(f)
+    assert len(reads) == 2  # written just now: within RACY_S a same-size rewrite could keep its mtime
+    os.utime(f, ns=(10**18, 10**18))  # settled: an mtime long past
+    assert hash_path(f) == hash_path(f) == "sha of b'one'" and len(reads) == 3
+    f.write_bytes(b"two")  # same size, and a new mtime
+    os.utime(f, ns=(10**18 + 1, 10**18 + 1))
+    assert hash_path(f) == "sha of b'two'" and len(reads) == 4
+
+
 def test_hash_path_of_a_directory_follows_names_and_bytes(tmp_path):
     d = tmp_path / "saved_model"
     (d / "variables").mkdir(parents=True)
