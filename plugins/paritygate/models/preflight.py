@@ -98,11 +98,10 @@ def _convert_ahead(models):
     from concurrent.futures import ThreadPoolExecutor
 
     from paritygate.backend.onnx import loader
-    from paritygate.backend.tf.loader import is_keras
 
     todo = {}
     for spec in models:
-        if spec.onnx is None and Path(spec.reference).is_dir() and not is_keras(spec.reference):
+        if spec.onnx is None and Path(spec.reference).is_dir():  # a SavedModel folder (a Keras file is exported first)
             todo.setdefault((str(spec.reference), spec.signature), spec)
     if len(todo) < 2:
         return
