@@ -14,10 +14,8 @@ import functools
 import hashlib
 import inspect
 import json
-import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -153,19 +151,11 @@ def toy_saved_model(tmp_path_factory):
     in every xdist worker and every run: saved once under the artifact cache (``tests/toy-<key>``, keyed by
     ``save_toy_model``'s source and TensorFlow's version), then copied. A SavedModel saved again differs in its
     bytes, and the suite caches the toy's conversions and reference outputs by them."""
-    from paritygate.backend.cache import cache_root
+    from paritygate.backend.cache import cached_dir
 
     tf = pytest.importorskip("tensorflow")
     key = hashlib.sha256((inspect.getsource(save_toy_model) + tf.__version__).encode()).hexdigest()[:16]
-    kept = cache_root() / "tests" / f"toy-{key}"
-    if not kept.is_dir():
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        made = Path(tempfile.mkdtemp(dir=kept.parent, prefix=".toy-"))
-        save_toy_model(made / "saved_model")
-        try:
-            os.rename(made, kept)  # atomic: another worker's folder, if it won, stays as it is
-        except OSError:
-            shutil.rmtree(made)
+    kept = cached_dir("tests", f"toy-{key}", lambda tmp: save_toy_model(tmp / "saved_model"))  # atomic, race-safe
     return Path(shutil.copytree(kept / "saved_model", tmp_path_factory.mktemp("toy") / "saved_model"))
 
 
