@@ -311,8 +311,9 @@ def _build(ctx, spec, precision):
     else:
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
-        path = computed_artifact(ctx, onnx_artifact(spec, precision, ctx.fp16_keep_fp32))
-        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}", spin=ctx.spin)
+        artifact = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
+        path = computed_artifact(ctx, artifact)
+        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}", spin=ctx.spin, strict=path != artifact)
         runner.time_as = "candidate"
         runner.activate()
         what = str(path)

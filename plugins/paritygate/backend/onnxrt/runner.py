@@ -15,15 +15,18 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tenso
               "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
 
 
-def session_options(threads=None, spin=None):
+def session_options(threads=None, spin=None, level=None):
     """ONNX Runtime session options of every session the suite makes: warnings off (errors are raised), and the
-    threading policy of ``OnnxrtRunner`` (below): in an xdist worker the intra-op threads do not spin."""
+    threading policy of ``OnnxrtRunner`` (below): in an xdist worker the intra-op threads do not spin. ``level``:
+    the graph optimization level (None: ONNX Runtime's default, all of them)."""
     if spin is None:
         spin = not os.environ.get("PYTEST_XDIST_WORKER")
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if threads:
         options.intra_op_num_threads = threads
+    if level is not None:
+        options.graph_optimization_level = level
     if not spin:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
@@ -40,21 +43,29 @@ class OnnxrtRunner(BaseRunner):
     silence move by 0.0542 between a batch of one and of two with the default, not at all with one thread), and a
     verdict must not depend on pytest's ``-n``. The latency checks never run in a worker, so they measure the
     default. A candidate of the conformance checks spins only in a run that measures latency
-    (``RunContext.spin``, set by the plugin)."""
+    (``RunContext.spin``, set by the plugin).
+    ``strict``: ``path`` is a strict FP16 artifact; on the CPU provider alone it runs as its NCHWc twin
+    (``backend.onnx.nchwc``: the same values, fewer kernels)."""
 
-    def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None):
+    def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None, strict=False):
         super().__init__(name or f"onnxruntime:{Path(path).name}")
         self.path = Path(path)
         self.providers = list(providers)
-        self.threads, self.spin = threads, spin
+        self.threads, self.spin, self.strict = threads, spin, strict
         self._sess = None
 
     def activate_impl(self):
-        options = session_options(self.threads, self.spin)
+        path, level = self.path, None
+        if self.strict and self.providers == ["CPUExecutionProvider"]:
+            from paritygate.backend.onnx import nchwc
+
+            path, level = nchwc.runnable(self.path)
+        options = session_options(self.threads, self.spin, level)
         try:
-            self._sess = ort.InferenceSession(str(self.path), sess_options=options, providers=self.providers)
+            self._sess = ort.InferenceSession(str(path), sess_options=options, providers=self.providers)
         except Exception as err:
-            raise RunnerError(f"{self.path}: ONNX Runtime cannot load the model: {str(err)[:400]}") from err
+            twin = f" (its NCHWc twin {path})" if path != self.path else ""
+            raise RunnerError(f"{self.path}{twin}: ONNX Runtime cannot load the model: {str(err)[:400]}") from err
         self.output_names = [o.name for o in self._sess.get_outputs()]
 
     def infer_impl(self, feed):

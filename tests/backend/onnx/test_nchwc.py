@@ -1,0 +1,117 @@
+"""paritygate.backend.onnx.nchwc: a strict artifact run in ONNX Runtime's blocked layout gives the strict artifact's
+values bit for bit, overflows included, at every session setting the suite uses; a tensor whose channels do not
+fill their blocks is not moved."""
+
+import json
+
+import numpy as np
+import pytest
+
+from paritygate.backend.onnx import nchwc, strict
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+pytestmark = pytest.mark.onnx
+h = onnx.helper
+T = onnx.TensorProto
+SETTINGS = [{"threads": None, "spin": True}, {"threads": None, "spin": False}, {"threads": 1, "spin": True}]
+
+
+def conv_chain():
+    """Conv(32)+Clip(0, 6) -> Conv(20) -> Conv(32) -> Add(residual) -> Conv(16), FP32. 32 and 16 channels fill NCHWc
+    blocks of 8 or 16 floats; 20 fills neither. The 20-channel Conv's weights are large (up to ~8e3, below the
+    converter's 1e4 clamp): inputs of ~3 overflow FP16 there."""
+    rng = np.random.default_rng(0)
+
+    def w(name, out, inp, k, scale=1.0):
+        return onnx.numpy_helper.from_array((rng.normal(0, 1 / np.sqrt(inp * k * k), (out, inp, k, k)) * scale)
+                                            .astype(np.float32), name)
+
+    inits = [w("w0", 32, 16, 3), w("w1", 20, 32, 1, 1.5e4), w("w2", 32, 20, 3), w("w3", 16, 32, 1),
+             onnx.numpy_helper.from_array(np.float32(0), "lo"), onnx.numpy_helper.from_array(np.float32(6), "hi")]
+    nodes = [h.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+             h.make_node("Clip", ["c0", "lo", "hi"], ["r0"], name="relu6"),
+             h.make_node("Conv", ["r0", "w1"], ["c1"], name="conv1"),
+             h.make_node("Conv", ["c1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             h.make_node("Add", ["c2", "r0"], ["s2"], name="residual"),
+             h.make_node("Conv", ["s2", "w3"], ["y"], name="conv3")]
+    g = h.make_graph(nodes, "chain", [h.make_tensor_value_info("x", T.FLOAT, ["N", 16, 8, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 16, 8, 8])], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def conv_chain_fp16():
+    """``conv_chain`` as teams make its fp16 artifact: onnxconverter-common, keep_io_types=True."""
+    float16 = pytest.importorskip("onnxconverter_common.float16")
+    return float16.convert_float_to_float16(conv_chain(), keep_io_types=True)
+
+
+@pytest.fixture
+def chain(tmp_path, parity_cache):
+    path = tmp_path / "chain.fp16.onnx"
+    onnx.save(conv_chain_fp16(), str(path))
+    emulated = strict.strict_onnx(path)
+    twin, level = nchwc.runnable(emulated)
+    if level is None:
+        pytest.skip(f"ONNX Runtime {ort.__version__} runs no convolution in its NCHWc layout on this CPU")
+    return emulated, twin
+
+
+def inputs():
+    """Inputs at scales where nothing, some and every 20-channel output overflows FP16; subnormal outputs; a NaN."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.normal(0, 1, (2, 16, 8, 8)) * s for s in (1e-7, 1e-3, 0.3, 3.0, 1e3)]).astype(np.float32)
+    x[0, 0, 0, 0] = np.nan
+    return {"x": x}
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: f"threads={s['threads']},spin={s['spin']}")
+def test_the_twin_gives_the_strict_values_bit_for_bit(chain, setting):
+    from paritygate.backend.onnxrt.runner import OnnxrtRunner
+
+    emulated, _ = chain
+    y, twin_y = (OnnxrtRunner(emulated, strict=s, **setting).activate().infer(inputs())["y"] for s in (False, True))
+    finite = np.isfinite(y).all(axis=(1, 2, 3))
+    assert finite[1:6].all() and not finite[6:].any(), "the inputs no longer reach FP16's overflow as intended"
+    assert np.isinf(y).any() and np.isnan(y[0]).any()
+    np.testing.assert_array_equal(twin_y, y)  # equal as numbers, NaN where NaN
+
+
+def test_the_overflow_survives_in_the_twin(chain):
+    """The guard for the twin: if ONNX Runtime ever dropped a moved Cast pair, the 20-channel Conv's overflow would
+    stop reaching the output: in FP32 it stays finite."""
+    _, twin = chain
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    x = {"x": np.full((1, 16, 8, 8), 3.0, np.float32)}
+    fp32 = ort.InferenceSession(conv_chain().SerializeToString(), options, providers=["CPUExecutionProvider"])
+    assert np.isfinite(fp32.run(None, x)[0]).all()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(twin), options, providers=["CPUExecutionProvider"])
+    assert not np.isfinite(sess.run(None, x)[0]).all(), "the twin lost the FP16 rounding"
+
+
+def test_only_tensors_that_fill_their_blocks_move(chain):
+    from paritygate.backend.cache import report_path
+
+    _, twin = chain
+    report = json.loads(report_path(twin).read_text())
+    assert report["moved"] >= 1 and report["left_padded"] >= 1  # the 32-channel tensors move, the 20-channel one not
+    kinds = [n.op_type for n in onnx.load(str(twin)).graph.node]
+    assert kinds.count("ReorderInput") >= 1 and "Cast" in kinds
+
+
+def test_the_twin_is_cached_per_cpu_and_not_built_for_a_graph_without_conv(chain, tmp_path):
+    from paritygate.backend.cache import STATS
+    from tests.backend.onnx.test_strict import overflow_model
+
+    emulated, twin = chain
+    before = STATS["builds"]
+    assert nchwc.runnable(emulated) == (twin, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    assert STATS["builds"] == before
+    assert len(nchwc.cpu_flags()) > 1
+    path = tmp_path / "noconv.onnx"
+    onnx.save(overflow_model(io=T.FLOAT), str(path))
+    assert nchwc.runnable(strict.strict_onnx(path)) == (strict.strict_onnx(path), None)
