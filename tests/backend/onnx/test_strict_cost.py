@@ -79,10 +79,10 @@ path, level, inputs = sys.argv[1], sys.argv[2], np.load(sys.argv[3])
 options = session_options(level=getattr(ort.GraphOptimizationLevel, level))
 sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 feed = {k: inputs[k] for k in inputs.files}
-for _ in range(50):
+for _ in range(min(50, int(sys.argv[4]))):
     sess.run(None, feed)
 times = []
-for _ in range(200):
+for _ in range(int(sys.argv[4])):
     start = time.perf_counter()
     sess.run(None, feed)
     times.append(time.perf_counter() - start)
@@ -90,15 +90,15 @@ print(np.median(times) * 1e3)
 """
 
 
-def median_ms_alone(path, level, feed, tmp_path):
-    """The median of 200 calls in a process of its own: a session's intra-op threads spin on after its run, so
+def median_ms_alone(path, level, feed, tmp_path, calls=200):
+    """The median of ``calls`` calls in a process of its own: a session's intra-op threads spin on after its run, so
     sessions timed in one process take the cores from each other (mobilenet's FP32 run measured 0.11 and 0.19 ms
     in two such runs minutes apart; 0.107-0.110 ms alone)."""
     import subprocess
     import sys
 
     np.savez(tmp_path / "feed.npz", **feed)
-    out = subprocess.run([sys.executable, "-c", TIMED, str(path), level.name, str(tmp_path / "feed.npz")],
+    out = subprocess.run([sys.executable, "-c", TIMED, str(path), level.name, str(tmp_path / "feed.npz"), str(calls)],
                          capture_output=True, text=True, check=True)
     return float(out.stdout)
 
