@@ -115,3 +115,16 @@ def test_the_twin_is_cached_per_cpu_and_not_built_for_a_graph_without_conv(chain
     path = tmp_path / "noconv.onnx"
     onnx.save(overflow_model(io=T.FLOAT), str(path))
     assert nchwc.runnable(strict.strict_onnx(path)) == (strict.strict_onnx(path), None)
+
+
+def test_a_twin_that_cannot_be_built_leaves_the_strict_artifact_as_it_is(tmp_path, parity_cache, capsys):
+    """A speed-up only: when ONNX Runtime cannot optimize the file (here an op of an unknown domain beside a Conv),
+    the runner is given the strict artifact itself, and stderr says why."""
+    model = conv_chain()
+    model.graph.node.append(h.make_node("Mystery", ["y"], ["z"], domain="example.unknown", name="mystery"))
+    model.graph.output[0].name = "z"
+    model.opset_import.append(h.make_opsetid("example.unknown", 1))
+    path = tmp_path / "odd.onnx"
+    onnx.save(model, str(path))
+    assert nchwc.runnable(path) == (path, None)
+    assert f"{path}: its NCHWc twin could not be built" in capsys.readouterr().err

@@ -52,13 +52,12 @@ def runnable(path):
     key = key_of(src=hash_path(path), ort=ort.__version__, cpu=cpu_flags(), build=BUILD)
     try:
         target = cached_file("onnx", f"{path.stem}-nchwc-{key}", ".onnx", lambda out: _build(path, head, out))
+        moved = json.loads(report_path(target).read_text())["moved"]
     except Exception as err:  # noqa: BLE001 - a speed-up only: the strict artifact gives the same values
         print(f"paritygate: {path}: its NCHWc twin could not be built ({type(err).__name__}: {str(err)[:300]}); "
               "ONNX Runtime runs the strict artifact as it is", file=sys.stderr)
         return path, None
-    if not json.loads(report_path(target).read_text())["moved"]:
-        return path, None
-    return target, ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return (target, ort.GraphOptimizationLevel.ORT_DISABLE_ALL) if moved else (path, None)
 
 
 def cpu_flags():
