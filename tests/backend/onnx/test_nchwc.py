@@ -18,8 +18,8 @@ SETTINGS = [{"threads": None, "spin": True}, {"threads": None, "spin": False}, {
 
 
 def conv_chain():
-    """Conv(32)+Clip(0, 6) -> Conv(20) -> Conv(32) -> Add(residual) -> Conv(16), FP32. 32 and 16 channels fill NCHWc
-    blocks of 8 or 16 floats; 20 fills neither. The 20-channel Conv's weights are large (up to ~8e3, below the
+    """Conv(32)+Clip(0, 6) -> Conv(18) -> Conv(32) -> Add(residual) -> Conv(16), FP32. 32 and 16 channels fill NCHWc
+    blocks of 8 or 16 floats; 18 fills none of them (nor blocks of 4). The 18-channel Conv's weights are large (up to ~8e3, below the
     converter's 1e4 clamp): inputs of ~3 overflow FP16 there."""
     rng = np.random.default_rng(0)
 
@@ -27,7 +27,7 @@ def conv_chain():
         return onnx.numpy_helper.from_array((rng.normal(0, 1 / np.sqrt(inp * k * k), (out, inp, k, k)) * scale)
                                             .astype(np.float32), name)
 
-    inits = [w("w0", 32, 16, 3), w("w1", 20, 32, 1, 1.5e4), w("w2", 32, 20, 3), w("w3", 16, 32, 1),
+    inits = [w("w0", 32, 16, 3), w("w1", 18, 32, 1, 1.5e4), w("w2", 32, 18, 3), w("w3", 16, 32, 1),
              onnx.numpy_helper.from_array(np.float32(0), "lo"), onnx.numpy_helper.from_array(np.float32(6), "hi")]
     nodes = [h.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
              h.make_node("Clip", ["c0", "lo", "hi"], ["r0"], name="relu6"),
@@ -60,7 +60,7 @@ def chain(tmp_path, parity_cache):
 
 
 def inputs():
-    """Inputs at scales where nothing, some and every 20-channel output overflows FP16; subnormal outputs; a NaN."""
+    """Inputs at scales where nothing, some and every 18-channel output overflows FP16; subnormal outputs; a NaN."""
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.normal(0, 1, (2, 16, 8, 8)) * s for s in (1e-7, 1e-3, 0.3, 3.0, 1e3)]).astype(np.float32)
     x[0, 0, 0, 0] = np.nan
@@ -75,12 +75,12 @@ def test_the_twin_gives_the_strict_values_bit_for_bit(chain, setting):
     y, twin_y = (OnnxrtRunner(emulated, strict=s, **setting).activate().infer(inputs())["y"] for s in (False, True))
     finite = np.isfinite(y).all(axis=(1, 2, 3))
     assert finite[1:6].all() and not finite[6:].any(), "the inputs no longer reach FP16's overflow as intended"
-    assert np.isinf(y).any() and np.isnan(y[0]).any()
+    assert np.isnan(y[0]).any()  # the NaN input
     np.testing.assert_array_equal(twin_y, y)  # equal as numbers, NaN where NaN
 
 
 def test_the_overflow_survives_in_the_twin(chain):
-    """The guard for the twin: if ONNX Runtime ever dropped a moved Cast pair, the 20-channel Conv's overflow would
+    """The guard for the twin: if ONNX Runtime ever dropped a moved Cast pair, the 18-channel Conv's overflow would
     stop reaching the output: in FP32 it stays finite."""
     _, twin = chain
     options = ort.SessionOptions()
@@ -98,7 +98,7 @@ def test_only_tensors_that_fill_their_blocks_move(chain):
 
     _, twin = chain
     report = json.loads(report_path(twin).read_text())
-    assert report["moved"] >= 1 and report["left_padded"] >= 1  # the 32-channel tensors move, the 20-channel one not
+    assert report["moved"] >= 1 and report["left_padded"] >= 1  # the 32-channel tensors move, the 18-channel one not
     kinds = [n.op_type for n in onnx.load(str(twin)).graph.node]
     assert kinds.count("ReorderInput") >= 1 and "Cast" in kinds
 

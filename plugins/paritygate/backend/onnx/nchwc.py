@@ -4,7 +4,7 @@
 ONNX Runtime's CPU provider runs a chain of convolutions in its blocked layout (channels in blocks of the CPU's
 vector width: 16 floats with AVX-512, 8 with AVX2). It cannot run a Cast there, so each Cast pair that strict
 numerics put between two convolutions costs a ReorderOutput before it and a ReorderInput after it: mobilenet's
-strict run had 16 and 15 of them, and cost 2.15x its FP32 run (1.60x without them).
+strict run had 16 and 15 of them, and cost 2.07-2.18x its FP32 run (1.55-1.61x as its twin).
 
 A Cast, and an Add of two tensors of one shape, are elementwise: on a blocked tensor whose channels fill its
 blocks (nothing padded) they give the values they give in NCHW, only in another order. So ``moved`` lets ONNX
