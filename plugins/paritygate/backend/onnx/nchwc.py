@@ -7,8 +7,8 @@ numerics put between two convolutions costs a ReorderOutput before it and a Reor
 strict run had 16 and 15 of them, and cost 2.07-2.18x its FP32 run (1.55-1.61x as its twin).
 
 A Cast, and an Add of two tensors of one shape, are elementwise: on a blocked tensor whose channels fill its
-blocks (nothing padded) they give the values they give in NCHW, only in another order. So ``moved`` lets ONNX
-Runtime optimize the strict artifact (``ORT_ENABLE_ALL``, saved), moves each Cast, and each such Add, that reads a
+blocks (nothing padded) they give the values they give in NCHW, only in another order. So ``move`` (after ONNX
+Runtime optimized the strict artifact, ``ORT_ENABLE_ALL``, saved) moves each Cast, and each such Add, that reads a
 reordered convolution output onto the blocked tensor, reads the blocked result where a ReorderInput read it back,
 and drops what nothing reads any more. ONNX Runtime runs the result with its optimizations off: the optimized
 graph is what it would have run, and its Cast pairs stay (tests/backend/onnx/test_nchwc.py, at every session
@@ -101,7 +101,8 @@ def move(graph, shapes):
         if n.domain == DOMAIN and n.op_type == "Conv" and n.input[1] in weights:
             held[n.output[0]] = weights[n.input[1]][0]
     twin, rename, nodes = {}, {}, []  # NCHW tensor -> its blocked twin
-    taken = {t for n in graph.node for t in [*n.input, *n.output, n.name]} | set(weights) | {v.name for v in [*graph.input, *graph.output]}
+    taken = ({t for n in graph.node for t in [*n.input, *n.output, n.name]} | set(weights)
+             | {v.name for v in [*graph.input, *graph.output]})
     report = {"moved": 0, "left_padded": 0}
     for n in graph.node:
         n.input[:] = [rename.get(i, i) for i in n.input]
