@@ -7,6 +7,7 @@ converts and quantizes nothing, and a changed input can never be served a stale 
 import hashlib
 import json
 import os
+import platform
 import shutil
 import tempfile
 import time
@@ -72,6 +73,19 @@ def digest(value):
 
 def key_of(**parts):
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def cpu_flags():
+    """This CPU's feature flags (Linux ``/proc/cpuinfo``), else what ``platform`` says of it: part of the key of an
+    artifact built for this CPU (``backend.onnx.twin``, ``backend.onnx.round16``)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return sorted(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return [platform.machine(), platform.processor()]
 
 
 def report_path(artifact):

@@ -32,12 +32,11 @@ def bundled():
     return {m.name: (m, goldens.load_golden(m).inputs) for m in RunOptions().models if m.name in MODELS}
 
 
-def session(path, level=None):
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if level is not None:
-        options.graph_optimization_level = level
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+def session(path, level=None, library=None):
+    from paritygate.backend.onnxrt.runner import session_options
+
+    return ort.InferenceSession(str(path), session_options(level=level, library=library),
+                                providers=["CPUExecutionProvider"])
 
 
 def onnx_feed(spec, sess, inputs):
@@ -58,15 +57,15 @@ def test_deferring_the_rounding_changes_no_strict_value(bundled, name):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_the_nchwc_twin_changes_no_strict_value(bundled, name):
-    """What the candidate runner runs for a strict artifact on this CPU (``nchwc``): its values, on the goldens."""
-    from paritygate.backend.onnx import nchwc
+def test_the_twin_changes_no_strict_value(bundled, name):
+    """What the candidate runner runs for a strict artifact on this CPU (``twin``): its values, on the goldens."""
+    from paritygate.backend.onnx import round16, twin
 
     spec, inputs = bundled[name]
     checked = strict.strict_onnx(loader.fp16_onnx(spec))
-    twin, level = nchwc.runnable(checked)
-    assert (level is None) == (name == "bert")  # bert holds no Conv
-    a, b = session(checked), session(twin, level)
+    built, level, library = twin.runnable(checked)
+    assert (level is None) == (name == "bert" and round16.library() is None)  # bert holds no Conv
+    a, b = session(checked), session(built, level, library)
     feed = onnx_feed(spec, a, inputs)
     for x, y in zip(a.run(None, feed), b.run(None, feed)):
         np.testing.assert_array_equal(x, y)
@@ -75,8 +74,8 @@ def test_the_nchwc_twin_changes_no_strict_value(bundled, name):
 TIMED = """
 import sys, time, numpy as np, onnxruntime as ort
 from paritygate.backend.onnxrt.runner import session_options
-path, level, inputs = sys.argv[1], sys.argv[2], np.load(sys.argv[3])
-options = session_options(level=getattr(ort.GraphOptimizationLevel, level))
+path, level, inputs, library = sys.argv[1], sys.argv[2], np.load(sys.argv[3]), sys.argv[5] or None
+options = session_options(level=getattr(ort.GraphOptimizationLevel, level), library=library)
 sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 feed = {k: inputs[k] for k in inputs.files}
 for _ in range(min(50, int(sys.argv[4]))):
@@ -90,7 +89,7 @@ print(np.median(times) * 1e3)
 """
 
 
-def median_ms_alone(path, level, feed, tmp_path, calls=200):
+def median_ms_alone(path, level, feed, tmp_path, calls=200, library=None):
     """The median of ``calls`` calls in a process of its own: a session's intra-op threads spin on after its run, so
     sessions timed in one process take the cores from each other (mobilenet's FP32 run measured 0.11 and 0.19 ms
     in two such runs minutes apart; 0.107-0.110 ms alone)."""
@@ -98,8 +97,8 @@ def median_ms_alone(path, level, feed, tmp_path, calls=200):
     import sys
 
     np.savez(tmp_path / "feed.npz", **feed)
-    out = subprocess.run([sys.executable, "-c", TIMED, str(path), level.name, str(tmp_path / "feed.npz"), str(calls)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", TIMED, str(path), level.name, str(tmp_path / "feed.npz"), str(calls),
+                          str(library or "")], capture_output=True, text=True, check=True)
     return float(out.stdout)
 
 
@@ -107,24 +106,25 @@ def median_ms_alone(path, level, feed, tmp_path, calls=200):
 def test_strict_fp16_cost_against_fp32(benchmark, bundled, name, tmp_path):
     """Each variant in a process of its own, interleaved over 5 rounds so that a load change on the shared machine
     hits every variant alike: FP32, ONNX Runtime's own numerics of the fp16 file, the strict artifact as it is and
-    what the candidate runner runs for it (``checked``: its NCHWc twin on this CPU, ``nchwc``)."""
-    from paritygate.backend.onnx import nchwc
+    what the candidate runner runs for it (``checked``: its twin on this CPU, ``twin``)."""
+    from paritygate.backend.onnx import twin
 
     spec, inputs = bundled[name]
     fp16 = loader.fp16_onnx(spec)
     all_ = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    twin, level = nchwc.runnable(strict.strict_onnx(fp16))
-    runs = {"fp32": (loader.fp32_onnx(spec), all_), "ort": (fp16, all_), "strict": (strict.strict_onnx(fp16), all_),
-            "checked": (twin, level or all_)}
-    feeds = {k: onnx_feed(spec, session(p, lv), inputs) for k, (p, lv) in runs.items()}
+    built, level, library = twin.runnable(strict.strict_onnx(fp16))
+    runs = {"fp32": (loader.fp32_onnx(spec), all_, None), "ort": (fp16, all_, None),
+            "strict": (strict.strict_onnx(fp16), all_, None), "checked": (built, level or all_, library)}
+    feeds = {k: onnx_feed(spec, session(*run), inputs) for k, run in runs.items()}
     medians = {k: [] for k in runs}
     for _ in range(5):
-        for k, (p, lv) in runs.items():
-            medians[k].append(median_ms_alone(p, lv, feeds[k], tmp_path))
+        for k, (p, lv, lib) in runs.items():
+            medians[k].append(median_ms_alone(p, lv, feeds[k], tmp_path, library=lib))
     ms = {k: float(np.median(v)) for k, v in medians.items()}
-    checked = session(twin, level)
+    checked = session(*runs["checked"])
     benchmark.pedantic(checked.run, args=(None, feeds["checked"]), rounds=200, iterations=1, warmup_rounds=20)
-    benchmark.extra_info.update(batch=BATCH, **{f"{k}_ms": round(v, 4) for k, v in ms.items()},
+    benchmark.extra_info.update(batch=BATCH, round16=library is not None,
+                                **{f"{k}_ms": round(v, 4) for k, v in ms.items()},
                                 strict_vs_fp32=round(ms["checked"] / ms["fp32"], 2),
                                 unmoved_vs_fp32=round(ms["strict"] / ms["fp32"], 2),
                                 ort_fp16_vs_fp32=round(ms["ort"] / ms["fp32"], 2))

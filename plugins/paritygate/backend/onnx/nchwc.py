@@ -1,5 +1,5 @@
-"""A strict artifact run in ONNX Runtime's blocked NCHWc layout: the same values, fewer kernels (docs/numerics.md,
-"Cost").
+"""A strict artifact's roundings moved into ONNX Runtime's blocked NCHWc layout: the same values, fewer kernels
+(docs/numerics.md, "Cost"; ``twin.runnable`` applies it).
 
 ONNX Runtime's CPU provider runs a chain of convolutions in its blocked layout (channels in blocks of the CPU's
 vector width: 16 floats with AVX-512, 8 with AVX2). It cannot run a Cast there, so each Cast pair that strict
@@ -17,84 +17,22 @@ setting the suite uses, bit for bit against the strict artifact, on the overflow
 A tensor whose channels do not fill their blocks stays in NCHW. Its padded channels hold a convolution's 0 x input,
 which is NaN where an input is inf; the next convolution, reading the blocked tensor directly, could carry that NaN
 into its real channels where strict numerics give inf (and a Clip after it turns inf back into a finite value).
-
-The saved graph holds this CPU's layout, so it is cached under this CPU's feature flags and ONNX Runtime's version,
-never shared with another kind of machine; a build that fails leaves the strict artifact to run as it is.
 """
 
-import json
-import platform
-import sys
-from pathlib import Path
-
-from paritygate.backend.onnx import scopes
+from paritygate.backend.onnx import round16, scopes
 from paritygate.backend.onnx.util import fresh_name
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
-ort = lazy_import("onnxruntime")
 
 DOMAIN = "com.microsoft.nchwc"
-BUILD = "nchwc-move-v1"  # part of the cache key: bump when the move changes
 FLOATS = (1, 10)  # onnx.TensorProto.FLOAT, FLOAT16: the Casts a strict artifact holds
 
 
-def runnable(path):
-    """(file, optimization level) for ONNX Runtime's CPU provider to run the strict artifact ``path``: its blocked
-    twin with optimizations off (``ort.GraphOptimizationLevel.ORT_DISABLE_ALL``) when a Cast moved, else
-    (``path``, None)."""
-    from paritygate.backend.cache import cached_file, hash_path, key_of, report_path
-
-    path = Path(path)
-    head = onnx.load(str(path), load_external_data=False)
-    if not any(n.op_type == "Conv" for n in head.graph.node):
-        return path, None
-    key = key_of(src=hash_path(path), ort=ort.__version__, cpu=cpu_flags(), build=BUILD)
-    try:
-        target = cached_file("onnx", f"{path.stem}-nchwc-{key}", ".onnx", lambda out: _build(path, head, out))
-        moved = json.loads(report_path(target).read_text())["moved"]
-    except Exception as err:  # noqa: BLE001 - a speed-up only: the strict artifact gives the same values
-        print(f"paritygate: {path}: its NCHWc twin could not be built ({type(err).__name__}: {str(err)[:300]}); "
-              "ONNX Runtime runs the strict artifact as it is", file=sys.stderr)
-        return path, None
-    return (target, ort.GraphOptimizationLevel.ORT_DISABLE_ALL) if moved else (path, None)
-
-
-def cpu_flags():
-    """This CPU's feature flags (Linux ``/proc/cpuinfo``), else what ``platform`` says of it."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith(("flags", "Features")):
-                    return sorted(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return [platform.machine(), platform.processor()]
-
-
-def _build(path, source, out):
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.optimized_model_filepath = str(out)
-    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    model = onnx.load(str(out))
-    shapes = _shapes(source)
-    report = move(model.graph, shapes)
-    onnx.save(model, str(out))
-    return {**report, "build": BUILD, "source": str(path), "onnxruntime": ort.__version__}
-
-
-def _shapes(model):
-    inferred = onnx.shape_inference.infer_shapes(model)
-    return {v.name: tuple(d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim)
-            for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
-            if v.type.tensor_type.HasField("shape")}
-
-
 def move(graph, shapes):
-    """Move ``graph``'s Casts and Adds of reordered convolution outputs whose channels fill their blocks onto the
-    blocked tensors (in place); ``shapes``: the NCHW tensors' shapes, by name. Returns the counts."""
+    """Move ``graph``'s roundings (Casts, ``Round16``) and Adds of reordered convolution outputs whose channels fill
+    their blocks onto the blocked tensors (in place); ``shapes``: the NCHW tensors' shapes, by name. Returns the
+    counts."""
     weights = {t.name: list(t.dims) for t in graph.initializer}
     held = {}  # blocked tensor -> the channels it holds, padding included (its convolution's reordered filters)
     for n in graph.node:
@@ -112,11 +50,12 @@ def move(graph, shapes):
                 twin[n.output[0]] = n.input[0]
             elif n.input[0] in held:
                 report["left_padded"] += 1
-        elif (n.op_type == "Cast" and n.input[0] in twin and a.get("to") in FLOATS
+        elif (n.input and n.input[0] in twin and (n.op_type == "Cast" and a.get("to") in FLOATS
+                                                   or (n.domain, n.op_type) == (round16.DOMAIN, round16.OP))
               or n.op_type == "Add" and len(n.input) == 2 and all(i in twin for i in n.input)
               and shapes.get(n.input[0]) == shapes.get(n.input[1]) and None not in shapes.get(n.input[0], (None,))):
             blocked = fresh_name(f"{n.output[0]}__nchwc", taken)
-            nodes.append(onnx.helper.make_node(n.op_type, [twin[i] for i in n.input], [blocked], **a,
+            nodes.append(onnx.helper.make_node(n.op_type, [twin[i] for i in n.input], [blocked], **a, domain=n.domain,
                                                name=fresh_name(f"{n.name or n.output[0]}__nchwc", taken)))
             twin[n.output[0]] = blocked
         elif n.domain == DOMAIN and n.op_type == "ReorderInput" and not a.get("channels_last") and n.input[0] in twin:

@@ -15,10 +15,11 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tenso
               "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
 
 
-def session_options(threads=None, spin=None, level=None):
+def session_options(threads=None, spin=None, level=None, library=None):
     """ONNX Runtime session options of every session the suite makes: warnings off (errors are raised), and the
     threading policy of ``OnnxrtRunner`` (below): in an xdist worker the intra-op threads do not spin. ``level``:
-    the graph optimization level (None: ONNX Runtime's default, all of them)."""
+    the graph optimization level (None: ONNX Runtime's default, all of them); ``library``: a custom-op library to
+    register (``backend.onnx.round16``)."""
     if spin is None:
         spin = not os.environ.get("PYTEST_XDIST_WORKER")
     options = ort.SessionOptions()
@@ -29,6 +30,8 @@ def session_options(threads=None, spin=None, level=None):
         options.graph_optimization_level = level
     if not spin:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if library:
+        options.register_custom_ops_library(str(library))
     return options
 
 
@@ -44,8 +47,8 @@ class OnnxrtRunner(BaseRunner):
     verdict must not depend on pytest's ``-n``. The latency checks never run in a worker, so they measure the
     default. A candidate of the conformance checks spins only in a run that measures latency
     (``RunContext.spin``, set by the plugin).
-    ``strict``: ``path`` is a strict FP16 artifact; on the CPU provider alone it runs as its NCHWc twin
-    (``backend.onnx.nchwc``: the same values, fewer kernels)."""
+    ``strict``: ``path`` is a strict FP16 artifact; on the CPU provider alone it runs as its twin
+    (``backend.onnx.twin``: the same values, fewer and cheaper kernels)."""
 
     def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None, strict=False):
         super().__init__(name or f"onnxruntime:{Path(path).name}")
@@ -55,16 +58,16 @@ class OnnxrtRunner(BaseRunner):
         self._sess = None
 
     def activate_impl(self):
-        path, level = self.path, None
+        path, level, library = self.path, None, None
         if self.strict and self.providers == ["CPUExecutionProvider"]:
-            from paritygate.backend.onnx import nchwc
+            from paritygate.backend.onnx import twin
 
-            path, level = nchwc.runnable(self.path)
-        options = session_options(self.threads, self.spin, level)
+            path, level, library = twin.runnable(self.path)
+        options = session_options(self.threads, self.spin, level, library)
         try:
             self._sess = ort.InferenceSession(str(path), sess_options=options, providers=self.providers)
         except Exception as err:
-            twin = f" (its NCHWc twin {path})" if path != self.path else ""
+            twin = f" (its twin {path})" if path != self.path else ""
             raise RunnerError(f"{self.path}{twin}: ONNX Runtime cannot load the model: {str(err)[:400]}") from err
         self.output_names = [o.name for o in self._sess.get_outputs()]
 

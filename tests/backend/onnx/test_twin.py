@@ -1,13 +1,14 @@
-"""paritygate.backend.onnx.nchwc: a strict artifact run in ONNX Runtime's blocked layout gives the strict artifact's
-values bit for bit, overflows included, at every session setting the suite uses; a tensor whose channels do not
-fill their blocks is not moved."""
+"""paritygate.backend.onnx.twin: what the runner runs for a strict artifact (its roundings moved into ONNX Runtime's
+blocked layout, ``nchwc``, and made ``Round16`` kernels, ``round16``) gives the strict artifact's values bit for bit,
+overflows included, at every session setting the suite uses, with and without ``Round16``; a tensor whose channels
+do not fill their blocks is not moved."""
 
 import json
 
 import numpy as np
 import pytest
 
-from paritygate.backend.onnx import nchwc, strict
+from paritygate.backend.onnx import round16, strict, twin
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -48,15 +49,21 @@ def conv_chain_fp16():
     return float16.convert_float_to_float16(conv_chain(), keep_io_types=True)
 
 
-@pytest.fixture
-def chain(tmp_path, parity_cache):
+@pytest.fixture(params=["round16", "cast pairs"])
+def chain(request, tmp_path, parity_cache, monkeypatch):
+    """The conv chain's strict artifact and its twin: with ``Round16``, and as it is where no C compiler is found."""
+    if request.param == "cast pairs":
+        monkeypatch.setenv("CC", str(tmp_path / "no-compiler"))
+    round16.library.cache_clear()
+    request.addfinalizer(round16.library.cache_clear)
     path = tmp_path / "chain.fp16.onnx"
     onnx.save(conv_chain_fp16(), str(path))
     emulated = strict.strict_onnx(path)
-    twin, level = nchwc.runnable(emulated)
+    built, level, library = twin.runnable(emulated)
     if level is None:
         pytest.skip(f"ONNX Runtime {ort.__version__} runs no convolution in its NCHWc layout on this CPU")
-    return emulated, twin
+    assert (library is None) == (request.param == "cast pairs")
+    return emulated, built
 
 
 def inputs():
@@ -80,41 +87,47 @@ def test_the_twin_gives_the_strict_values_bit_for_bit(chain, setting):
 
 
 def test_the_overflow_survives_in_the_twin(chain):
-    """The guard for the twin: if ONNX Runtime ever dropped a moved Cast pair, the 18-channel Conv's overflow would
-    stop reaching the output: in FP32 it stays finite."""
-    _, twin = chain
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
+    """The guard for the twin: if ONNX Runtime ever dropped a moved Cast pair (or a Round16 stopped rounding), the
+    18-channel Conv's overflow would stop reaching the output: in FP32 it stays finite."""
+    from paritygate.backend.onnxrt.runner import session_options
+
+    emulated, built = chain
     x = {"x": np.full((1, 16, 8, 8), 3.0, np.float32)}
-    fp32 = ort.InferenceSession(conv_chain().SerializeToString(), options, providers=["CPUExecutionProvider"])
+    fp32 = ort.InferenceSession(conv_chain().SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
     assert np.isfinite(fp32.run(None, x)[0]).all()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(str(twin), options, providers=["CPUExecutionProvider"])
+    options = session_options(level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL, library=twin.runnable(emulated)[2])
+    sess = ort.InferenceSession(str(built), options, providers=["CPUExecutionProvider"])
     assert not np.isfinite(sess.run(None, x)[0]).all(), "the twin lost the FP16 rounding"
 
 
 def test_only_tensors_that_fill_their_blocks_move(chain):
     from paritygate.backend.cache import report_path
 
-    _, twin = chain
-    report = json.loads(report_path(twin).read_text())
+    _, built = chain
+    report = json.loads(report_path(built).read_text())
     assert report["moved"] >= 1 and report["left_padded"] >= 1  # the 32-channel tensors move, the 18-channel one not
-    kinds = [n.op_type for n in onnx.load(str(twin)).graph.node]
-    assert kinds.count("ReorderInput") >= 1 and "Cast" in kinds
+    nodes = onnx.load(str(built)).graph.node
+    assert sum(n.op_type == "ReorderInput" for n in nodes) >= 1
+    roundings = {n.op_type for n in nodes if n.op_type == round16.OP or strict.ROUND in n.name}
+    assert roundings == ({round16.OP} if report["fused"] else {"Cast"})
 
 
-def test_the_twin_is_cached_per_cpu_and_not_built_for_a_graph_without_conv(chain, tmp_path):
-    from paritygate.backend.cache import STATS
+def test_the_twin_is_cached_per_cpu_and_built_without_conv_only_for_round16(chain, tmp_path):
+    from paritygate.backend.cache import STATS, cpu_flags
     from tests.backend.onnx.test_strict import overflow_model
 
-    emulated, twin = chain
+    emulated, built = chain
     before = STATS["builds"]
-    assert nchwc.runnable(emulated) == (twin, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    assert twin.runnable(emulated)[:2] == (built, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     assert STATS["builds"] == before
-    assert len(nchwc.cpu_flags()) > 1
+    assert len(cpu_flags()) > 1
     path = tmp_path / "noconv.onnx"
     onnx.save(overflow_model(io=T.FLOAT), str(path))
-    assert nchwc.runnable(strict.strict_onnx(path)) == (strict.strict_onnx(path), None)
+    checked = strict.strict_onnx(path)
+    if round16.library() is None:  # no Conv and no Round16: nothing to change
+        assert twin.runnable(checked) == (checked, None, None)
+    else:
+        assert twin.runnable(checked)[1:] == (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, round16.library())
 
 
 def test_a_twin_that_cannot_be_built_leaves_the_strict_artifact_as_it_is(tmp_path, parity_cache, capsys):
@@ -126,5 +139,5 @@ def test_a_twin_that_cannot_be_built_leaves_the_strict_artifact_as_it_is(tmp_pat
     model.opset_import.append(h.make_opsetid("example.unknown", 1))
     path = tmp_path / "odd.onnx"
     onnx.save(model, str(path))
-    assert nchwc.runnable(path) == (path, None)
-    assert f"{path}: its NCHWc twin could not be built" in capsys.readouterr().err
+    assert twin.runnable(path) == (path, None, None)
+    assert f"{path}: its twin could not be built" in capsys.readouterr().err
