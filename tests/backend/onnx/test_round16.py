@@ -38,9 +38,9 @@ def test_round16_rounds_every_probed_and_strided_pattern_as_the_cast_pair_does(l
 
 @pytest.mark.parametrize("wrong", ["copies", "truncates"])
 def test_the_probe_catches_a_kernel_that_rounds_otherwise(library, tmp_path, wrong):
-    """The same source copying its input, or truncating (round toward zero): the probe must see it."""
+    """The same source copying its input, or truncating it to an integer: the probe must see it."""
     body = {"copies": "for (size_t j = 0; j < n; ++j) y[j] = x[j];\n  return;",
-            "truncates": "for (size_t j = 0; j < n; ++j) y[j] = (float)(_Float16)(x[j] * 0.99951171875f);\n  return;"}
+            "truncates": "for (size_t j = 0; j < n; ++j) y[j] = (float)(int)x[j];\n  return;"}
     source = round16.SOURCE.read_text().replace("size_t i = 0;\n", f"{body[wrong]}\n  size_t i = 0;\n", 1)
     (tmp_path / "round16.c").write_text(source)
     lib = tmp_path / "libwrong.so"

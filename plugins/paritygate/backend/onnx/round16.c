@@ -60,12 +60,13 @@ static Api api;
 static void round_span(const float *x, float *y, size_t n) {
   size_t i = 0;
 #if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    __m128i half = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(half));
-  }
+  const int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), nearest)));
+  for (; i < n; ++i) y[i] = _cvtsh_ss(_cvtss_sh(x[i], nearest));
+#else
+  for (; i < n; ++i) y[i] = (float)(_Float16)x[i]; /* without F16C: the compiler's conversion (GCC 12+, Clang 15+) */
 #endif
-  for (; i < n; ++i) y[i] = (float)(_Float16)x[i];
 }
 
 typedef struct { const float *x; float *y; size_t n; } Job;
