@@ -8,10 +8,13 @@
  * ONNX Runtime's C API is a table of function pointers (OrtApi) that only grows: an entry keeps its position in
  * every later release, so a library that asks for version 17 of the table runs on any runtime since 1.17. Rather
  * than carry ONNX Runtime's header, this file declares the few entries it calls, by position, and the OrtCustomOp
- * struct it hands over (its fields in their order; version 16, so ONNX Runtime reads none added after 16).
+ * struct it hands over (its fields in their order; version 18, so ONNX Runtime reads none added after 18). Version
+ * 18 lets ONNX Runtime write the output into the input's buffer when nothing else reads the input (measured: 2%
+ * of mobilenet's strict run); each element is read before it is written.
  * paritygate.backend.onnx.round16 checks the compiled library on a probe before any model uses it. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #if defined(__F16C__)
 #include <immintrin.h>
 #endif
@@ -23,7 +26,7 @@ typedef struct {
   const char *(*GetVersionString)(void);
 } ApiBase;
 
-enum { API_VERSION = 17, OP_VERSION = 16, ONNX_FLOAT = 1, CHUNK = 4096 /* floats a thread rounds at a time */ };
+enum { API_VERSION = 17, OP_VERSION = 18, ONNX_FLOAT = 1, CHUNK = 8192 /* floats a thread rounds at a time */ };
 enum { /* positions in OrtApi */
   CREATE_STATUS = 0, CREATE_DOMAIN = 26, DOMAIN_ADD = 27, ADD_DOMAIN = 28, TENSOR_DATA = 51, RANK = 61, DIMS = 62,
   ELEMENTS = 64, TYPE_AND_SHAPE = 65, GET_INPUT = 90, GET_OUTPUT = 91, RELEASE_TYPE_AND_SHAPE = 99,
@@ -52,7 +55,11 @@ typedef struct {
   int (*GetVariadicOutputHomogeneity)(const void *op);
   OrtStatus *(*CreateKernelV2)(const void *op, Api api, const void *info, void **kernel);
   OrtStatus *(*KernelComputeV2)(void *kernel, void *context);
-  void *later[9]; /* fields of versions 17 and up: shape inference, opset range, in-place, aliases */
+  void *InferOutputShapeFn, *GetStartVersion, *GetEndVersion; /* version 17: none given */
+  size_t (*GetMayInplace)(int **input_index, int **output_index);
+  void (*ReleaseMayInplace)(int *input_index, int *output_index);
+  size_t (*GetAliasMap)(int **input_index, int **output_index);
+  void (*ReleaseAliasMap)(int *input_index, int *output_index);
 } CustomOp;
 
 static Api api;
@@ -112,9 +119,20 @@ static size_t one(const void *op) { (void)op; return 1; }
 static int required(const void *op, size_t index) { (void)op, (void)index; return 0; /* also: default memory */ }
 static int single(const void *op) { (void)op; return 1; }
 
+static size_t in_place(int **input_index, int **output_index) { /* output 0 may take input 0's buffer */
+  *input_index = calloc(1, sizeof(int));
+  *output_index = calloc(1, sizeof(int));
+  if (*input_index && *output_index) return 1;
+  free(*input_index), free(*output_index);
+  *input_index = *output_index = NULL;
+  return 0;
+}
+static void release(int *input_index, int *output_index) { free(input_index), free(output_index); }
+static size_t no_alias(int **input_index, int **output_index) { *input_index = *output_index = NULL; return 0; }
+
 static const CustomOp round16 = {
     OP_VERSION, create, name, provider, float_type, one, float_type, one, NULL, destroy, required, required,
-    required, single, single, single, single, NULL, compute, {NULL}};
+    required, single, single, single, single, NULL, compute, NULL, NULL, NULL, in_place, release, no_alias, release};
 
 OrtStatus *RegisterCustomOps(void *options, const ApiBase *base) {
   void *domain;
