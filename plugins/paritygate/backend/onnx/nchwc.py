@@ -4,14 +4,13 @@
 ONNX Runtime's CPU provider runs a chain of convolutions in its blocked layout (channels in blocks of the CPU's
 vector width: 16 floats with AVX-512, 8 with AVX2). It cannot run a Cast there, so each Cast pair that strict
 numerics put between two convolutions costs a ReorderOutput before it and a ReorderInput after it: mobilenet's
-strict run had 16 and 15 of them, and cost 2.07-2.18x its FP32 run (1.55-1.61x as its twin).
+strict run had 16 and 15 of them, and cost 2.07-2.18x its FP32 run (1.55-1.61x with them moved, before Round16).
 
-A Cast, and an Add of two tensors of one shape, are elementwise: on a blocked tensor whose channels fill its
-blocks (nothing padded) they give the values they give in NCHW, only in another order. So ``move`` (after ONNX
-Runtime optimized the strict artifact, ``ORT_ENABLE_ALL``, saved) moves each Cast, and each such Add, that reads a
-reordered convolution output onto the blocked tensor, reads the blocked result where a ReorderInput read it back,
-and drops what nothing reads any more. ONNX Runtime runs the result with its optimizations off: the optimized
-graph is what it would have run, and its Cast pairs stay (tests/backend/onnx/test_nchwc.py, at every session
+A rounding (a Cast, or ``Round16``), and an Add of two tensors of one shape, are elementwise: on a blocked tensor
+whose channels fill its blocks (nothing padded) they give the values they give in NCHW, only in another order. So
+``move`` (after ONNX Runtime optimized the strict artifact, ``ORT_ENABLE_ALL``, saved) moves each rounding, and each
+such Add, that reads a reordered convolution output onto the blocked tensor, reads the blocked result where a
+ReorderInput read it back, and drops what nothing reads any more (tests/backend/onnx/test_twin.py, at every session
 setting the suite uses, bit for bit against the strict artifact, on the overflow too).
 
 A tensor whose channels do not fill their blocks stays in NCHW. Its padded channels hold a convolution's 0 x input,
