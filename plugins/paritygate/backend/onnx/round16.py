@@ -34,14 +34,14 @@ FLOAT, FLOAT16 = 1, 10  # onnx.TensorProto
 @functools.cache
 def library():
     """The compiled ``Round16`` library (a path), or None where it cannot be built or fails its probe."""
-    from paritygate.backend.cache import cached_file, cpu_flags, key_of
+    from paritygate.backend.cache import cached_file, cpu_flags, hash_path, key_of
 
     cc = os.environ.get("CC") or "cc"
     try:
         if not shutil.which(cc):
             raise OSError(f"no C compiler: {cc!r} is not on PATH (set $CC)")
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
-        key = key_of(src=SOURCE.read_bytes().hex(), cc=version, cpu=cpu_flags())
+        key = key_of(src=hash_path(SOURCE), cc=version, cpu=cpu_flags())
         built = cached_file("native", f"round16-{key}", ".so", lambda out: _compile(cc, out))
         if mismatches := _probe(built):
             raise ValueError(f"it differs from ONNX Runtime's Cast pair on {mismatches} probe values")
