@@ -37,7 +37,8 @@ def runnable(path):
 
     path = Path(path)
     library = round16.library()
-    if library is None and not any(n.op_type == "Conv" for n in onnx.load(str(path), load_external_data=False).graph.node):
+    head = onnx.load(str(path), load_external_data=False)
+    if library is None and not any(n.op_type == "Conv" for n in head.graph.node):
         return path, None, None
     key = key_of(src=hash_path(path), ort=ort.__version__, cpu=cpu_flags(), build=BUILD,
                  round16=library and library.name)
@@ -64,7 +65,8 @@ def _build(path, source, out, library):
     options.optimized_model_filepath = str(out)
     if library:
         options.register_custom_ops_library(str(library))
-    ort.InferenceSession(source.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    # the file itself where nothing was fused (a model over protobuf's 2 GiB keeps its external data)
+    ort.InferenceSession(source.SerializeToString() if fused else str(path), options, providers=["CPUExecutionProvider"])
     model = onnx.load(str(out))
     report = nchwc.move(model.graph, shapes)
     onnx.save(model, str(out))
