@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 
 from paritygate.backend.onnx import strict, twin
-from paritygate.backend.onnxrt.runner import session_options
+from paritygate.backend.onnxrt.options import session_options
 from tests.backend.onnx.test_strict_cost import median_ms_alone
 
 

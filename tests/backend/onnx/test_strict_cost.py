@@ -33,7 +33,7 @@ def bundled():
 
 
 def session(path, level=None, library=None):
-    from paritygate.backend.onnxrt.runner import session_options
+    from paritygate.backend.onnxrt.options import session_options
 
     return ort.InferenceSession(str(path), session_options(level=level, library=library),
                                 providers=["CPUExecutionProvider"])
@@ -73,7 +73,7 @@ def test_the_twin_changes_no_strict_value(bundled, name):
 
 TIMED = """
 import sys, time, numpy as np, onnxruntime as ort
-from paritygate.backend.onnxrt.runner import session_options
+from paritygate.backend.onnxrt.options import session_options
 path, level, inputs, library = sys.argv[1], sys.argv[2], np.load(sys.argv[3]), sys.argv[5] or None
 options = session_options(level=getattr(ort.GraphOptimizationLevel, level), library=library)
 sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])

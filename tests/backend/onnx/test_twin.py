@@ -89,7 +89,7 @@ def test_the_twin_gives_the_strict_values_bit_for_bit(chain, setting):
 def test_the_overflow_survives_in_the_twin(chain):
     """The guard for the twin: if ONNX Runtime ever dropped a moved Cast pair (or a Round16 stopped rounding), the
     18-channel Conv's overflow would stop reaching the output: in FP32 it stays finite."""
-    from paritygate.backend.onnxrt.runner import session_options
+    from paritygate.backend.onnxrt.options import session_options
 
     emulated, built = chain
     x = {"x": np.full((1, 16, 8, 8), 3.0, np.float32)}

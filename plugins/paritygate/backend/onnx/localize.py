@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paritygate.backend.onnxrt.runner import session_options
+from paritygate.backend.onnxrt.options import session_options
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")

@@ -19,7 +19,7 @@ into its real channels where strict numerics give inf (and a Clip after it turns
 """
 
 from paritygate.backend.onnx import round16, scopes
-from paritygate.backend.onnx.util import fresh_name
+from paritygate.backend.onnx.util import fresh_name, tensor_names
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
@@ -28,18 +28,18 @@ DOMAIN = "com.microsoft.nchwc"
 FLOATS = (1, 10)  # onnx.TensorProto.FLOAT, FLOAT16: the Casts a strict artifact holds
 
 
-def move(graph, shapes):
-    """Move ``graph``'s roundings (Casts, ``Round16``) and Adds of reordered convolution outputs whose channels fill
+def move(model, shapes):
+    """Move ``model``'s roundings (Casts, ``Round16``) and Adds of reordered convolution outputs whose channels fill
     their blocks onto the blocked tensors (in place); ``shapes``: the NCHW tensors' shapes, by name. Returns the
     counts."""
+    graph = model.graph
     weights = {t.name: list(t.dims) for t in graph.initializer}
     held = {}  # blocked tensor -> the channels it holds, padding included (its convolution's reordered filters)
     for n in graph.node:
         if n.domain == DOMAIN and n.op_type == "Conv" and n.input[1] in weights:
             held[n.output[0]] = weights[n.input[1]][0]
     twin, rename, nodes = {}, {}, []  # NCHW tensor -> its blocked twin
-    taken = ({t for n in graph.node for t in [*n.input, *n.output, n.name]} | set(weights)
-             | {v.name for v in [*graph.input, *graph.output]})
+    taken = tensor_names(model)
     report = {"moved": 0, "left_padded": 0}
     for n in graph.node:
         n.input[:] = [rename.get(i, i) for i in n.input]

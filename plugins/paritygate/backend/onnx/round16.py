@@ -84,11 +84,11 @@ def cast_pair_model(nodes=None):
 
 def sessions(lib):
     """ONNX Runtime sessions of the Cast pair and of ``Round16`` from ``lib``."""
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(str(lib))
+    from paritygate.backend.onnxrt.options import session_options
+
     fused = cast_pair_model([onnx.helper.make_node(OP, ["x"], ["y"], domain=DOMAIN)])
-    return (ort.InferenceSession(cast_pair_model(), providers=["CPUExecutionProvider"]),
-            ort.InferenceSession(fused, options, providers=["CPUExecutionProvider"]))
+    return (ort.InferenceSession(cast_pair_model(), session_options(), providers=["CPUExecutionProvider"]),
+            ort.InferenceSession(fused, session_options(library=lib), providers=["CPUExecutionProvider"]))
 
 
 def mismatches(pair, fused, x):

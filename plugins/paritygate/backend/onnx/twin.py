@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from paritygate.backend.onnx import nchwc, round16
+from paritygate.backend.onnxrt.options import session_options
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
@@ -37,9 +38,8 @@ def runnable(path):
 
     path = Path(path)
     library = round16.library()
-    head = onnx.load(str(path), load_external_data=False)
-    if library is None and not any(n.op_type == "Conv" for n in head.graph.node):
-        return path, None, None
+    if library is None and not any(n.op_type == "Conv" for n in onnx.load(str(path), load_external_data=False).graph.node):
+        return path, None, None  # nothing to fuse, nothing to move
     key = key_of(src=hash_path(path), ort=ort.__version__, cpu=cpu_flags(), build=BUILD,
                  round16=library and library.name)
     try:
@@ -59,16 +59,12 @@ def _build(path, source, out, library):
     """``source``: the strict artifact, loaded; ``library``: ``round16.library()`` or None."""
     shapes, types = _inferred(source)  # before Round16: ONNX's shape inference cannot see past it
     fused = round16.fuse(source, types) if library else 0
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options = session_options(level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL, library=library)
     options.optimized_model_filepath = str(out)
-    if library:
-        options.register_custom_ops_library(str(library))
     # the file itself where nothing was fused (a model over protobuf's 2 GiB keeps its external data)
     ort.InferenceSession(source.SerializeToString() if fused else str(path), options, providers=["CPUExecutionProvider"])
     model = onnx.load(str(out))
-    report = nchwc.move(model.graph, shapes)
+    report = nchwc.move(model, shapes)
     onnx.save(model, str(out))
     return {**report, "fused": fused, "build": BUILD, "source": str(path), "onnxruntime": ort.__version__}
 

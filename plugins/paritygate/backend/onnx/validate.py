@@ -71,7 +71,7 @@ def check_runtime(model_bytes, feeds, converter, path=None):
     """Steps 3 and 4: an ONNX Runtime session on the serialized model, and one run on ``feeds``."""
     import onnxruntime as ort
 
-    from paritygate.backend.onnxrt.runner import session_options
+    from paritygate.backend.onnxrt.options import session_options
 
     options = session_options()  # warnings (e.g. lenient shape merges) are not the verdict; errors are
     try:

@@ -1,11 +1,11 @@
 """ONNX Runtime candidate (CPU execution provider here; CUDA EP where present)."""
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.backend.onnxrt.options import session_options
 from paritygate.lazy import lazy_import
 
 ort = lazy_import("onnxruntime")
@@ -13,26 +13,6 @@ ort = lazy_import("onnxruntime")
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
               "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(int8)": np.int8,
               "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
-
-
-def session_options(threads=None, spin=None, level=None, library=None):
-    """ONNX Runtime session options of every session the suite makes: warnings off (errors are raised), and the
-    threading policy of ``OnnxrtRunner`` (below): in an xdist worker the intra-op threads do not spin. ``level``:
-    the graph optimization level (None: ONNX Runtime's default, all of them); ``library``: a custom-op library to
-    register (``backend.onnx.round16``)."""
-    if spin is None:
-        spin = not os.environ.get("PYTEST_XDIST_WORKER")
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    if level is not None:
-        options.graph_optimization_level = level
-    if not spin:
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if library:
-        options.register_custom_ops_library(str(library))
-    return options
 
 
 class OnnxrtRunner(BaseRunner):
