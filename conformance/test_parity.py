@@ -2,7 +2,41 @@
 
 import pytest
 
+from paritygate.verdict import SuiteError
+
 pytestmark = [pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
+
+
+def test_engine_builds(parity_context, parity_case, parity_result):
+    """TensorRT's parser and builder (TensorRT-RTX, ahead of time, no GPU needed: backend.trt.aot) turn the candidate's
+    ONNX artifact into an engine over the model's optimization profile. A rejection is the candidate's ``fail`` (the
+    suite's ``error`` for an artifact the suite built), and no numeric check of this precision can pass. The details
+    hold what the engine runs: its kernels, the ONNX nodes fused into each, its tensors' datatypes and the
+    engine-side precision coverage; the builder's warnings are findings."""
+    from paritygate.backend.onnx.loader import artifact_report
+    from paritygate.backend.runtimes import cannot_build, engine_build, suite_built
+    from paritygate.backend.trt import aot, layers
+
+    spec, precision = parity_case
+    if parity_context.runtime != "onnxruntime" or precision in spec.engines:
+        pytest.skip(f"the candidate runtime ({parity_context.runtime}) builds or loads its own engine")
+    reason = aot.missing_reason()
+    if reason:
+        lint = artifact_report(spec, precision, parity_context.fp16_keep_fp32)["lint"]
+        parity_result.details.update(lint=lint, builder=None)
+        pytest.skip(f"TensorRT's builder is not here: {reason}; the lint stands in ({len(lint)} findings in the "
+                    "details, not a verdict)")
+    built = engine_build(parity_context, spec, precision)
+    parity_result.details.update(engine={k: built[k] for k in ("builder", "targets", "built", "error", "seconds",
+                                                               "artifact", "coverage", "warnings", "layers")},
+                                 fused=layers.fused_groups(built["layers"]))
+    for warning in built["warnings"]:
+        parity_result.finding("engine_warning", {"summary": f"{built['builder']} warned: {warning}",
+                                                 "builder": built["builder"], "message": warning})
+    rejected = cannot_build(spec, precision, built)
+    if rejected and suite_built(parity_context, spec, precision):
+        raise SuiteError(f"the {precision} artifact the suite built for '{spec.name}': {rejected}")
+    assert not rejected, rejected
 
 
 def test_matches_reference(parity_context, parity_case, parity_result):

@@ -87,9 +87,24 @@ def environment():
         "tf2onnx": _version("tf2onnx"),
         "tensorrt": _version("tensorrt") or _version("tensorrt-cu12") or _version("tensorrt-cu13"),
         "apache-beam": _version("apache-beam"),
+        "tensorrt-rtx": _version("tensorrt-rtx-cu13-bindings") or _version("tensorrt-rtx-cu12-bindings"),
+        "cpu_isa": cpu_isa(),
         "gpu": probe.describe() if probe.available else None,
         "gpu_unavailable_reason": probe.reason,
     }
+
+
+# The instruction-set extensions that choose ONNX Runtime's and TensorFlow's CPU kernels (integer ones included).
+ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_int8", "amx_bf16", "asimd", "asimddp", "i8mm")
+
+
+def cpu_isa():
+    """This CPU's ``ISA_FLAGS``, as /proc/cpuinfo names them: what a verdict must not depend on."""
+    from paritygate.backend.cache import cpu_flags
+
+    flags = set(cpu_flags())
+    return [f for f in ISA_FLAGS if f in flags]
 
 
 class RunOptions:

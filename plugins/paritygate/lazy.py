@@ -23,6 +23,7 @@ _EXTRA = {
     "tensorrt": "gpu",
     "polygraphy": "gpu",
     "cuda": "gpu",
+    "tensorrt_rtx": "trt-rtx",
 }
 
 
@@ -34,6 +35,7 @@ PROMISED = {
     "beam": ("apache_beam", "hypothesis", "xdist"),
     "gpu": ("tensorrt", "polygraphy", "cuda"),
     "gpu-trt10": ("tensorrt", "polygraphy", "cuda"),
+    "trt-rtx": ("tensorrt_rtx", "polygraphy"),
     "test": ("pytest_benchmark",),
     "lint": (),
 }

@@ -291,8 +291,43 @@ def _build_candidate(ctx, spec, precision):
                          f"({ctx.runtime}) failed: {err}") from err
 
 
+def engine_build(ctx, spec, precision):
+    """TensorRT-RTX's ahead-of-time build of the candidate's ONNX artifact at ``precision``
+    (``backend.trt.aot.engine_report``) with its engine-side ``coverage``; None where its builder is not installed,
+    where the candidate is a prebuilt engine, or where the candidate runtime builds its own engines (tensorrt)."""
+    from paritygate.backend.trt import aot
+
+    if ctx.runtime != "onnxruntime" or precision in spec.engines or aot.missing_reason():
+        return None
+    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.trt import layers
+    from paritygate.backend.trt.util import build_settings
+
+    path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
+    try:
+        report = aot.engine_report(path, build_settings(spec))
+    except RuntimeError as err:
+        raise SuiteError(f"model '{spec.name}' {precision}: {err}") from err
+    return {**report, "artifact": str(path), "coverage": layers.coverage(report["layers"], precision)}
+
+
+def cannot_build(spec, precision, report):
+    """The one-line reason a candidate whose engine TensorRT-RTX could not build fails (None when it built)."""
+    if report is None or report["built"]:
+        return None
+    error = report["error"] or {}
+    where = f" at node '{error['node']}' (op {error['op']})" if error.get("node") or error.get("op") else ""
+    return (f"TensorRT cannot build this artifact: {report['builder']}'s parser/builder rejected {report['artifact']} "
+            f"({spec.name} {precision}){where}: {error.get('message')} (TensorRT 11's own parser may differ; "
+            "docs/engine.md)")
+
+
 def _build(ctx, spec, precision):
     from paritygate.backend.onnx.loader import onnx_artifact
+
+    rejected = cannot_build(spec, precision, engine_build(ctx, spec, precision))
+    if rejected:
+        raise RunnerError(rejected)  # before any numeric check: no engine, nothing to judge numerically
 
     if ctx.runtime == "tensorrt":
         from paritygate.backend.cache import cache_root
@@ -313,7 +348,8 @@ def _build(ctx, spec, precision):
 
         artifact = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
         path = computed_artifact(ctx, artifact)
-        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}", spin=ctx.spin, strict=path != artifact)
+        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}", spin=ctx.spin, strict=path != artifact,
+                              numerics=ctx.numerics)
         runner.time_as = "candidate"
         runner.activate()
         what = str(path)

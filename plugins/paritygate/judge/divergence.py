@@ -265,7 +265,8 @@ class _Context:
     def _runner(self, path):
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
-        runner = OnnxrtRunner(path, name=f"onnxruntime:{self.spec.name}:{self.precision}:plan").activate()
+        runner = OnnxrtRunner(path, name=f"onnxruntime:{self.spec.name}:{self.precision}:plan",
+                              numerics=self.numerics).activate()
         try:
             yield runner
         finally:

@@ -54,9 +54,11 @@ TYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "Random
               "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Bernoulli": "dtype"}
 DESCRIPTION = {
     "strict": "strict: every float16 tensor rounded to FP16 where it is produced, each op computed from FP16 "
-              "values in FP32 (ONNX Runtime CPU; docs/numerics.md)",
+              "values in FP32; Q/DQ run as fake quantization in FP32, never as ONNX Runtime's integer kernels "
+              "(ONNX Runtime CPU; the same verdicts on any instruction set; docs/numerics.md)",
     "ort": "ort: ONNX Runtime CPU's own numerics (most float16-typed ops run in FP32 without the FP16 rounding "
-           "between them; not what a strongly typed engine computes)",
+           "between them; Q/DQ fused into integer kernels chosen by the CPU's instruction set: cpu_isa in the "
+           "environment; not what a strongly typed engine computes)",
 }
 
 

@@ -28,13 +28,17 @@ class OnnxrtRunner(BaseRunner):
     default. A candidate of the conformance checks spins only in a run that measures latency
     (``RunContext.spin``, set by the plugin).
     ``strict``: ``path`` is a strict FP16 artifact; on the CPU provider alone it runs as its twin
-    (``backend.onnx.twin``: the same values, fewer and cheaper kernels)."""
+    (``backend.onnx.twin``: the same values, fewer and cheaper kernels).
+    ``numerics``: ``strict`` runs Q/DQ as fake quantization in FP32, the engine's INT8 arithmetic on any CPU
+    (``options.session_options``); ``ort`` lets ONNX Runtime fuse them into its integer kernels, whose results
+    depend on the CPU's instruction set."""
 
-    def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None, strict=False):
+    def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None, strict=False,
+                 numerics="strict"):
         super().__init__(name or f"onnxruntime:{Path(path).name}")
         self.path = Path(path)
         self.providers = list(providers)
-        self.threads, self.spin, self.strict = threads, spin, strict
+        self.threads, self.spin, self.strict, self.numerics = threads, spin, strict, numerics
         self._sess = None
 
     def activate_impl(self):
@@ -43,7 +47,7 @@ class OnnxrtRunner(BaseRunner):
             from paritygate.backend.onnx import twin
 
             path, level, library = twin.runnable(self.path)
-        options = session_options(self.threads, self.spin, level, library)
+        options = session_options(self.threads, self.spin, level, library, fake_quant=self.numerics == "strict")
         try:
             self._sess = ort.InferenceSession(str(path), sess_options=options, providers=self.providers)
         except Exception as err:

@@ -23,7 +23,7 @@ from paritygate.backend.trt import util
 from paritygate.lazy import lazy_import
 from paritygate.models.config import PRECISIONS
 
-trt = lazy_import("tensorrt")
+trt = lazy_import(util.trt_module())
 pg_trt = lazy_import("polygraphy.backend.trt")
 pg_logger = lazy_import("polygraphy.logger")
 

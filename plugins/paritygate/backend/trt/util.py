@@ -6,6 +6,7 @@ tensorrt, polygraphy or cuda at module import.
 
 import collections
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,15 @@ from paritygate.backend.cache import key_of
 from paritygate.lazy import MissingDependency, lazy_import
 from paritygate.lazy import dist_version as _version
 
-trt = lazy_import("tensorrt")
+
+
+def trt_module():
+    """The TensorRT module this process builds with: ``tensorrt_rtx`` where Polygraphy is bound to TensorRT-RTX
+    (``POLYGRAPHY_USE_TENSORRT_RTX``, read once when Polygraphy is imported: ``backend.trt.aot``), else ``tensorrt``."""
+    return "tensorrt_rtx" if os.environ.get("POLYGRAPHY_USE_TENSORRT_RTX", "0") != "0" else "tensorrt"
+
+
+trt = lazy_import(trt_module())
 
 SIDECAR_WRITER = "paritygate.backend.trt"  # marks a sidecar JSON as ours; others beside a .plan are ignored
 IDENTITY_KEYS = ("tensorrt", "gpu", "compute_capability")
@@ -183,18 +192,20 @@ def batch_range(info):
 _LOGGER = []  # the one logger of this process, created on first use
 
 
-def trt_logger():
+def trt_logger(keep_verbose=False):
     """The process's TensorRT logger: it forwards to Polygraphy's G_LOGGER and keeps the latest errors and
     warnings, so a failure can say what TensorRT said (``take_messages``).
 
     TensorRT keeps a single logger per process and ignores any later one while a builder, runtime or refitter
     lives (NVIDIA/TensorRT#1475), so this logger is also handed to Polygraphy's builders
-    (polygraphy/backend/trt/util.py: get_trt_logger returns the module's TRT_LOGGER when set).
+    (polygraphy/backend/trt/util.py: get_trt_logger returns the module's TRT_LOGGER when set). It also keeps every
+    error and warning in order (``errors``, ``warnings``), and with ``keep_verbose`` the builder's VERBOSE layer
+    report (``verbose``: the messages that start with "Layers:"; ``backend.trt.layers``).
     """
     if not _LOGGER:
         from polygraphy.backend.trt import util as pg_util
 
-        _LOGGER.append(_make_logger())
+        _LOGGER.append(_make_logger(keep_verbose))
         if pg_util.TRT_LOGGER is None:
             pg_util.TRT_LOGGER = _LOGGER[0]
     return _LOGGER[0]
@@ -209,7 +220,7 @@ def take_messages(logger=None):
     return said[:800]
 
 
-def _make_logger():
+def _make_logger(keep_verbose=False):
     from polygraphy.logger import G_LOGGER, LogMode
 
     L = trt.Logger  # severities as Polygraphy's own TensorRT logger names them (backend/trt/util.py)
@@ -222,11 +233,15 @@ def _make_logger():
         def __init__(self):
             trt.ILogger.__init__(self)
             self.recent = collections.deque(maxlen=32)
+            self.errors, self.warnings, self.verbose = [], [], []
 
         def log(self, severity, msg):  # called by TensorRT, which expects no exception back
             try:
                 if severity in keep:
                     self.recent.append(str(msg).strip())
+                    (self.warnings if severity == L.WARNING else self.errors).append(str(msg).strip())
+                elif keep_verbose and severity == L.VERBOSE and str(msg).startswith("Layers:"):
+                    self.verbose.append(str(msg))
                 forward.get(severity, G_LOGGER.super_verbose)(msg)
             except Exception:  # noqa: BLE001, S110 - TensorRT calls log() from C++ and expects no exception
                 pass

@@ -1,0 +1,126 @@
+"""TensorRT-RTX's builder in the loop: every candidate ONNX built ahead of time, on a machine with no GPU.
+
+TensorRT for RTX (``pip install 'paritygate[trt-rtx]'``: NVIDIA's ``tensorrt-rtx`` wheels) has TensorRT's ONNX parser
+(onnx-tensorrt) and builder, and builds engines with no GPU present ("CPU-only AOT", its docs). So before any
+numeric check of a precision, the suite asks the real parser and builder whether the artifact can become an engine
+(``backend.runtimes``): a parse or build error is the candidate's ``fail`` (the team's own file) or the suite's
+``error`` (a file the suite built), with the parser's message, node and op. A build that succeeds yields the engine's
+layer report (each kernel, the ONNX nodes fused into it, its tensors' datatypes), the builder's warnings (findings)
+and the engine-side precision coverage (``layers.coverage``).
+
+TensorRT-RTX is not TensorRT 11: every result names the builder and version that produced it, and TensorRT 11's own
+parser may accept or reject differently. Its runtime runs on compute capability 8.0, 8.6, 8.9 and 12.x (7.5 when built
+for it); nothing here runs an engine.
+
+Builds run in a child process (``python -m paritygate.backend.trt.aot REQUEST.json``): Polygraphy binds its TensorRT
+loaders to one module per process (``POLYGRAPHY_USE_TENSORRT_RTX`` is read when Polygraphy is imported, and a GPU run
+of the same process uses ``tensorrt``), and a builder that crashes or hangs must not take pytest with it. Reports are
+cached by the ONNX bytes' hash, the builder's version and the settings: a warm run starts no child.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from paritygate.backend.trt import layers
+
+MODULE = "tensorrt_rtx"
+ENV = "POLYGRAPHY_USE_TENSORRT_RTX"
+BUILD = "aot-v1"  # part of the cache key: bump when the request or the report changes
+TIMEOUT_S = 600  # one build; the bundled models build in 0.1-1.1 s each (docs/engine.md)
+TARGETS = "8.0, 8.6, 8.9, 12.x (the builder's default portable set)"
+
+
+def missing_reason():
+    """None when TensorRT-RTX's builder and Polygraphy import here; else what to install."""
+    from paritygate.lazy import available
+
+    missing = [name for name in (MODULE, "polygraphy") if not available(name)]
+    if not missing:
+        return None
+    return f"{' and '.join(missing)} not installed (pip install 'paritygate[trt-rtx]')"
+
+
+def builder_name():
+    """'TensorRT-RTX 1.7.1.116' (the installed wheel's version; read without importing it)."""
+    from paritygate.lazy import dist_version
+
+    return f"TensorRT-RTX {dist_version('tensorrt_rtx') or dist_version('tensorrt-rtx')}"
+
+
+def engine_report(onnx_path, settings):
+    """The builder's verdict on the ONNX file ``onnx_path`` built with ``settings`` (``trt.util.build_settings``):
+    {"builder", "built", "error" (parser/builder message, node, op), "warnings", "layers", "seconds", "plan"}.
+    Cached; raises ``RuntimeError`` when the builder itself could not be run (the suite's error, not the candidate's)."""
+    from paritygate.backend.cache import cache_root, hash_path, key_of
+
+    onnx_path = Path(onnx_path)
+    key = key_of(onnx=hash_path(onnx_path), builder=builder_name(), build=BUILD, settings=settings)
+    folder = cache_root() / "trt-rtx"
+    report_file = folder / f"{onnx_path.stem[:60]}-{key}.json"
+    if report_file.is_file():
+        return json.loads(report_file.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    request = folder / f".{key}-{os.getpid()}.request.json"
+    request.write_text(json.dumps({"onnx": str(onnx_path), "settings": settings, "report": str(report_file),
+                                   "plan": str(report_file.with_suffix(".plan"))}))
+    env = {**os.environ, ENV: "1"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "paritygate.backend.trt.aot", str(request)], env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as err:
+        raise RuntimeError(f"{builder_name()} did not finish building {onnx_path} in {TIMEOUT_S} s") from err
+    finally:
+        request.unlink(missing_ok=True)
+    if not report_file.is_file():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{builder_name()} crashed building {onnx_path} (exit {done.returncode}): "
+                           f"{' | '.join(tail)[:600]}")
+    return json.loads(report_file.read_text())
+
+
+# -- the child ----------------------------------------------------------------------------------------
+def _build(onnx_path, settings, plan):
+    """Parse and build with Polygraphy's TensorRT loaders bound to TensorRT-RTX; the report (see engine_report)."""
+    from polygraphy.backend import trt as pg_trt
+    from polygraphy.backend.tensorrt_rtx import CreateConfigRTX
+    from polygraphy.logger import G_LOGGER
+
+    import tensorrt_rtx as trt
+    from paritygate.backend.trt import util
+
+    logger = util.trt_logger(keep_verbose=True)
+    profile = pg_trt.Profile()
+    for name, (low, opt, high) in settings["profile"].items():
+        profile.add(name, min=tuple(low), opt=tuple(opt), max=tuple(high))
+    start = time.perf_counter()
+    network = pg_trt.NetworkFromOnnxPath(str(onnx_path), strongly_typed=True)
+    config = CreateConfigRTX(profiles=[profile], profiling_verbosity=trt.ProfilingVerbosity.DETAILED)
+    report = {"builder": f"TensorRT-RTX {trt.__version__}", "targets": TARGETS, "built": False, "error": None}
+    try:
+        with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
+            data = pg_trt.EngineBytesFromNetwork(network, config=config)()
+    except Exception as err:  # noqa: BLE001 - Polygraphy raises PolygraphyException; the bindings their own
+        report["error"] = layers.parse_error(logger.errors, str(err))
+    else:
+        Path(plan).write_bytes(bytes(data))
+        report.update(built=True, plan=str(plan), bytes=Path(plan).stat().st_size)
+    report.update(seconds=round(time.perf_counter() - start, 3), warnings=layers.warnings(logger.warnings),
+                  layers=layers.parse_layers(logger.verbose))
+    return report
+
+
+def main(argv=None):
+    request = json.loads(Path((argv or sys.argv)[1]).read_text())
+    report = _build(request["onnx"], request["settings"], request["plan"])
+    out = Path(request["report"])
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(report, indent=1, default=str))
+    os.replace(tmp, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""What a TensorRT(-RTX) build log says, made data: the engine's layers, its warnings, a parse error's node and op.
+
+With ``ProfilingVerbosity.DETAILED`` the builder logs, at VERBOSE, one "Layers:" message with a line per kernel::
+
+    Name: conv0_myl0_2, LayerType: correlation, Inputs: [ { Name: t, Dimensions: [-1,3,8,8], ..., Datatype: Half,
+    ... }], Constants: [...], Outputs: [ {...} ], TacticName: ..., StreamId: 0, Metadata: [ONNX Layer: conv0]
+
+(TensorRT-RTX 1.7: several ONNX nodes fused into one kernel are listed in its Metadata, separated by U+001F).
+Pure Python: nothing here imports TensorRT.
+"""
+
+import re
+
+# The datatypes a kernel of each precision computes in (the builder's names).
+DATATYPES = {"fp32": ("Float",), "fp16": ("Half",), "int8": ("Int8",)}
+# Layer types that compute nothing on values: shape arithmetic the builder adds.
+NOT_KERNELS = {"shape_call"}
+
+_LAYER = re.compile(r"^Name: (?P<name>.*?), LayerType: (?P<type>[^,]*), Inputs: \[(?P<inputs>.*?)\], "
+                    r"Constants: \[(?P<constants>.*?)\], Outputs: \[(?P<outputs>.*?)\], TacticName: (?P<tactic>[^,]*),"
+                    r".*?Metadata: ?(?P<meta>.*)$")
+_TENSOR = re.compile(r"Name: (?P<name>[^,]*), Dimensions: \[(?P<dims>[^\]]*)\].*?Datatype: (?P<dtype>\w+)")
+_NODE = re.compile(r"\[ONNX Layer: ([^\]\x1f]+)\]")
+_PARSE = re.compile(r"While parsing node number (?P<index>\d+) \[(?P<op>\w+) -> \"(?P<output>[^\"]*)\"\]")
+_NODE_NAME = re.compile(r"Node name: (?P<name>.*)")
+_IN_NODE = re.compile(r"In node (?P<index>-?\d+) with name: (?P<name>.*?) and operator: (?P<op>\w*) ")
+
+
+def parse_layers(messages):
+    """[{"name", "type", "tactic", "inputs": [[tensor, datatype]], "outputs": [...], "onnx_nodes": [...]}] from the
+    builder's "Layers:" messages (the last one wins: one build, one report)."""
+    if not messages:
+        return []
+    out = []
+    for line in messages[-1].split("\n"):
+        found = _LAYER.match(line)
+        if not found:
+            continue
+        out.append({"name": found["name"], "type": found["type"], "tactic": found["tactic"].strip(),
+                    "inputs": _tensors(found["inputs"]), "outputs": _tensors(found["outputs"]),
+                    "onnx_nodes": _NODE.findall(found["meta"])})
+    return out
+
+
+def _tensors(text):
+    return [[t["name"].strip(), t["dtype"]] for t in _TENSOR.finditer(text)]
+
+
+def kernels(layers):
+    """The layers that compute on values (not the builder's shape arithmetic)."""
+    return [layer for layer in layers if layer["type"] not in NOT_KERNELS and layer["outputs"]]
+
+
+def coverage(layers, precision):
+    """Engine-side precision coverage: the share of kernels that compute in ``precision`` (one of their inputs is of
+    its datatype) and of the engine's tensors stored in it, with every datatype counted."""
+    wanted = DATATYPES[precision]
+    found = kernels(layers)
+    tensors = {name: dtype for layer in found for name, dtype in layer["inputs"] + layer["outputs"]}
+    counted = {}
+    for dtype in tensors.values():
+        counted[dtype] = counted.get(dtype, 0) + 1
+    in_precision = [layer["name"] for layer in found if any(d in wanted for _, d in layer["inputs"])]
+    return {"precision": precision, "datatypes": DATATYPES[precision][0], "kernels": len(found),
+            "kernels_in_precision": len(in_precision),
+            "kernel_share": round(len(in_precision) / len(found), 4) if found else None,
+            "tensors": len(tensors), "tensors_in_precision": sum(counted.get(d, 0) for d in wanted),
+            "tensor_share": round(sum(counted.get(d, 0) for d in wanted) / len(tensors), 4) if tensors else None,
+            "tensor_datatypes": dict(sorted(counted.items()))}
+
+
+def fused_groups(layers):
+    """The ONNX nodes each kernel computes, for kernels that compute more than one: the builder's fusions."""
+    return [layer["onnx_nodes"] for layer in kernels(layers) if len(layer["onnx_nodes"]) > 1]
+
+
+def parse_error(errors, exception_text):
+    """{"message", "node", "op", "node_index"} of a parse or build failure from what the builder logged."""
+    node = op = index = None
+    for text in errors:
+        for pattern in (_PARSE, _IN_NODE):
+            found = pattern.search(text)
+            if found:
+                op, index = found["op"] or op, int(found["index"]) if found["index"] != "-1" else index
+                node = found.groupdict().get("name") or node
+        named = _NODE_NAME.search(text)
+        if named:
+            node = named["name"].strip()
+    causes = [t for t in errors if "ERROR:" in t or "Assertion failed" in t or "In node" in t] or errors
+    message = " ".join(_last_line(t) for t in causes[-2:]) or exception_text
+    return {"message": message[:800], "node": node or None, "op": op, "node_index": index}
+
+
+def _last_line(text):
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return re.sub(r"^\S+\.cpp:\d+: ", "", lines[-1]) if lines else ""
+
+
+def warnings(messages):
+    """The builder's warnings, each once, in order: findings for the report (a layernorm in FP16 that may overflow,
+    say)."""
+    return list(dict.fromkeys(m.strip() for m in messages if m.strip()))
