@@ -69,8 +69,8 @@ def engine_report(onnx_path, settings):
                                    "plan": str(report_file.with_suffix(".plan"))}))
     env = {**os.environ, ENV: "1"}
     try:
-        done = subprocess.run([sys.executable, "-m", "paritygate.backend.trt.aot", str(request)], env=env,
-                              capture_output=True, text=True, timeout=TIMEOUT_S)
+        done = subprocess.run([sys.executable, "-m", "paritygate.backend.trt.aot", str(request)], check=False,
+                              env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired as err:
         raise RuntimeError(f"{builder_name()} did not finish building {onnx_path} in {TIMEOUT_S} s") from err
     finally:
@@ -85,11 +85,11 @@ def engine_report(onnx_path, settings):
 # -- the child ----------------------------------------------------------------------------------------
 def _build(onnx_path, settings, plan):
     """Parse and build with Polygraphy's TensorRT loaders bound to TensorRT-RTX; the report (see engine_report)."""
+    import tensorrt_rtx as trt
     from polygraphy.backend import trt as pg_trt
     from polygraphy.backend.tensorrt_rtx import CreateConfigRTX
     from polygraphy.logger import G_LOGGER
 
-    import tensorrt_rtx as trt
     from paritygate.backend.trt import util
 
     logger = util.trt_logger(keep_verbose=True)

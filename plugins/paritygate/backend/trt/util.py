@@ -16,7 +16,6 @@ from paritygate.lazy import MissingDependency, lazy_import
 from paritygate.lazy import dist_version as _version
 
 
-
 def trt_module():
     """The TensorRT module this process builds with: ``tensorrt_rtx`` where Polygraphy is bound to TensorRT-RTX
     (``POLYGRAPHY_USE_TENSORRT_RTX``, read once when Polygraphy is imported: ``backend.trt.aot``), else ``tensorrt``."""
