@@ -34,11 +34,12 @@ def fp32_model():
     return model
 
 
-def quantized(folder, source):
+def quantized(folder, source, low=-1.0):
+    """quantize_static with its defaults; calibrated on [low, 1]: an asymmetric range gets a non-zero zero point."""
     from onnxruntime.quantization import quantize_static
 
     class Reader:
-        rows = iter([{"x": np.array([[v]], np.float32)} for v in np.linspace(-1, 1, 16)])
+        rows = iter([{"x": np.array([[v]], np.float32)} for v in np.linspace(low, 1, 16)])
 
         def get_next(self):
             return next(self.rows, None)
@@ -48,18 +49,20 @@ def quantized(folder, source):
     np.savez(folder / "calib.npz", x=np.linspace(-1, 1, 16, dtype=np.float32).reshape(-1, 1))
 
 
-def run(pytester, toy_saved_model, onnx_files, precisions, *args):
+def run(pytester, toy_saved_model, onnx_files, precisions, *args, checks="matches_reference"):
     cfg = write_config(pytester.path, {"models": [{
         "name": "toy", "reference": str(toy_saved_model), "onnx": onnx_files, "precisions": precisions,
         "max_batch": 4, "task": "regression", "calibration": "calib.npz",
         "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}]})
     report = pytester.path / "report"
-    result = pytester.runpytest(str(CONFORMANCE / "test_parity.py"), "-k", "matches_reference",
+    result = pytester.runpytest(str(CONFORMANCE / "test_parity.py"), "-k", checks,
                                            f"--parity-config={cfg}", f"--parity-report={report}",
                                            "-p", "no:cacheprovider", "-p", "no:xdist", *args)
     path = report / "parity-report.json"
-    checks = {c["precision"]: c for c in json.loads(path.read_text())["checks"]} if path.exists() else {}
-    return result, checks
+    rows = json.loads(path.read_text())["checks"] if path.exists() else []
+    if checks == "matches_reference":
+        return result, {c["precision"]: c for c in rows}
+    return result, {(c["precision"], c["check"]): c for c in rows}
 
 
 def test_team_fp16_and_int8_files_are_judged_as_they_are(pytester, toy_saved_model):
@@ -102,3 +105,27 @@ def test_an_fp16_file_whose_macs_run_in_fp32_is_never_a_pass(pytester, toy_saved
     assert checks["fp16"]["details"]["precision_coverage"]["mac_share"] == 0.0
     assert "computes 0.0% of its multiply-accumulates in fp16" in checks["fp16"]["details"]["message"]
     assert result.ret == 1
+
+
+def test_an_int8_file_tensorrts_parser_rejects_fails_before_any_numeric_check(pytester, toy_saved_model):
+    """quantize_static's defaults calibrated on [0, 1]: asymmetric activations, a non-zero zero point, which
+    TensorRT's ONNX parser rejects (TensorRT-RTX 1.7: "Non-zero zero point is not supported"). ONNX Runtime runs the
+    file, and it would match numerically: the row is still a ``fail`` quoting the parser, and no numeric check of int8
+    passes."""
+    pytest.importorskip("tensorrt_rtx")
+    source = fp32_model()
+    quantized(pytester.path, source, low=0.0)
+    result, checks = run(pytester, toy_saved_model, {"fp32": "m.onnx", "int8": "m.int8.onnx"}, ["fp32", "int8"],
+                         checks="engine_builds or matches_reference")
+    status = {k: c["status"] for k, c in checks.items()}
+    assert status == {("fp32", "engine_builds"): "pass", ("fp32", "matches_reference"): "pass",
+                      ("int8", "engine_builds"): "fail", ("int8", "matches_reference"): "fail"}, result.stdout.str()
+    engine = checks[("int8", "engine_builds")]["details"]["engine"]
+    assert engine["builder"].startswith("TensorRT-RTX ") and not engine["built"]
+    assert "Non-zero zero point is not supported" in engine["error"]["message"]
+    assert engine["error"]["op"] == "QuantizeLinear" and engine["error"]["node"]
+    for check in ("engine_builds", "matches_reference"):
+        message = checks[("int8", check)]["details"]["message"]
+        assert "TensorRT cannot build this artifact" in message and "Non-zero zero point" in message, message
+    built = checks[("fp32", "engine_builds")]["details"]["engine"]
+    assert built["built"] and built["coverage"]["kernels"] >= 1 and built["layers"]
