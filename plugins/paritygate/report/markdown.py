@@ -3,6 +3,7 @@
 
 import re
 
+from paritygate.report import engine
 from paritygate.report.text import (
     by_severity,
     cause,
@@ -139,7 +140,7 @@ def render_markdown(data):
     for c in checks:
         lines.append(f"| {c.model} | {precision_label(c)} | {c.check} | {ICON[c.status]} | "
                      f"{_cell(_stat_cell(c))} | {_note(c)} |")
-    lines += _latency(checks) + _findings(data.get("findings")) + _reproducers(checks)
+    lines += _latency(checks) + engine.markdown(checks) + _findings(data.get("findings")) + _reproducers(checks)
     return "\n".join(lines) + "\n"
 
 

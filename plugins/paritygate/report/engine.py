@@ -1,0 +1,69 @@
+"""The report's section "What the engine runs": per model and precision, what TensorRT's builder (TensorRT-RTX, ahead
+of time: ``backend.trt.aot``) made of the candidate's ONNX, from the ``engine_builds`` rows: built or rejected (with
+the node and op), its kernels, the share computing in the row's precision, the ONNX nodes fused into one kernel, and
+the builder's warnings. The builder and its version head the section: TensorRT 11's own parser may differ."""
+
+import html
+
+ESC = html.escape
+CAVEAT = "not TensorRT 11, whose own parser and builder may differ; no engine was run"
+
+
+def rows(checks):
+    """One dict per ``engine_builds`` row that reached the builder."""
+    out = []
+    for c in sorted((c for c in checks if c.check == "engine_builds" and (c.details or {}).get("engine")),
+                    key=lambda c: (c.model, c.precision or "")):
+        engine = c.details["engine"]
+        cov, error = engine.get("coverage") or {}, engine.get("error") or {}
+        fused = c.details.get("fused") or []
+        out.append({"model": c.model, "precision": c.precision, "builder": engine.get("builder"),
+                    "built": "yes" if engine.get("built") else f"NO: {error.get('op') or ''} node "
+                             f"'{error.get('node') or '?'}': {error.get('message') or ''}",
+                    "kernels": cov.get("kernels"), "share": _share(cov), "fused": len(fused),
+                    "largest": max((len(g) for g in fused), default=0),
+                    "datatypes": ", ".join(f"{k} {v}" for k, v in (cov.get("tensor_datatypes") or {}).items()),
+                    "warnings": len(engine.get("warnings") or [])})
+    return out
+
+
+def _share(cov):
+    if not cov.get("kernels"):
+        return "—"
+    return (f"{cov['kernels_in_precision']}/{cov['kernels']} kernels, "
+            f"{cov['tensors_in_precision']}/{cov['tensors']} tensors")
+
+
+def _builders(found):
+    return ", ".join(sorted({r["builder"] for r in found if r["builder"]}))
+
+
+HEADER = ("model", "precision", "built", "kernels", "in the row's precision", "fused kernels (largest)",
+          "tensor datatypes", "builder warnings")
+
+
+def _cells(r):
+    return (r["model"], r["precision"], r["built"], r["kernels"], r["share"], f"{r['fused']} ({r['largest']} nodes)",
+            r["datatypes"], r["warnings"])
+
+
+def markdown(checks):
+    found = rows(checks)
+    if not found:
+        return []
+    lines = ["", "## What the engine runs", "", (f"Built ahead of time by {_builders(found)} ({CAVEAT}); each "
+             "`engine_builds` row's details list every kernel, the ONNX nodes it fuses and its tensors' datatypes."),
+             "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(str(v).replace("|", "\\|") for v in _cells(r)) + " |" for r in found]
+    return lines
+
+
+def html_section(checks):
+    found = rows(checks)
+    if not found:
+        return ""
+    head = "".join(f"<th>{ESC(h)}</th>" for h in HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{ESC(str(v))}</td>" for v in _cells(r)) + "</tr>" for r in found)
+    return (f"<section id=engine><h2>What the engine runs</h2><p class=muted>Built ahead of time by "
+            f"{ESC(_builders(found))} ({ESC(CAVEAT)}); each engine_builds check lists every kernel, the ONNX nodes "
+            f"it fuses and its tensors' datatypes.</p><table><tr>{head}</tr>{body}</table></section>")
