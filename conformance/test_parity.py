@@ -13,8 +13,9 @@ def test_engine_builds(parity_context, parity_case, parity_result):
     suite's ``error`` for an artifact the suite built), and no numeric check of this precision can pass. The details
     hold what the engine runs: its kernels, the ONNX nodes fused into each, its tensors' datatypes and the
     engine-side precision coverage; the builder's warnings are findings."""
+    from paritygate.backend.engines import cannot_build, engine_build
     from paritygate.backend.onnx.loader import artifact_report
-    from paritygate.backend.runtimes import cannot_build, engine_build, suite_built
+    from paritygate.backend.runtimes import suite_built
     from paritygate.backend.trt import aot, layers
 
     spec, precision = parity_case
@@ -122,6 +123,7 @@ def test_task_on_heldout(parity_context, parity_case, parity_details):
 def _describe_candidate(ctx, spec, precision):
     """What ran as the candidate: runtime, artifact, for fp16 the ops kept in FP32, and the ONNX artifact's report
     (TensorRT lint findings, FP16 nodes blocked, constants FP16 cannot hold: paritygate.backend.onnx.loader)."""
+    from paritygate.backend.engines import engine_build
     from paritygate.backend.onnx.loader import FP16_KEEP_FP32, artifact_report
     from paritygate.backend.runtimes import candidate_runner
 
@@ -132,6 +134,10 @@ def _describe_candidate(ctx, spec, precision):
     if precision not in spec.engines:  # a prebuilt engine has no ONNX artifact
         report = artifact_report(spec, precision, ctx.fp16_keep_fp32)
         out.update({k: report[k] for k in ("lint", "fp16_blocked", "constants_out_of_range", "built_by_suite")})
+    built = engine_build(ctx, spec, precision)  # cached: the engine_builds row holds its whole layer report
+    if built is not None:
+        out["engine"] = {"builder": built["builder"], "built": built["built"], "coverage": built["coverage"],
+                         "warnings": len(built["warnings"])}
     return out
 
 

@@ -8,6 +8,7 @@ per process. Backends take it, a spec and arrays; they never see the session (``
 records results and writes the report). ``replay`` builds a RunContext without pytest.
 """
 
+import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,10 +16,12 @@ from pathlib import Path
 from paritygate.lazy import available
 from paritygate.lazy import dist_version as _version
 
+RUNTIMES = ("onnxruntime", "tensorrt", "tensorrt-rtx")  # --parity-runtime's choices
+
 
 @dataclass
 class RunContext:
-    runtime: str = "onnxruntime"  # the candidate runtime: onnxruntime | tensorrt
+    runtime: str = "onnxruntime"  # the candidate runtime: onnxruntime | tensorrt | tensorrt-rtx
     fp16_keep_fp32: tuple = None  # ops kept in FP32 in the fp16 artifact (None: the loader's default list)
     numerics: str = "strict"  # --parity-numerics: strict FP16 emulation on ONNX Runtime CPU, or ort
     reference_cache: bool = False  # --parity-cache: TF outputs served from paritygate.backend.reference_cache (replay: live)
@@ -39,6 +42,7 @@ class RunContext:
     mappings: dict = field(default_factory=dict)  # model -> the resolved input/output mapping (backend.iomap)
     computed_dtypes: dict = field(default_factory=dict)  # (runtime, model, precision) -> float16 or None
     precision_coverage: dict = field(default_factory=dict)  # (model, precision) -> the artifact's coverage or None
+    engine_builds: dict = field(default_factory=dict)  # (model, precision) -> backend.runtimes.engine_build
     preflight_runners: dict = field(default_factory=dict)  # model -> a bare fp32 ONNX Runtime runner (preflight)
     reference_sets: dict = field(default_factory=dict)  # model -> inputs.goldens.Golden (goldens, or live TF)
     input_pools: dict = field(default_factory=dict)  # model -> inputs.strategies.InputPool
@@ -118,6 +122,8 @@ class RunOptions:
         self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
         self.is_bundled = config_path is None
         self.requested_runtime = runtime  # --parity-runtime (None: derived from the machine, ``runtime``)
+        if runtime == "tensorrt-rtx":  # Polygraphy binds its TensorRT loaders to TensorRT-RTX when it is imported
+            os.environ["POLYGRAPHY_USE_TENSORRT_RTX"] = "1"
         self.report_dir = Path(report_dir).resolve() if report_dir else None
         self.require_gpu = require_gpu
         self.update_goldens = update_goldens
@@ -188,6 +194,11 @@ class RunOptions:
             return self.gpu_skip_reason(needs_trt=True)
         from paritygate.backend.runtimes import candidate_missing
 
+        if self.runtime == "tensorrt-rtx":
+            from paritygate.backend.trt import aot
+
+            missing = self.gpu_skip_reason() or aot.missing_reason() or candidate_missing(self.models, fp16=False)
+            return missing or aot.runtime_refusal()
         return candidate_missing(self.models)
 
     @property

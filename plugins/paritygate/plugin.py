@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from paritygate.context import RunOptions
+from paritygate.context import RUNTIMES, RunOptions
 from paritygate.extras import require_extras, restore_importorskip
 from paritygate.gpu.device import pin_xdist_worker
 from paritygate.lazy import available
@@ -37,9 +37,9 @@ def pytest_addoption(parser):
     group = parser.getgroup("paritygate", "paritygate: TF -> ONNX -> TensorRT parity and RunInference conformance")
     group.addoption("--parity-config", metavar="PATH", default=None,
                     help=f"model config (TOML); exactly its models are validated (default: {BUNDLED_CONFIG})")
-    group.addoption("--parity-runtime", metavar="NAME", choices=("onnxruntime", "tensorrt"), default=None,
-                    help="candidate runtime: onnxruntime|tensorrt (default: tensorrt when importable and a GPU "
-                         "is present, else onnxruntime)")
+    group.addoption("--parity-runtime", metavar="NAME", choices=RUNTIMES, default=None,
+                    help="candidate runtime: onnxruntime|tensorrt|tensorrt-rtx (compute capability 8.0/8.6/8.9/12.x; "
+                         "docs/engine.md) (default: tensorrt when importable and a GPU is present, else onnxruntime)")
     group.addoption("--parity-report", metavar="DIR", default=None,
                     help="write parity-report.json/.md/.html and reproducers into DIR (default: no report)")
     group.addoption("--parity-baseline", metavar="PATH", default=None,
@@ -180,8 +180,8 @@ def pytest_collection_modifyitems(config, items):
         model, precision = case_of(item)
         if model is not None and known:
             mark_known_failures(item, model, precision, options.runtime, known, options.numerics)
-        if candidate_on_trt and "parity_candidate_available" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.trt)  # the candidate runs on TensorRT: `-m gpu` selects these checks
+        if options.runtime != "onnxruntime" and "parity_candidate_available" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.trt if candidate_on_trt else pytest.mark.gpu)  # on a GPU: `-m gpu` selects
         if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.gpu)  # trt implies gpu
         if item.get_closest_marker("gpu") or item.get_closest_marker("trt"):

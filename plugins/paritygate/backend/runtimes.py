@@ -141,10 +141,16 @@ def recorded_mapping(ctx, spec):
     return ctx.mappings.get(spec.name)
 
 
-def candidate_runner(ctx, spec, precision):
+def candidate_runner(ctx, spec, precision, engine=True):
     """The candidate at ``precision``, built once per process. A build that failed is not retried by every
     check of the model (a tf2onnx conversion that fails costs its full time on each try): they all report the
-    same error."""
+    same error. ``engine``: first the engine gate (``engine_gate``); the validation pass, which checks that the
+    candidate loads and pairs with the config, asks without it (a rejection is a check's verdict, not a config
+    error)."""
+    if engine:
+        from paritygate.backend.engines import engine_gate
+
+        engine_gate(ctx, spec, precision)
     key = (ctx.runtime, spec.name, precision)
     failed = ctx.failed_candidates.get(key)
     if failed is not None:
@@ -291,43 +297,8 @@ def _build_candidate(ctx, spec, precision):
                          f"({ctx.runtime}) failed: {err}") from err
 
 
-def engine_build(ctx, spec, precision):
-    """TensorRT-RTX's ahead-of-time build of the candidate's ONNX artifact at ``precision``
-    (``backend.trt.aot.engine_report``) with its engine-side ``coverage``; None where its builder is not installed,
-    where the candidate is a prebuilt engine, or where the candidate runtime builds its own engines (tensorrt)."""
-    from paritygate.backend.trt import aot
-
-    if ctx.runtime != "onnxruntime" or precision in spec.engines or aot.missing_reason():
-        return None
-    from paritygate.backend.onnx.loader import onnx_artifact
-    from paritygate.backend.trt import layers
-    from paritygate.backend.trt.util import build_settings
-
-    path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
-    try:
-        report = aot.engine_report(path, build_settings(spec))
-    except RuntimeError as err:
-        raise SuiteError(f"model '{spec.name}' {precision}: {err}") from err
-    return {**report, "artifact": str(path), "coverage": layers.coverage(report["layers"], precision)}
-
-
-def cannot_build(spec, precision, report):
-    """The one-line reason a candidate whose engine TensorRT-RTX could not build fails (None when it built)."""
-    if report is None or report["built"]:
-        return None
-    error = report["error"] or {}
-    where = f" at node '{error['node']}' (op {error['op']})" if error.get("node") or error.get("op") else ""
-    return (f"TensorRT cannot build this artifact: {report['builder']}'s parser/builder rejected {report['artifact']} "
-            f"({spec.name} {precision}){where}: {error.get('message')} (TensorRT 11's own parser may differ; "
-            "docs/engine.md)")
-
-
 def _build(ctx, spec, precision):
     from paritygate.backend.onnx.loader import onnx_artifact
-
-    rejected = cannot_build(spec, precision, engine_build(ctx, spec, precision))
-    if rejected:
-        raise RunnerError(rejected)  # before any numeric check: no engine, nothing to judge numerically
 
     if ctx.runtime == "tensorrt":
         from paritygate.backend.cache import cache_root
@@ -341,6 +312,15 @@ def _build(ctx, spec, precision):
             loader = EngineFromOnnx(onnx_artifact(spec, precision, ctx.fp16_keep_fp32), spec, precision, cache_root() / "trt")
             what = f"TensorRT engine for {spec.name} {precision}"
         runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}")
+        runner.time_as = "candidate"
+        runner.activate()
+    elif ctx.runtime == "tensorrt-rtx":  # the engine engine_gate saw built, run (compute capability 8.x/12.x only)
+        from paritygate.backend.engines import engine_build
+        from paritygate.backend.trt.loader import EngineFromPath
+        from paritygate.backend.trt.runner import TrtRunner
+
+        what = engine_build(ctx, spec, precision)["plan"]
+        runner = TrtRunner(EngineFromPath(what, spec), name=f"tensorrt-rtx:{spec.name}:{precision}")
         runner.time_as = "candidate"
         runner.activate()
     else:

@@ -177,7 +177,7 @@ def _profile_corners(ctx, spec, v, reference):
 
     runners = {"reference": reference} if reference is not None else {}
     if "candidate inputs and outputs" in v.checked and ctx.runtime == "onnxruntime" and "fp32" in spec.precisions:
-        runners["fp32 candidate"] = runtimes.candidate_runner(ctx, spec, "fp32")
+        runners["fp32 candidate"] = runtimes.candidate_runner(ctx, spec, "fp32", engine=False)
     key = f"inputs.{dynamic[0]}.profile"
     for corner, label in ((0, "min"), (2, "max")):
         shapes = {k: t.profile[corner] if t.profile else t.with_batch(1) for k, t in spec.inputs.items()}
@@ -235,7 +235,7 @@ def _fp32_onnx_runner(ctx, spec, reference_ok):
     from paritygate.backend import runtimes
 
     if reference_ok and ctx.runtime == "onnxruntime" and "fp32" in spec.precisions:
-        return runtimes.candidate_runner(ctx, spec, "fp32")
+        return runtimes.candidate_runner(ctx, spec, "fp32", engine=False)
     bare = ctx.preflight_runners
     if spec.name not in bare:
         from paritygate.backend.onnx.loader import fp32_onnx

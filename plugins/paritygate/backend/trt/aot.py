@@ -113,8 +113,53 @@ def _build(onnx_path, settings, plan):
     return report
 
 
+def runtime_refusal():
+    """None when TensorRT-RTX's runtime accepts this machine's GPU, else its own words: a child process builds a
+    one-layer engine and deserializes it (``--parity-runtime=tensorrt-rtx``; its runtime refuses compute capability
+    9.0, the H100 and H200, for example)."""
+    env = {**os.environ, ENV: "1"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "paritygate.backend.trt.aot", "--probe"], check=False, env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"{builder_name()}'s runtime did not answer a one-layer engine in {TIMEOUT_S} s"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        return f"{builder_name()}'s runtime probe crashed (exit {done.returncode}): {done.stderr.strip()[-400:]}"
+    said = json.loads(lines[-1])
+    return None if said["ok"] else f"{builder_name()}'s runtime refuses this GPU: {said['message']}"
+
+
+def _probe():
+    import onnx
+    import tensorrt_rtx as trt
+
+    from paritygate.backend.trt import util
+
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "probe",
+                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8)
+    logger = util.trt_logger()
+    builder = trt.Builder(logger)
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    trt.OnnxParser(network, logger).parse(model.SerializeToString())
+    plan = builder.build_serialized_network(network, builder.create_builder_config())
+    try:
+        engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
+        ok = engine is not None and engine.create_execution_context() is not None
+    except Exception as err:  # noqa: BLE001 - the bindings raise their own types; the message is the answer
+        logger.errors.append(f"{type(err).__name__}: {err}")
+        ok = False
+    return {"ok": ok, "message": " ".join(logger.errors)[-600:] or "no engine and no message"}
+
+
 def main(argv=None):
-    request = json.loads(Path((argv or sys.argv)[1]).read_text())
+    argv = argv or sys.argv
+    if argv[1] == "--probe":
+        print(json.dumps(_probe()))
+        return
+    request = json.loads(Path(argv[1]).read_text())
     report = _build(request["onnx"], request["settings"], request["plan"])
     out = Path(request["report"])
     tmp = out.with_suffix(f".{os.getpid()}.tmp")

@@ -1,0 +1,68 @@
+"""The engine in the loop (docs/engine.md): TensorRT-RTX's ahead-of-time build of each candidate's ONNX artifact
+(``backend.trt.aot``), once per process, and the gate every numeric check passes through: no engine, no numeric
+verdict. Pure bookkeeping over ``aot`` and ``layers``; nothing heavy is imported until a build is asked for."""
+
+from paritygate.backend.base import RunnerError
+from paritygate.verdict import SuiteError
+
+
+def engine_build(ctx, spec, precision):
+    """TensorRT-RTX's ahead-of-time build of the candidate's ONNX artifact at ``precision``
+    (``backend.trt.aot.engine_report``) with its engine-side ``coverage``, once per process; None where its builder
+    is not installed, where the candidate is a prebuilt engine, or where the candidate runtime builds its own engines
+    (tensorrt). The profile is the config's, under the artifact's own input names."""
+    from paritygate.backend.trt import aot
+
+    if ctx.runtime not in ("onnxruntime", "tensorrt-rtx") or precision in spec.engines or aot.missing_reason():
+        return None
+    key = (spec.name, precision)
+    if key not in ctx.engine_builds:
+        ctx.engine_builds[key] = _engine_build(ctx, spec, precision)
+    return ctx.engine_builds[key]
+
+
+def _engine_build(ctx, spec, precision):
+    import onnx
+
+    from paritygate.backend import iomap
+    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.trt import aot, layers
+    from paritygate.backend.trt.util import build_settings
+
+    path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
+    names = [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
+    try:
+        renamed = iomap.input_map(spec, names)
+    except (iomap.MappingError, iomap.BindingsError) as err:
+        raise RunnerError(f"{spec.where('inputs')}: {err}") from None
+    settings = build_settings(spec)
+    settings["profile"] = {renamed.get(k, k): v for k, v in settings["profile"].items()}
+    try:
+        report = aot.engine_report(path, settings)
+    except RuntimeError as err:
+        raise SuiteError(f"model '{spec.name}' {precision}: {err}") from err
+    return {**report, "artifact": str(path), "coverage": layers.coverage(report["layers"], precision)}
+
+
+def engine_gate(ctx, spec, precision):
+    """Raise when TensorRT-RTX could not build the candidate at ``precision``: ``RunnerError`` (the candidate's
+    ``fail``) for the team's own file, ``SuiteError`` for an artifact the suite built. Every numeric check of the
+    precision passes through here (``candidate_runner``): no engine, nothing to judge numerically."""
+    from paritygate.backend.runtimes import suite_built
+
+    rejected = cannot_build(spec, precision, engine_build(ctx, spec, precision))
+    if rejected and suite_built(ctx, spec, precision):
+        raise SuiteError(f"the {precision} artifact the suite built for '{spec.name}': {rejected}")
+    if rejected:
+        raise RunnerError(rejected)
+
+
+def cannot_build(spec, precision, report):
+    """The one-line reason a candidate whose engine TensorRT-RTX could not build fails (None when it built)."""
+    if report is None or report["built"]:
+        return None
+    error = report["error"] or {}
+    where = f" at node '{error['node']}' (op {error['op']})" if error.get("node") or error.get("op") else ""
+    return (f"TensorRT cannot build this artifact: {report['builder']}'s parser/builder rejected {report['artifact']} "
+            f"({spec.name} {precision}){where}: {error.get('message')} (TensorRT 11's own parser may differ; "
+            "docs/engine.md)")
