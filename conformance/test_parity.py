@@ -2,8 +2,6 @@
 
 import pytest
 
-from paritygate.verdict import SuiteError
-
 pytestmark = [pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 
 
@@ -13,9 +11,9 @@ def test_engine_builds(parity_context, parity_case, parity_result):
     suite's ``error`` for an artifact the suite built), and no numeric check of this precision can pass. The details
     hold what the engine runs: its kernels, the ONNX nodes fused into each, its tensors' datatypes and the
     engine-side precision coverage; the builder's warnings are findings."""
-    from paritygate.backend.engines import cannot_build, engine_build
+    from paritygate.backend.base import RunnerError
+    from paritygate.backend.engines import engine_build, engine_gate
     from paritygate.backend.onnx.loader import artifact_report
-    from paritygate.backend.runtimes import suite_built
     from paritygate.backend.trt import aot, layers
 
     spec, precision = parity_case
@@ -34,10 +32,10 @@ def test_engine_builds(parity_context, parity_case, parity_result):
     for warning in built["warnings"]:
         parity_result.finding("engine_warning", {"summary": f"{built['builder']} warned: {warning}",
                                                  "builder": built["builder"], "message": warning})
-    rejected = cannot_build(spec, precision, built)
-    if rejected and suite_built(parity_context, spec, precision):
-        raise SuiteError(f"the {precision} artifact the suite built for '{spec.name}': {rejected}")
-    assert not rejected, rejected
+    try:
+        engine_gate(parity_context, spec, precision)  # a SuiteError (the suite's build) is the row's error
+    except RunnerError as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 def test_matches_reference(parity_context, parity_case, parity_result):

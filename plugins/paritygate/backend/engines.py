@@ -46,15 +46,23 @@ def _engine_build(ctx, spec, precision):
 
 def engine_gate(ctx, spec, precision):
     """Raise when TensorRT-RTX could not build the candidate at ``precision``: ``RunnerError`` (the candidate's
-    ``fail``) for the team's own file, ``SuiteError`` for an artifact the suite built. Every numeric check of the
-    precision passes through here (``candidate_runner``): no engine, nothing to judge numerically."""
+    ``fail``) for the team's own file, ``SuiteError`` for an artifact the suite built, unless the suite built it from
+    an fp32 ONNX the builder rejects too: then the rejection is inherited, and the fp32 file's blame (as the lint's
+    policy: a problem the source already had is the source's). Every numeric check of the precision passes through
+    here (``candidate_runner``): no engine, nothing to judge numerically."""
     from paritygate.backend.runtimes import suite_built
 
     rejected = cannot_build(spec, precision, engine_build(ctx, spec, precision))
-    if rejected and suite_built(ctx, spec, precision):
-        raise SuiteError(f"the {precision} artifact the suite built for '{spec.name}': {rejected}")
-    if rejected:
-        raise RunnerError(rejected)
+    if not rejected:
+        return
+    blamed = precision
+    if precision != "fp32" and suite_built(ctx, spec, precision):
+        source = cannot_build(spec, "fp32", engine_build(ctx, spec, "fp32"))
+        if source:
+            rejected, blamed = f"{rejected}; inherited: the fp32 ONNX it was built from is rejected too", "fp32"
+    if suite_built(ctx, spec, blamed):
+        raise SuiteError(f"the {blamed} artifact the suite built for '{spec.name}': {rejected}")
+    raise RunnerError(rejected)
 
 
 def cannot_build(spec, precision, report):
