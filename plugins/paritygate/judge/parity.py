@@ -129,7 +129,11 @@ def candidate_parity(ctx, spec, precision):
 
     # Several shapes: the inputs could show a failure when those of any one shape could (a candidate ignoring its
     # inputs fails there); the first informative shape speaks, else the first.
-    infos = [vacuity.informativeness(resolved, [g.outputs], limit) for g in ref.groups]
+    def tolerance(name):
+        return tolerance_for(resolved, precision, name)
+
+    # the task metric judged these very rows (judge_outputs): each group's outputs are its task outputs too
+    infos = [vacuity.informativeness(resolved, [g.outputs], limit, tolerance, [g.outputs]) for g in ref.groups]
     result.details["informativeness"] = next((i for i in infos if i["informative"]), infos[0])
     result.set_inconclusive(vacuity.verdict(resolved, "matches_reference", result.details["informativeness"]))
     return result, group
