@@ -73,7 +73,8 @@ def test_int8_classifier_with_probabilities_inside_the_tolerance_is_judged():
     outs = _int8_classifier_outputs()
     assert 0.3 < np.ptp(outs["probs"][:, 0]) <= 0.32
     limit, tolerance = _int8_policy(spec)
-    info = vacuity.informativeness(spec, [outs], limit, tolerance, task_outputs=[outs])
+    judged = [outs]  # matches_reference: the task metric ran on the very rows the elementwise policy judged
+    info = vacuity.informativeness(spec, judged, limit, tolerance, task_outputs=judged)
     assert info["informative"] and info["reasons"] == [] and "unjudged_outputs" not in info
     assert info["outputs"]["probs"]["criteria"] == {"elementwise": False, "cosine": False,
                                                    "classification top-1 agreement": True}
@@ -110,7 +111,8 @@ def test_the_output_the_task_names_unjudged_is_inconclusive_whatever_the_others(
     outs = _int8_classifier_outputs()
     outs["probs"] = np.tile(np.float32([[0.6, 0.4]]), (32, 1))  # one class everywhere, constant
     limit, tolerance = _int8_policy(spec)
-    info = vacuity.informativeness(spec, [outs], limit, tolerance, task_outputs=[outs])
+    judged = [outs]  # matches_reference: the task metric ran on the very rows the elementwise policy judged
+    info = vacuity.informativeness(spec, judged, limit, tolerance, task_outputs=judged)
     assert outs["logits"].std() > 1 and info["outputs"]["logits"]["judged"]
     assert not info["informative"] and "output 'probs' is constant" in info["reasons"][0]
     assert isinstance(vacuity.verdict(spec, "matches_reference", info), Inconclusive)

@@ -68,7 +68,12 @@ def informativeness(spec, outputs_list, limit, tolerance=None, task_outputs=None
     stacked = stack_outputs(outputs_list)
     rows = len(next(iter(stacked.values()))) if stacked else 0
     info = {"inputs": rows, "outputs": {}, "reasons": []}
-    task = _task_criteria(spec, stack_outputs(task_outputs), info) if task_outputs else {}
+    task = _task_criteria(spec, stacked, info)  # the task statistics of the check's inputs, always reported
+    if task_outputs is None:
+        task = {}  # the task metric did not run in this check: it judged nothing
+    elif task_outputs is not outputs_list:  # it ran on rows of its own (property_parity's in-distribution rows)
+        info["task_metric_rows"] = scratch = {"inputs": len(next(iter(stack_outputs(task_outputs).values()), []))}
+        task = _task_criteria(spec, stack_outputs(task_outputs), scratch)
     why = {}
     for name, ref in stacked.items():
         tol = tolerance(name) if tolerance else None
