@@ -72,8 +72,9 @@ def informativeness(spec, outputs_list, limit, tolerance=None, task_outputs=None
     if task_outputs is None:
         task = {}  # the task metric did not run in this check: it judged nothing
     elif task_outputs is not outputs_list:  # it ran on rows of its own (property_parity's in-distribution rows)
-        info["task_metric_rows"] = scratch = {"inputs": len(next(iter(stack_outputs(task_outputs).values()), []))}
-        task = _task_criteria(spec, stack_outputs(task_outputs), scratch)
+        own = stack_outputs(task_outputs)
+        info["task_metric_rows"] = scratch = {"inputs": len(next(iter(own.values()), []))}
+        task = _task_criteria(spec, own, scratch)
     why = {}
     for name, ref in stacked.items():
         tol = tolerance(name) if tolerance else None
