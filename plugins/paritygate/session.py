@@ -12,7 +12,7 @@ import time
 import pytest
 
 from paritygate.result import CheckResult, jsonable
-from paritygate.verdict import REPORT_ATTR, STATUSES
+from paritygate.verdict import REPORT_ATTR, STATUSES, UPSTREAM_DEFECT_ATTR
 
 _WORKER_KEY = "paritygate_checks"
 _CACHE_KEY = "paritygate_cache_stats"
@@ -76,6 +76,9 @@ class ParitySession:
             details.setdefault("reason", str(report.longrepr[2]))
         if hasattr(report, "wasxfail"):
             details.setdefault("reason", report.wasxfail)
+            upstream = [v for k, v in report.user_properties if k == UPSTREAM_DEFECT_ATTR]
+            if upstream:
+                details.setdefault("upstream_defect", upstream[0])
         details.setdefault("nodeid", item.nodeid)
         from paritygate.cli import commands
 

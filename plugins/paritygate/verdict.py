@@ -18,6 +18,7 @@ the plugin turns them into pytest's error category and an ``inconclusive`` categ
 STATUSES = ("pass", "fail", "error", "inconclusive", "skip", "xfail", "regenerated")
 FAILING = ("fail", "error", "inconclusive")  # statuses that fail the run (inconclusive unless allowed)
 REPORT_ATTR = "paritygate_status"  # set on a TestReport whose status pytest's outcome cannot express
+UPSTREAM_DEFECT_ATTR = "paritygate_upstream_defect"  # user property: the xfail stands for an upstream (Beam) defect
 MARKED = ("regenerated",)  # statuses a passing test declares itself (``mark``): pytest's outcome stays passed
 
 

@@ -28,7 +28,10 @@ HANDLERS = textwrap.dedent('''
 
     ONNX = __file__.replace("handlers.py", "toy.onnx")
 
-    class Toy(ModelHandler):
+    class Toy(ModelHandler):  # as a team writes one: its own __init__ (no model_copies), no update_model_path
+        def __init__(self, min_batch_size=None, max_batch_size=None):
+            super().__init__(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+
         def load_model(self):
             import onnxruntime as ort
             return ort.InferenceSession(ONNX, providers=["CPUExecutionProvider"])
@@ -44,8 +47,8 @@ HANDLERS = textwrap.dedent('''
         def run_inference(self, batch, model, inference_args=None):
             return super().run_inference(batch, model, inference_args)[:-1]
 
-    def correct(min_batch_size, max_batch_size):
-        return Toy(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+    def correct(**kw):  # issue 30's factory: takes model_copies through **kw, which Toy cannot take
+        return Toy(**kw)
 
     def drops(min_batch_size, max_batch_size):
         return Drops(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
@@ -68,11 +71,12 @@ def test_conformance_file_over_a_temporary_config(pytester, toy_saved_model, mon
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
     result = pytester.runpytest(str(CONFORMANCE), f"--parity-config={config}", "-p", "no:cacheprovider",
                                 f"--parity-report={pytester.path / 'report'}", "-rfEs")
-    # 17 checks a model. good: 14 pass, 2 Beam-level xfails, model_update fails naming the upstream defect its
-    # handler reaches (no update_model_path: Beam's no-op). bad: exactly_once, dead_letter, batch_extremes,
-    # multi_process, model_copies and model_update fail, latency is skipped (no budget), 2 xfails, 8 pass. plain:
-    # one row, beam_handler, skipped for want of a [models.beam] table (its 17 checks deselected, not 17 skips)
-    result.assert_outcomes(passed=14 + 8, failed=1 + 6, xfailed=2 + 2, skipped=1 + 1, deselected=2 + 17)
+    # 17 checks a model. good: 14 pass (model_copies too: its model_copies=1 pipeline skipped, as Toy cannot take
+    # the argument), 2 Beam-level xfails, model_update skipped (Toy keeps Beam's no-op update_model_path: it offers
+    # no updates). bad: exactly_once, dead_letter, batch_extremes, multi_process and model_copies fail, latency
+    # (no budget) and model_update are skipped, 2 xfails, 8 pass. plain: one row, beam_handler, skipped for want of
+    # a [models.beam] table (its 17 checks deselected, not 17 skips)
+    result.assert_outcomes(passed=14 + 8, failed=0 + 5, xfailed=2 + 2, skipped=1 + 2 + 1, deselected=2 + 17)
     result.stdout.fnmatch_lines(["*lost: element #*", "*FAILED*test_beam_exactly_once[[]bad[]]*",
                                  "*SKIPPED*model 'plain' has no [[]models.beam[]] table*key 'beam.handler'*"])
     report = json.loads((pytester.path / "report" / "parity-report.json").read_text())
@@ -80,7 +84,10 @@ def test_conformance_file_over_a_temporary_config(pytester, toy_saved_model, mon
     assert by[("good", "beam_batch_weight")]["status"] == "xfail"
     assert by[("bad", "beam_exactly_once")]["status"] == "fail"
     assert [c for m, c in by if m == "plain"] == ["beam_handler"] and by[("plain", "beam_handler")]["status"] == "skip"
-    assert by[("good", "beam_model_update")]["details"]["upstream_defects"][0]["id"] == "no-model-update"
+    update = by[("good", "beam_model_update")]
+    assert update["status"] == "skip" and "does not override update_model_path" in update["details"]["reason"]
+    copies = by[("good", "beam_model_copies")]
+    assert copies["status"] == "pass" and "unexpected keyword argument 'model_copies'" in copies["details"]["note"]
     (row,) = by[("good", "beam_batch_latency")]["details"]["latency"]
     assert row["batch"] == "all" and row["budget"] == 1000.0 and len(row["samples_ms"]) == 40
 
@@ -131,3 +138,6 @@ def test_the_teams_own_known_failure_makes_it_an_xfail(pytester, toy_saved_model
     result.assert_outcomes(passed=1, xfailed=1)
     assert by["handler_batch_extremes"]["status"] == "xfail"
     assert "onnx-numpy-first-output" in by["handler_batch_extremes"]["details"]["reason"]
+    assert by["handler_batch_extremes"]["details"]["upstream_defect"] == "onnx-numpy-first-output"
+    md = (pytester.path / "report" / "parity-report.md").read_text()
+    assert "⚠️ xfail (upstream: Beam's defect (onnx-numpy-first-output), not your handler)" in md

@@ -55,3 +55,27 @@ def test_load_failures_read_the_promise():
     assert per_process.startswith("worker process 2 called load_model 2 times")
     assert takes_model_copies(toys.shares_copies) and takes_model_copies(toys.drops_copies)
     assert not takes_model_copies(toys.correct)
+
+
+def test_handler_that_cannot_take_model_copies_skips_that_pipeline_and_keeps_its_own_promise(toy_subject):
+    """def make(**kw): return OrtHandler(**kw), OrtHandler.__init__ without model_copies: the factory seems to take
+    it, building the handler says otherwise. Not offered, so not judged; its per-process loads still are."""
+    assert takes_model_copies(toys.make_ort)
+    result = model_copies(toy_subject(toys.make_ort))
+    assert result.passed, result.failures
+    own, asked = result.details["runs"]
+    assert own["share_model_across_processes"] is False and all(n == 1 for n in own["loads_by_pid"].values())
+    assert "unexpected keyword argument 'model_copies'" in asked["skipped"] and asked["model_copies_asked"] == 1
+    assert "does not offer model_copies" in result.details["note"]
+
+
+def test_refusal_of_model_copies_still_judges_loads_per_process(toy_subject):
+    class LoadsPerBatchOwnInit(toys.LoadsPerBatch, toys.OrtHandler):
+        pass
+
+    def make(onnx_path, **kwargs):
+        return LoadsPerBatchOwnInit(onnx_path, **kwargs)
+
+    result = model_copies(toy_subject(make))
+    assert "skipped" in result.details["runs"][1]
+    assert any("called load_model" in f for f in result.failures), result.failures

@@ -183,6 +183,20 @@ def test_model_update_passes_a_handler_that_honours_it_and_fails_one_that_ignore
     assert "(after the update): not the update target's" in _failures(bad)
 
 
+def test_model_update_judges_outputs_not_model_id(toy_subject):
+    """A team's handler that honours updates but leaves PredictionResult.model_id empty passes, the absence
+    recorded; the same handler ignoring updates (Beam's no-op, run because the config says it uses them) fails."""
+    from paritygate.beam.updates import model_update, update_claim
+
+    good = model_update(toy_subject(toys.make_updatable_ort))
+    assert good.passed, good.failures
+    assert good.details["model_id_absent"]["before"] == good.details["model_id_absent"]["after"] == 9
+    assert good.details["model_ids"] == {"before": ["None"], "after": ["None"]}
+    subject = toy_subject(toys.make_ort, beam={"handler": "toy_handlers:make_ort", "model_updates": True})
+    assert update_claim(subject) is None
+    assert "(after the update): not the update target's" in _failures(model_update(subject))
+
+
 def test_a_handler_wrong_only_on_short_batches_fails_every_pipeline_check(toy_subject):
     """Every pipeline check runs a count that leaves a short final batch and holds its results to the reference
     (batch_weight and maybe_keyed_mixed fail on Beam itself for every handler, so they cannot show it)."""

@@ -251,3 +251,28 @@ def loaded_by_factory(onnx_path, min_batch_size=None, max_batch_size=None):
     handler = LoadedByFactory(onnx_path, min_batch_size=min_batch_size, max_batch_size=max_batch_size)
     _LOADED["session"] = ToyHandler.load_model(handler)
     return handler
+
+
+# A team's ONNX Runtime handler as issue 30 met it: its own __init__ without Beam's model_copies, a factory that
+# passes **kwargs on, results without model_id, and Beam's no-op update_model_path (it takes no updates).
+class OrtHandler(ToyHandler):
+    update_model_path = ModelHandler.update_model_path  # not overridden: Beam's no-op, as a team leaves it
+
+    def run_inference(self, batch, model, inference_args=None):
+        return [PredictionResult(r.example, r.inference) for r in super().run_inference(batch, model, inference_args)]
+
+
+class UpdatableOrtHandler(OrtHandler):
+    """The same handler honouring model updates, its results still without model_id."""
+
+    def update_model_path(self, model_path=None):
+        if model_path:
+            self.onnx_path = str(model_path)
+
+
+def make_ort(onnx_path, **kwargs):
+    return OrtHandler(onnx_path, **kwargs)
+
+
+def make_updatable_ort(onnx_path, **kwargs):
+    return UpdatableOrtHandler(onnx_path, **kwargs)

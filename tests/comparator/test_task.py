@@ -7,7 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paritygate.comparator.task import TaskSpecError, classification, classification_outputs, detection, task_metrics
+from paritygate.comparator.task import (
+    TaskSpecError,
+    classification,
+    classification_outputs,
+    detection,
+    flips_text,
+    summary,
+    task_metrics,
+)
 from paritygate.comparator.tolerance import DETECTION_IOU, TASK_RATIO, TASK_SOURCE
 from tests.conftest import toy_spec, write_config
 
@@ -24,7 +32,7 @@ def test_top1_agreement_at_the_mlperf_ratio(disagreeing, passed):
     cand[:disagreeing] = (cand[:disagreeing] + 1) % 5
     r = classification(toy_spec(task="classification"), {"probs": one_hot(classes)}, {"probs": one_hot(cand)})
     assert r["top1_agreement"] == (100 - disagreeing) / 100 and r["passed"] is passed
-    assert r["disagreeing_elements"] == list(range(disagreeing))
+    assert [f["row"] for f in r["flipped_rows"]] == list(range(disagreeing))
     assert (r["samples"], r["min_ratio"], r["source"], r["output"]) == (100, TASK_RATIO, TASK_SOURCE, "probs")
 
 
@@ -41,6 +49,22 @@ def test_accuracy_ratio_against_labels():
     cand[0] = labels[0]  # a disagreement that is right: accuracy 0.51 >= 0.495
     r = classification(toy_spec(task="classification"), {"probs": one_hot(ref)}, {"probs": one_hot(cand)}, labels)
     assert r["candidate_accuracy"] == 0.51 and r["passed"] is True
+
+
+def test_a_flipped_row_carries_the_reference_margin_in_the_details_and_the_text():
+    """Issue 30's near tie: reference [0.487, 0.509] vs int8 [0.507, 0.489] is a flip by a reference margin of
+    0.022; the summary both task checks print names it as a row with that margin."""
+    ref = np.array([[0.9, 0.1], [0.487, 0.509], [0.2, 0.8]], np.float32)
+    cand = np.array([[0.9, 0.1], [0.507, 0.489], [0.2, 0.8]], np.float32)
+    r = classification(toy_spec(task="classification"), {"probs": ref}, {"probs": cand})
+    (flip,) = r["flipped_rows"]
+    assert (flip["row"], flip["reference_class"], flip["candidate_class"]) == (1, 1, 0)
+    assert flip["reference_margin"] == pytest.approx(0.022, abs=1e-6)
+    assert flip["reference"] == pytest.approx([0.509, 0.487]) and flip["candidate"] == pytest.approx([0.489, 0.507])
+    text = summary(r)
+    assert text.startswith("top-1 agreement 0.667 < 0.99 on 'probs': rows [1] flip (row 1: reference class 1 by "
+                           "margin 0.022 [0.509, 0.487] vs candidate class 0 [0.489, 0.507])")
+    assert "rows [1] flip" in flips_text(r["flipped_rows"]) and flips_text([]) == "no row flips"
 
 
 def test_classification_reads_the_mapped_candidate_output():

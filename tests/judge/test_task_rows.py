@@ -24,8 +24,9 @@ def test_the_same_flip_fails_whichever_source_holds_it():
     by_source, failures, inputs = rows.judge()
     assert set(by_source) == {"calibration"}, "noise and corner rows keep the elementwise policy only"
     assert by_source["calibration"]["samples"] == 2 and by_source["calibration"]["top1_agreement"] == 0.5
-    assert failures == [("toy int8: task metric on the 2 'calibration' rows: top-1 agreement 0.500 < 0.99 (rows [1] "
-                         "flip; source: MLPerf Inference rules: 99% of the FP32 reference accuracy)")]
+    assert failures == [("toy int8: task metric on the 2 'calibration' rows: top-1 agreement 0.500 < 0.99 on 'y': "
+                         "rows [1] flip (row 1: reference class 1 by margin 0.7 [0.8, 0.1] vs candidate class 2 "
+                         "[0.1, 0.8]); source: MLPerf Inference rules: 99% of the FP32 reference accuracy")]
     np.testing.assert_array_equal(inputs["x"], x[1:2])  # the flipped row, for a matches_reference reproducer
 
 

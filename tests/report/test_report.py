@@ -258,3 +258,22 @@ def test_an_allowed_inconclusive_does_not_fail_the_verdict(tmp_path):
     s.record(record_of("toy", "fp16", "property_parity", "inconclusive", {"message": "argmax ties"}))
     html = (write_report(s, tmp_path) / "parity-report.html").read_text()
     assert "<div class=word>FAIL</div>" in html and "this run fails: 1 inconclusive" in html
+
+
+def test_an_amber_xfail_cell_says_the_defect_is_beams(tmp_path):
+    """Issue 30: an xfail for Beam's own defect, in a passing run, says on its cell (HTML matrix and table, Markdown
+    table) that the defect is upstream, not the team's handler; a known failure of the team's own does not."""
+    import html
+
+    s = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime"))
+    s.record(record_of("linear", None, "beam_metric_bytes", "xfail",
+                       {"reason": "known upstream defect", "expectations": [{"id": "onnx-numpy-num-bytes"}]}))
+    s.record(record_of("linear", None, "beam_pairing", "pass"))
+    s.record(record_of("toy", "fp16", "property_parity", "xfail", {"reason": "known failure: our fp16 build"}))
+    out = write_report(s, tmp_path / "report")
+    page = html.unescape((out / "parity-report.html").read_text())
+    note = "upstream: Beam's defect (onnx-numpy-num-bytes), not your handler"
+    matrix = page[page.index("<section id=matrix>"):page.index("</section>", page.index("<section id=matrix>"))]
+    assert matrix.count(note) == 1 and page.count(note) == 2  # the linear cell, and its row in the checks table
+    md = (out / "parity-report.md").read_text()
+    assert f"| ⚠️ xfail ({note}) |" in md and md.count("not your handler") == 1

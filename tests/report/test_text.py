@@ -18,3 +18,17 @@ def test_the_reference_floor_and_exact_mode_are_named():
     assert held_to({"bound": 1e-06, "reference_floor_max": 0.004, "k": 2}) == (
         "bound 1e-06, or 2 x the reference's own spread where larger (up to 0.004)")
     assert held_to({"atol": 1e-05, "rtol": 1e-05}) == "atol 1e-05/rtol 1e-05"
+
+
+def test_an_xfail_names_beams_defect_only_when_it_stands_for_one():
+    from paritygate.report.text import upstream_defects, upstream_note
+    from tests.conftest import record_of
+
+    beam = record_of("linear", None, "beam_metric_bytes", "xfail", {"expectations": [{"id": "onnx-numpy-num-bytes"}]})
+    team = record_of("team", None, "handler_batch_extremes", "xfail", {"upstream_defect": "onnx-numpy-first-output"})
+    own = record_of("bert", "fp16", "property_parity", "xfail", {"reason": "known failure: real FP16 behaviour"})
+    assert upstream_defects(beam) == ["onnx-numpy-num-bytes"] and upstream_defects(own) == []
+    assert upstream_note([beam]) == "upstream: Beam's defect (onnx-numpy-num-bytes), not your handler"
+    assert upstream_note([beam, team, own]) == ("2 of 3 xfail upstream: Beam's defect (onnx-numpy-num-bytes, "
+                                                "onnx-numpy-first-output), not your handler")
+    assert upstream_note([own]) == "" and upstream_note([record_of("m", None, "c", "pass", {"upstream_defect": "x"})]) == ""

@@ -170,6 +170,24 @@ def declared(handler, attr):
     return None
 
 
+def unwrapped(handler):
+    """The handler under Beam's pre/post-processing wrappers (``_base``), Keyed wrappers (``_unkeyed``) and the
+    suite's own (``_inner``): the team's class, whose methods say what it offers."""
+    for _ in range(16):  # wrappers nest a few deep at most
+        inner = next((getattr(handler, k) for k in ("_inner", "_base", "_unkeyed") if hasattr(handler, k)), None)
+        if inner is None:
+            return handler
+        handler = inner
+    return handler
+
+
+def overrides(handler, method):
+    """Whether the handler's own class (``unwrapped``) overrides Beam's ``ModelHandler.<method>``."""
+    from apache_beam.ml.inference.base import ModelHandler
+
+    return getattr(type(unwrapped(handler)), method, None) is not getattr(ModelHandler, method)
+
+
 def expected_num_bytes(handler, batch):
     """(bytes, rule) ``get_num_bytes(batch)`` must return exactly: the formula the handler declares in
     ``paritygate_num_bytes`` (a callable batch -> int, for handlers that count something else on purpose), else

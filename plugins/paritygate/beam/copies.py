@@ -16,6 +16,12 @@ handler's own, writes a record with its pid) on FnApiRunner's multi-process mode
 with sharing. When the factory takes ``model_copies`` (a parameter of that name, or ``**kwargs``) it also runs the
 pipeline with ``model_copies=COPIES_ASKED``: the handler must then promise sharing with that many copies (a handler
 that drops the argument loads one model per process), and the two workers together must load it once.
+
+Only what the handler offers is judged: a factory that takes ``**kwargs`` but whose handler cannot take
+``model_copies`` (building it raises a TypeError naming that argument, e.g. ``def make(**kw): return
+OrtHandler(**kw)`` with no such parameter in ``OrtHandler.__init__``) does not offer it. That second pipeline is
+then a skip, recorded with its reason in the details (``runs[1]["skipped"]``); the per-process loads of the first
+are judged all the same.
 """
 
 import inspect
@@ -74,11 +80,29 @@ def load_failures(run, share, copies):
     return failures
 
 
+def refuses_model_copies(err):
+    """The skip reason when ``err`` (a HandlerContractError from building the handler) is a TypeError naming
+    ``model_copies``: the factory or its handler cannot take the argument, so it does not offer it; else None."""
+    cause = err.__cause__
+    if not (isinstance(cause, TypeError) and "model_copies" in str(cause)):
+        return None
+    return (f"the handler does not offer model_copies: the factory takes **kwargs, but building it with "
+            f"model_copies={COPIES_ASKED} raised TypeError: {str(cause).strip().splitlines()[0][:300]}; only the "
+            "handler's own promise is checked")
+
+
 def _one(subject, case, asked):
+    from paritygate.beam.contract import HandlerContractError
     from paritygate.beam.pipeline import run_case
 
     extra = {"model_copies": asked} if asked is not None else {}
-    share, copies = promise(subject.make(case.min_batch, case.max_batch, **extra))
+    try:
+        share, copies = promise(subject.make(case.min_batch, case.max_batch, **extra))
+    except HandlerContractError as err:
+        skipped = refuses_model_copies(err) if asked is not None else None
+        if skipped is None:
+            raise
+        return [], {"model_copies_asked": asked, "skipped": skipped}
     run = run_case(subject, case)
     # counted against what the factory was asked for: a handler that drops model_copies still loads too often
     failures = (promise_failures(asked, share, copies) + exactly_once_failures(run) + short_batch_failures(subject, run)
@@ -109,5 +133,7 @@ def model_copies(subject):
         result.details["runs"].append(info)
     if len(runs) == 1:
         result.details["note"] = ("the factory takes no model_copies argument: only the handler's own promise is "
-                               "checked")
+                                  "checked")
+    elif "skipped" in result.details["runs"][-1]:
+        result.details["note"] = result.details["runs"][-1]["skipped"]
     return result

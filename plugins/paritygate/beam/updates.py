@@ -9,9 +9,16 @@ processes windows in no set order, and a window with an empty side input process
 is served by the update (observed here with a correct handler: base.py:2004 sets the handler's path only when a
 side input names one, so reloading the "default" loads whatever path the handler last got). The check holds:
 
-    before  every result matches the reference, and carries the handler's own model_id (not the update's)
-    after   every result matches the update target's outputs (the reference + ``UPDATE_OFFSET``), with
-            ``model_id`` = the update target's path
+    before  every result matches the reference; a model_id, when present, is the handler's own (not the update's)
+    after   every result matches the update target's outputs (the reference + ``UPDATE_OFFSET``); a model_id,
+            when present, is the update target's path
+
+Only what the handler claims is judged (``update_claim``): the check runs when the handler's class overrides
+``update_model_path`` (Beam's base ``ModelHandler.update_model_path`` is a no-op, base.py:291: a handler that keeps
+it takes no updates) or the config says the pipeline uses model updates (``[models.beam] model_updates = true``);
+otherwise it is a ``skip`` that says why. Judged by the outputs: ``PredictionResult.model_id`` is metadata that
+custom handlers often leave empty, so a missing one is recorded in the details (``model_id_absent``), never a
+failure; one that is present must name the model that answered.
 
 The update target by default is a copy of the candidate fp32 ONNX with ``UPDATE_OFFSET`` added to every numeric
 output, built by the suite (cached); ``[models.beam] update_model = "file"`` names another file whose outputs
@@ -27,6 +34,20 @@ from paritygate.beam.judge import MAX_LISTED, beam_result, compare_element
 
 UPDATE_OFFSET = 1.0  # added to every numeric output: 1e5x the fp32 atol (comparator/tolerance.py), so unmistakable
 UPDATE_NAME = "paritygate_update"
+
+
+def update_claim(subject):
+    """None when the handler claims model updates (the check runs), else the skip reason."""
+    from paritygate.beam.contract import overrides
+
+    spec = subject.spec
+    if (spec.beam or {}).get("model_updates") is True or overrides(subject.make(1, spec.max_batch),
+                                                                   "update_model_path"):
+        return None
+    return (f"{subject.name} does not override update_model_path (Beam's ModelHandler.update_model_path is a "
+            "no-op, apache_beam/ml/inference/base.py:291: the handler takes no model updates) and "
+            f"{spec.where('beam.model_updates')} is not true: beam_model_update judges only a handler that offers "
+            "updates; set model_updates = true if your pipeline sends them (model_metadata_pcoll)")
 
 
 def update_target(spec):
@@ -154,15 +175,12 @@ def update_failures(subject, inputs, runs, target):
         if problem:
             whose = "the original model's" if phase == "before" else f"the update target's ({target})"
             failures.append(f"element #{i} ({phase} the update): not {whose} outputs: {problem}")
-        if phase == "after" and model_id != target:
+        if phase == "after" and model_id is not None and model_id != target:
             failures.append(f"element #{i} (after the update): model_id {model_id!r}, not the update's {target!r}")
         elif phase == "before":
             default_ids.add(model_id)
     failures += [f"lost: element #{i} ({phase} the update)" for phase in runs for i in range(len(inputs))
                  if (phase, i) not in seen]
-    if None in default_ids:
-        failures.append("results before the update carry no model_id: after an update nobody can tell which model "
-                        "answered (PredictionResult.model_id)")
     if target in default_ids:
         failures.append("results before the update (empty side input) carry the update's model_id")
     if len(default_ids - {None}) > 1:
@@ -180,8 +198,12 @@ def model_update(subject):
                                                                             ("after", error_after)) if e]
     inputs = case_inputs(subject.spec, case)
     failures = errors or update_failures(subject, inputs, {"before": before, "after": after}, target)
-    return beam_result("beam_model_update", subject, failures,
-                           {"precision": subject.precision, "update_target": target, "update_offset": UPDATE_OFFSET,
-                            "elements": case.count, "batch_sizes": {"before": sizes_before, "after": sizes_after},
-                            "model_ids": {"before": sorted({str(m) for *_, m in before}),
-                                                                  "after": sorted({str(m) for *_, m in after})}})
+    absent = {phase: sum(1 for *_, m in rs if m is None) for phase, rs in (("before", before), ("after", after))}
+    info = {"precision": subject.precision, "update_target": target, "update_offset": UPDATE_OFFSET,
+            "elements": case.count, "batch_sizes": {"before": sizes_before, "after": sizes_after},
+            "model_ids": {"before": sorted({str(m) for *_, m in before}), "after": sorted({str(m) for *_, m in after})},
+            "judged_by": "outputs: before the update the reference's, after it the update target's"}
+    if any(absent.values()):
+        info["model_id_absent"] = {**absent, "note": "PredictionResult.model_id left empty: recorded, not judged "
+                                   "(the outputs tell which model answered)"}
+    return beam_result("beam_model_update", subject, failures, info)

@@ -30,12 +30,54 @@ def classification_outputs(spec, outputs):
     return sorted(cands)
 
 
+MAX_FLIPS = 50  # flipped rows listed per output; top1_agreement counts them all
+
+
+def flipped_rows(ref_scores, cand_scores):
+    """One record per row whose top-1 class differs, named by ``row`` (its index among the rows judged): the
+    reference's and the candidate's class, both sides' scores at those two classes ([reference's class, candidate's
+    class]) and the reference's margin, ref[its class] - ref[the candidate's class]: how near a tie the flip was
+    (reference [0.509, 0.487] vs candidate [0.489, 0.507]: margin 0.022)."""
+    ref_scores, cand_scores = np.asarray(ref_scores), np.asarray(cand_scores)
+    r, c = np.argmax(ref_scores, axis=-1), np.argmax(cand_scores, axis=-1)
+    flips = []
+    for i in np.flatnonzero(r != c)[:MAX_FLIPS]:
+        ref_pair = [float(ref_scores[i][r[i]]), float(ref_scores[i][c[i]])]
+        flips.append({"row": int(i), "reference_class": int(r[i]), "candidate_class": int(c[i]),
+                      "reference_margin": ref_pair[0] - ref_pair[1], "reference": ref_pair,
+                      "candidate": [float(cand_scores[i][r[i]]), float(cand_scores[i][c[i]])]})
+    return flips
+
+
+def flips_text(flips, limit=5):
+    """``rows [2, 7] flip (row 2: reference class 1 by margin 0.022 [0.509, 0.487] vs candidate [0.489, 0.507];
+    ...)``: the one way both task checks name a flipped row."""
+    shown = "; ".join(f"row {f['row']}: reference class {f['reference_class']} by margin {f['reference_margin']:.3g} "
+                      f"[{f['reference'][0]:.3g}, {f['reference'][1]:.3g}] vs candidate class {f['candidate_class']} "
+                      f"[{f['candidate'][0]:.3g}, {f['candidate'][1]:.3g}]" for f in flips[:limit])
+    more = f"; ... {len(flips) - limit} more" if len(flips) > limit else ""
+    return f"rows {[f['row'] for f in flips]} flip ({shown}{more})" if flips else "no row flips"
+
+
+def summary(metric):
+    """One line for a failed task metric, the same in matches_reference and property_parity."""
+    if metric["metric"] == "classification":
+        a, ratio = metric["top1_agreement"], metric["min_ratio"]
+        accuracy = (f", accuracy {metric['candidate_accuracy']:.3f} vs the reference's "
+                    f"{metric['reference_accuracy']:.3f}" if "candidate_accuracy" in metric else "")
+        return (f"top-1 agreement {a:.3f} {'<' if a < ratio else '>='} {ratio} on {metric['output']!r}{accuracy}: "
+                f"{flips_text(metric['flipped_rows'])}; source: {metric.get('source', 'stated in tolerance.py')}")
+    return (f"{metric['matched']}/{metric['reference_detections']} reference detections matched (IoU >= "
+            f"{metric['iou_min']}); missed {metric['missed'][:5]}")
+
+
 def _classification_one(spec, name, ref, cand, labels):
-    r, c = np.argmax(ref[name], axis=-1), np.argmax(cand[spec.outputs.get(name, name)], axis=-1)
+    scores = cand[spec.outputs.get(name, name)]
+    r, c = np.argmax(ref[name], axis=-1), np.argmax(scores, axis=-1)
     agreement = float(np.mean(r == c))
     result = {"metric": "classification", "output": name, "samples": int(r.size),
               "top1_agreement": agreement, "min_ratio": TASK_RATIO, "source": TASK_SOURCE,
-              "disagreeing_elements": [int(i) for i in np.flatnonzero(r != c)][:50]}
+              "flipped_rows": flipped_rows(ref[name], scores)}
     passed = agreement >= TASK_RATIO
     if labels is not None:
         acc_ref, acc_cand = float(np.mean(r == labels)), float(np.mean(c == labels))

@@ -4,7 +4,7 @@ import numpy as np
 
 from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
 from paritygate.comparator.compare import compare_outputs
-from paritygate.comparator.task import task_metrics
+from paritygate.comparator.task import summary, task_metrics
 from paritygate.comparator.tolerance import tolerance_for
 from paritygate.inputs import goldens
 from paritygate.result import CheckResult
@@ -54,8 +54,7 @@ def judge_outputs(spec, precision, ref_outputs, cand_outputs, labels=None, compa
     if compare_task:
         task = task_metrics(spec, precision, ref_outputs, cand_outputs, labels)
         if task is not None and not task["passed"]:
-            failures.append(f"{spec.name} {precision}: task metric failed: "
-                            f"{ {k: v for k, v in task.items() if k != 'source'} }")
+            failures.append(f"{spec.name} {precision}: task metric failed: {summary(task)}")
     return outputs, task, failures
 
 
@@ -129,7 +128,14 @@ def candidate_parity(ctx, spec, precision):
 
     # Several shapes: the inputs could show a failure when those of any one shape could (a candidate ignoring its
     # inputs fails there); the first informative shape speaks, else the first.
-    infos = [vacuity.informativeness(resolved, [g.outputs], limit) for g in ref.groups]
+    def tolerance(name):
+        return tolerance_for(resolved, precision, name)
+
+    # the task metric judged these very rows (judge_outputs): each group's outputs are its task outputs too
+    infos = []
+    for g in ref.groups:
+        outputs = [g.outputs]
+        infos.append(vacuity.informativeness(resolved, outputs, limit, tolerance, task_outputs=outputs))
     result.details["informativeness"] = next((i for i in infos if i["informative"]), infos[0])
     result.set_inconclusive(vacuity.verdict(resolved, "matches_reference", result.details["informativeness"]))
     return result, group

@@ -61,11 +61,17 @@ def property_parity(ctx, spec, precision, result=None):
     spec = resolved_spec(ctx, spec)
     pool, ledger = input_pool(ctx, spec), Ledger()
     rows = TaskRows(spec, precision) if spec.task in TASKS else None
+
+    def limit(name, ref):
+        return _policy_limit(spec, precision, name, ref)
+
     result = _run(ctx, spec, precision, "property_parity", feeds(spec, pool=pool),
-                  parity_check(spec, precision, candidate, ledger, rows), reference, ledger, result,
-                  lambda name, ref: _policy_limit(spec, precision, name, ref))
+                  parity_check(spec, precision, candidate, ledger, rows), reference, ledger, result, limit,
+                  judge_vacuity=False)
+    task_outputs = None
     if rows is not None and len(pool):
         failing = judge_task_rows(ctx, spec, precision, rows, pool, candidate, result)
+        task_outputs = [ref for source_rows in rows.rows.values() for _, ref, _ in source_rows] or None
         if failing is not None and "divergence" not in result.details:  # only the task metric failed
             from paritygate.judge.divergence import localize_failure
 
@@ -73,6 +79,7 @@ def property_parity(ctx, spec, precision, result=None):
                                      feeds=ledger.feeds)
             if found is not None:
                 result.details["divergence"] = found
+    _vacuity(spec, precision, "property_parity", ledger, result, limit, task_outputs)
     return result
 
 
@@ -151,9 +158,10 @@ CHECKS = {"property_parity": parity_check, "batch_invariance": invariance_check,
 
 
 # -- shared machinery -------------------------------------------------------------------------------------------
-def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result, limit):
+def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result, limit, judge_vacuity=True):
     """Run ``check(feed, reference_profile)`` as a Hypothesis property; fills and returns ``result`` (a CheckResult,
-    the test's own when given: what it holds so far stays recorded when the property raises)."""
+    the test's own when given: what it holds so far stays recorded when the property raises). ``judge_vacuity``
+    False: the caller judges vacuity itself (``_vacuity``), once the task metric has run too."""
     from hypothesis import given
 
     result = CheckResult(spec.name, precision, name) if result is None else result
@@ -193,11 +201,21 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
         attach_worst_inputs(result.outputs, dict(ledger.failing_feed))
     ledger.record_findings(ctx, spec, precision, result)
     result.set_inconclusive(inconclusive(nonfinite.conclude(ctx, spec, precision, result)))
-    if result.passed and not result.inconclusive:
-        info = vacuity.informativeness(spec, ledger.reference_outputs, limit)
-        result.details["informativeness"] = info
-        result.set_inconclusive(vacuity.verdict(spec, name, info))
+    if judge_vacuity:
+        _vacuity(spec, precision, name, ledger, result, limit)
     return result
+
+
+def _vacuity(spec, precision, name, ledger, result, limit, task_outputs=None):
+    """A passing, not yet inconclusive ``result`` becomes inconclusive when its inputs could not have shown a
+    failure (``judge.vacuity``: every criterion that ran counts; ``task_outputs``: the reference outputs the task
+    metric judged). property_parity enforces its policy's cosine budget; the within-candidate checks do not."""
+    if not result.passed or result.inconclusive:
+        return
+    tolerance = (lambda out: tolerance_for(spec, precision, out)) if name == "property_parity" else None
+    info = vacuity.informativeness(spec, ledger.reference_outputs, limit, tolerance, task_outputs)
+    result.details["informativeness"] = info
+    result.set_inconclusive(vacuity.verdict(spec, name, info))
 
 
 @contextmanager

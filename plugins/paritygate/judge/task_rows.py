@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from paritygate.comparator.task import task_metrics
+from paritygate.comparator.task import summary, task_metrics
 
 TASKS = ("classification", "detection")
 
@@ -65,7 +65,7 @@ class TaskRows:
             by_source[source] = {k: v for k, v in metric.items() if k not in ("per_output",)}
             if not metric["passed"]:
                 failures.append(f"{self.spec.name} {self.precision}: task metric on the {len(rows)} '{source}' "
-                                f"rows: {_summary(metric)}")
+                                f"rows: {summary(metric)}")
                 failing += [rows[i][0] for i in _failing_rows(metric)]
         inputs = {k: np.concatenate([r[k] for r in failing]) for k in failing[0]} if failing else None
         return by_source, failures, inputs
@@ -79,16 +79,8 @@ class _Feed(dict):
 
 def _failing_rows(metric):
     if metric["metric"] == "classification":
-        return metric.get("disagreeing_elements", [])
+        return [f["row"] for f in metric.get("flipped_rows", [])]
     return sorted({m["batch_element"] for m in metric.get("missed", [])})
-
-
-def _summary(metric):
-    if metric["metric"] == "classification":
-        return (f"top-1 agreement {metric['top1_agreement']:.3f} < {metric['min_ratio']} (rows "
-                f"{metric['disagreeing_elements'][:10]} flip; source: {metric.get('source', 'stated in tolerance.py')})")
-    return (f"{metric['matched']}/{metric['reference_detections']} reference detections matched (IoU >= "
-            f"{metric['iou_min']}); missed {metric['missed'][:5]}")
 
 
 def judge_task_rows(ctx, spec, precision, rows, pool, candidate, result):

@@ -1,11 +1,21 @@
 """Vacuity guard: how much information a check's inputs drew out of the reference.
 
 A check passes honestly only on inputs that could have shown a failure. For the reference outputs a check
-saw (all its examples, stacked along the batch axis) this measures, per output, the spread across inputs and
-whether a *constant* candidate (each element fixed at the midpoint of the reference's range over the inputs)
-would have passed the check's own limit on every input; for classification the share of argmax ties and the
-number of distinct classes among decided inputs; for detection the share of inputs with at least one detection
-scoring >= DETECTION_MIN_SCORE. ``reasons`` lists what makes the check uninformative (empty: informative).
+saw (all its examples, stacked along the batch axis) this asks, per output, whether each criterion that ran on
+that output could have failed a *constant* candidate (each element fixed at the midpoint of the reference's
+range over the inputs, a candidate ignoring its inputs):
+
+    elementwise   the check's own per-element limit: the constant candidate leaves it somewhere
+    cosine        the policy's cosine budget, where it applies (reference rms above its floor): the constant
+                  candidate's cosine with the stacked reference falls below it
+    task metric   classification: the decided inputs (no argmax tie) show 2+ classes, so a candidate answering
+                  one class always would disagree; detection: at least MIN_DETECTION_SHARE of the inputs hold a
+                  detection scoring >= DETECTION_MIN_SCORE (boxes, scores and classes are what it matches)
+
+An output is *unjudged* only when no criterion that ran on it could have failed (``outputs[name]["criteria"]``
+says which could). The check is uninformative (``reasons`` non-empty) only when every output is unjudged, or when
+an unjudged output is the one the task names (``task_output``; detection: the scores). Otherwise an unjudged
+output is listed in ``unjudged_outputs`` with its reason, and the check stands on what judged the others.
 
 Thresholds and their reasoning:
 - constant output: a candidate ignoring its inputs would pass, so the check cannot tell it from the model.
@@ -18,6 +28,7 @@ Thresholds and their reasoning:
 
 import numpy as np
 
+from paritygate.comparator.compare import cosine_similarity
 from paritygate.comparator.task import TaskSpecError, classification_outputs, detection_outputs
 from paritygate.comparator.tolerance import DEFAULTS, DETECTION_MIN_SCORE, TF_TRT_BASE
 from paritygate.verdict import inconclusive
@@ -48,27 +59,65 @@ def stack_outputs(outputs_list):
     return stacked
 
 
-def informativeness(spec, outputs_list, limit):
-    """Statistics and reasons for the stacked reference outputs; ``limit(name, ref)`` gives the check's
-    per-element limit (broadcastable to ``ref``) within which a candidate passes."""
+def informativeness(spec, outputs_list, limit, tolerance=None, task_outputs=None):
+    """Statistics and reasons for the stacked reference outputs. ``limit(name, ref)`` gives the check's per-element
+    limit (broadcastable to ``ref``) within which a candidate passes; ``tolerance(name)``: the policy's Tolerance,
+    whose cosine budget the check enforces (None: no cosine criterion, as in within-candidate checks);
+    ``task_outputs``: the reference outputs the task metric judged (a list like ``outputs_list``; None: it did not
+    run in this check)."""
     stacked = stack_outputs(outputs_list)
     rows = len(next(iter(stacked.values()))) if stacked else 0
     info = {"inputs": rows, "outputs": {}, "reasons": []}
+    task = _task_criteria(spec, stacked, info)  # the task statistics of the check's inputs, always reported
+    if task_outputs is None:
+        task = {}  # the task metric did not run in this check: it judged nothing
+    elif task_outputs is not outputs_list:  # it ran on rows of its own (property_parity's in-distribution rows)
+        own = stack_outputs(task_outputs)
+        info["task_metric_rows"] = scratch = {"inputs": len(next(iter(own.values()), []))}
+        task = _task_criteria(spec, own, scratch)
+    why = {}
     for name, ref in stacked.items():
-        info["outputs"][name] = stats = _output_stats(ref, limit(name, ref))
-        if stats["constant_candidate_passes"]:
-            info["reasons"].append(
-                f"output '{name}' is constant over the {rows} inputs within the check's limit (spread "
-                f"{stats['max_range']:.3g}): a candidate ignoring its inputs would pass")
-    if spec.task == "classification" and stacked:
-        _classification(spec, stacked, info)
-    if spec.task == "detection" and stacked:
-        _detection(spec, stacked, info)
+        tol = tolerance(name) if tolerance else None
+        info["outputs"][name] = stats = _output_stats(ref, limit(name, ref), tol)
+        criteria = {"elementwise": not stats.pop("constant_candidate_passes")}
+        if tol is not None and tol.cosine_min is not None:
+            criteria["cosine"] = stats.pop("cosine_can_fail")
+        if name in task:
+            criteria[task[name][0]] = task[name][1]
+        stats.update(criteria=criteria, judged=any(criteria.values()))
+        if not stats["judged"]:
+            why[name] = _unjudged_reason(name, rows, stats, task.get(name))
+    named = task_named(spec, stacked)
+    if stacked and (len(why) == len(stacked) or any(n in why for n in named)):
+        info["reasons"] = list(why.values())
+    elif why:
+        info["unjudged_outputs"] = why  # recorded: other outputs were judged, and the task's own output too
     info["informative"] = not info["reasons"]
     return info
 
 
-def _output_stats(ref, limit):
+def task_named(spec, stacked):
+    """The output(s) the task names: ``task_output`` when set; detection: the scores output. An unjudged one of
+    these makes the check inconclusive however the other outputs fare."""
+    if spec.task_output is not None:
+        return [spec.task_output]
+    if spec.task == "detection":
+        try:
+            return [detection_outputs(spec, stacked)["scores"]]
+        except TaskSpecError:
+            return []
+    return []
+
+
+def _unjudged_reason(name, rows, stats, task):
+    text = (f"output '{name}' is constant over the {rows} inputs within the check's limit (spread "
+            f"{stats['max_range']:.3g}): a candidate ignoring its inputs would pass")
+    if "cosine" in stats["criteria"]:
+        text += " (its cosine budget too)"
+    return text + (f"; {task[2]}" if task else "")
+
+
+def _output_stats(ref, limit, tol=None):
     """Statistics over the finite values of each element across inputs (an element never finite: spread 0);
     computed without numpy's all-NaN warnings, which a caller's ``-W error`` would turn into a verdict."""
     r = ref.astype(np.float64)
@@ -81,23 +130,45 @@ def _output_stats(ref, limit):
         std = np.sqrt(np.where(ok, (r - mean) ** 2, 0.0).sum(axis=0) / np.maximum(n, 1))
         mid = (lo + hi) / 2
         passes = bool(np.all(~(np.abs(r - mid) > np.broadcast_to(limit, r.shape))))
-    return {"std_across_inputs_max": float(np.max(std, initial=0.0)) if r.size else 0.0,
-            "max_range": float(np.max(hi - lo, initial=0.0)) if r.size else 0.0,
-            "constant_candidate_passes": passes}
+    stats = {"std_across_inputs_max": float(np.max(std, initial=0.0)) if r.size else 0.0,
+             "max_range": float(np.max(hi - lo, initial=0.0)) if r.size else 0.0,
+             "constant_candidate_passes": passes}
+    if tol is not None and tol.cosine_min is not None:
+        stats["cosine_can_fail"] = _cosine_can_fail(np.where(ok, r, 0.0), np.where(ok, mid, 0.0), tol)
+    return stats
+
+
+def _cosine_can_fail(r, mid, tol):
+    """Whether the constant candidate ``mid`` (broadcast over the inputs) breaks the cosine budget ``tol`` sets,
+    where it applies (reference rms above ``tol.cosine_rms_floor()``: comparator.compare._enforce_cosine)."""
+    if not r.size or float(np.sqrt(np.mean(r * r))) <= tol.cosine_rms_floor():
+        return False
+    cosine, _ = cosine_similarity(r.ravel(), np.broadcast_to(mid, r.shape).ravel())
+    return bool(cosine < tol.cosine_min)
+
+
+def _task_criteria(spec, stacked, info):
+    """{output: (criterion, could it fail a constant candidate, why not)} for the outputs the task metric judged."""
+    if spec.task == "classification" and stacked:
+        return _classification(spec, stacked, info)
+    if spec.task == "detection" and stacked:
+        return _detection(spec, stacked, info)
+    return {}
 
 
 def _classification(spec, stacked, info):
     try:
         names = classification_outputs(spec, stacked)
     except TaskSpecError:
-        return
-    for name in names:  # every output the task metric judges (logits and probabilities alike)
-        _class_scores(name, stacked[name].astype(np.float64), info)
+        return {}
+    # every output the task metric judges (logits and probabilities alike)
+    found = (_class_scores(name, stacked[name].astype(np.float64), info) for name in names)
+    return {name: c for name, c in zip(names, found) if c is not None}
 
 
 def _class_scores(name, scores, info):
     if scores.ndim != 2 or scores.shape[1] < 2:
-        return
+        return None
     top2 = np.sort(scores, axis=1)[:, -2:]
     ties = (top2[:, 1] - top2[:, 0]) <= TIE_TOLERANCE.limit(top2[:, 1])
     classes = sorted({int(c) for c in np.argmax(scores[~ties], axis=1)})
@@ -105,25 +176,23 @@ def _class_scores(name, scores, info):
              "distinct_argmax": classes[:50], "tie_rule": f"top-2 gap <= fp32 tolerance ({TF_TRT_BASE})"}
     info.setdefault("classification", entry)  # the first judged output; every one is under per_output
     info.setdefault("classification_per_output", []).append(entry)
-    if len(classes) < 2:
-        info["reasons"].append(
-            f"classification ('{name}'): {int(ties.sum())} of {len(ties)} inputs are argmax ties and the decided inputs "
-            f"show {len(classes)} class(es) {classes}: a candidate answering one class always would agree")
+    why = (f"classification ('{name}'): {int(ties.sum())} of {len(ties)} inputs are argmax ties and the decided "
+           f"inputs show {len(classes)} class(es) {classes}: a candidate answering one class always would agree")
+    return "classification top-1 agreement", len(classes) >= 2, why
 
 
 def _detection(spec, stacked, info):
     try:
         keys = detection_outputs(spec, stacked)
     except TaskSpecError:
-        return
+        return {}
     scores = stacked[keys["scores"]]
     share = float(np.mean(np.any(scores >= DETECTION_MIN_SCORE, axis=tuple(range(1, scores.ndim)))))
     info["detection"] = {"share_with_detection": share, "min_score": DETECTION_MIN_SCORE,
                          "min_share": MIN_DETECTION_SHARE}
-    if share < MIN_DETECTION_SHARE:
-        info["reasons"].append(f"detection: {share:.1%} of the inputs hold a detection scoring >= "
-                               f"{DETECTION_MIN_SCORE} (at least {MIN_DETECTION_SHARE:.0%} needed): the check "
-                               "compares mostly empty outputs")
+    why = (f"detection: {share:.1%} of the inputs hold a detection scoring >= {DETECTION_MIN_SCORE} (at least "
+           f"{MIN_DETECTION_SHARE:.0%} needed): the check compares mostly empty outputs")
+    return {keys[k]: ("detection matching", share >= MIN_DETECTION_SHARE, why) for k in ("boxes", "scores", "classes")}
 
 
 def verdict(spec, check, info):

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError, tomllib
+from paritygate.verdict import UPSTREAM_DEFECT_ATTR
 
 BUNDLED_EXPECTATIONS = BUNDLED_CONFIG.parent / "expectations.toml"
 # table -> (required keys, optional keys, keys whose value is a list of strings; every other value is a string)
@@ -147,3 +148,5 @@ def mark_known_failures(item, model, precision, runtime, entries, numerics=None)
             defect = f" [upstream defect '{entry['upstream_defect']}']" if "upstream_defect" in entry else ""
             reason = f"known failure ({entry['source']}){defect}: {entry['reason']}"
             item.add_marker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
+            if "upstream_defect" in entry:  # the report says on the xfail that the defect is Beam's
+                item.user_properties.append((UPSTREAM_DEFECT_ATTR, entry["upstream_defect"]))

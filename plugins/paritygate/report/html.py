@@ -16,6 +16,7 @@ from paritygate.report.text import (
     counts,
     precision_label,
     run_fails,
+    upstream_note,
     worst_status,
 )
 from paritygate.result import read_checks
@@ -139,8 +140,10 @@ def _cell(checks):
     tally = ", ".join(f"{sum(c.status == s for c in checks)} {s}" for s in SEVERITY
                       if any(c.status == s for c in checks))
     tags = precision_label(first).partition(" ")[2]  # the numerics and coverage of an fp16/int8 cell
+    upstream = upstream_note(checks) if worst == "xfail" else ""  # amber for Beam's defect: say it is Beam's
     return (f"<td class=tint-{worst}><a href='#{check_id(first.model, first.precision, first.check)}' title='{ESC(tally)}'>{badge(worst)}"
-            f"<small>{ESC(tally)}</small>{f'<small> {ESC(tags)}</small>' if tags else ''}</a></td>")
+            f"<small>{ESC(tally)}</small>{f'<small> {ESC(tags)}</small>' if tags else ''}"
+            f"{f'<br><small class=upstream>{ESC(upstream)}</small>' if upstream else ''}</a></td>")
 
 
 def _baseline(base):

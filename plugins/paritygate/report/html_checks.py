@@ -17,6 +17,7 @@ from paritygate.report.text import (
     statistics_text,
     tolerance_groups,
     tolerance_text,
+    upstream_note,
     worst_output,
 )
 
@@ -165,7 +166,9 @@ def _table(checks, plots_column):
         extra = ""
         if plots_column and has_plots(c):
             extra = f"<details><summary>plots</summary><div class=plots>{''.join(plots(c))}</div></details>"
-        rows.append(f"<tr id={_id(c)}><td>{badge(c.status)}</td><td>{ESC(c.model)}</td>"
+        upstream = upstream_note([c])
+        status = badge(c.status) + (f"<br><small class=upstream>{ESC(upstream)}</small>" if upstream else "")
+        rows.append(f"<tr id={_id(c)}><td>{status}</td><td>{ESC(c.model)}</td>"
                     f"<td>{ESC(precision_label(c))}</td><td>{ESC(c.check)}</td><td>{summary(c)}{extra}</td></tr>")
     return ("<table class=checks style='table-layout:fixed;width:100%'><colgroup><col style='width:9em'>"
             "<col style='width:9em'><col style='width:6em'><col style='width:15em'><col></colgroup>"

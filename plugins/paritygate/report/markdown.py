@@ -15,6 +15,7 @@ from paritygate.report.text import (
     statistics_text,
     tolerance_groups,
     tolerance_text,
+    upstream_note,
     worst_output,
 )
 from paritygate.result import read_checks
@@ -138,7 +139,9 @@ def render_markdown(data):
     lines += ["", "## Checks", "", "| model | precision | check | status | statistics (worst output) | note |",
               "|---|---|---|---|---|---|"]
     for c in checks:
-        lines.append(f"| {c.model} | {precision_label(c)} | {c.check} | {ICON[c.status]} | "
+        upstream = upstream_note([c])
+        lines.append(f"| {c.model} | {precision_label(c)} | {c.check} | {ICON[c.status]}"
+                     f"{f' ({upstream})' if upstream else ''} | "
                      f"{_cell(_stat_cell(c))} | {_note(c)} |")
     lines += _latency(checks) + engine.markdown(checks) + _findings(data.get("findings")) + _reproducers(checks)
     return "\n".join(lines) + "\n"

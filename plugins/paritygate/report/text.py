@@ -72,6 +72,31 @@ def cause(check):
     return str(d.get("message") or d.get("reason") or d.get("note") or "")
 
 
+def upstream_defects(check):
+    """The ids of the upstream (Apache Beam) defects an ``xfail`` stands for: the bundled ``[[expectations]]`` a
+    RunInference check met (``details.expectations``) or a ``[[known_failures]]`` entry's ``upstream_defect``
+    (``details.upstream_defect``, models.known.mark_known_failures); empty for any other status or a known
+    failure of the team's own."""
+    if check.status != "xfail":
+        return []
+    d = check.details
+    ids = [e.get("id") for e in d.get("expectations") or [] if isinstance(e, dict)] + [d.get("upstream_defect")]
+    return list(dict.fromkeys(i for i in ids if i))
+
+
+def upstream_note(checks):
+    """What an xfail cell says of whose defect it is: "upstream: Beam's defect (ids), not your handler" when every
+    xfail among ``checks`` stands for an upstream defect, "N of M xfail upstream (Beam): ..." when some do, else ""."""
+    xfails = [c for c in checks if c.status == "xfail"]
+    upstream = [c for c in xfails if upstream_defects(c)]
+    if not upstream:
+        return ""
+    ids = ", ".join(dict.fromkeys(i for c in upstream for i in upstream_defects(c)))
+    if len(upstream) == len(xfails):
+        return f"upstream: Beam's defect ({ids}), not your handler"
+    return f"{len(upstream)} of {len(xfails)} xfail upstream: Beam's defect ({ids}), not your handler"
+
+
 def check_id(model, precision, check):
     """An HTML id for a check's row."""
     raw = f"{model}-{precision or 'model'}-{check}"
