@@ -50,8 +50,6 @@ def engine_gate(ctx, spec, precision):
     an fp32 ONNX the builder rejects too: then the rejection is inherited, and the fp32 file's blame (as the lint's
     policy: a problem the source already had is the source's). Every numeric check of the precision passes through
     here (``candidate_runner``): no engine, nothing to judge numerically."""
-    from paritygate.backend.runtimes import suite_built
-
     rejected = cannot_build(spec, precision, engine_build(ctx, spec, precision))
     if not rejected:
         return
@@ -74,3 +72,13 @@ def cannot_build(spec, precision, report):
     return (f"TensorRT cannot build this artifact: {report['builder']}'s parser/builder rejected {report['artifact']} "
             f"({spec.name} {precision}){where}: {error.get('message')} (TensorRT 11's own parser may differ; "
             "docs/engine.md)")
+
+
+def suite_built(ctx, spec, precision):
+    """Whether the candidate at ``precision`` is an artifact the suite made (converted, quantized, or an engine
+    it builds), not a file the config names: the artifact's faults are then the suite's (``error``)."""
+    if ctx.runtime == "tensorrt" and precision in spec.engines:
+        return False
+    if precision in spec.onnx_artifacts:
+        return False  # the team's own fp16/int8 ONNX (or an engine built from it): its faults are the candidate's
+    return precision != "fp32" or spec.onnx is None or ctx.runtime == "tensorrt"

@@ -277,17 +277,9 @@ class ReferenceRunner(MappedRunner):
             raise SuiteError(f"the TensorFlow reference failed: {err}") from err
 
 
-def suite_built(ctx, spec, precision):
-    """Whether the candidate at ``precision`` is an artifact the suite made (converted, quantized, or an engine
-    it builds), not a file the config names: the artifact's faults are then the suite's (``error``)."""
-    if ctx.runtime == "tensorrt" and precision in spec.engines:
-        return False
-    if precision in spec.onnx_artifacts:
-        return False  # the team's own fp16/int8 ONNX (or an engine built from it): its faults are the candidate's
-    return precision != "fp32" or spec.onnx is None or ctx.runtime == "tensorrt"
-
-
 def _build_candidate(ctx, spec, precision):
+    from paritygate.backend.engines import suite_built
+
     try:
         return _build(ctx, spec, precision)
     except RunnerError as err:

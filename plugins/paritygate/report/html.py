@@ -5,7 +5,7 @@ cards with their full cause and evidence, passes in a table, skips collapsed). N
 import html
 import json
 
-from paritygate.report import engine
+from paritygate.report.engine import html_section as engine_section
 from paritygate.report.html_checks import badge, baseline_section
 from paritygate.report.html_checks import render as render_checks
 from paritygate.report.text import (
@@ -56,7 +56,7 @@ def render_html(data):
              f"{_verdict_word(data, checks)}</title><style>{CSS}{_status_css()}</style><body>"),
              _banner(data, checks), _matrix(checks),
              *render_checks(by_severity(checks), data.get("baseline"), before_rest=[
-                 _baseline(data.get("baseline")), engine.html_section(checks), _findings(data.get("findings"))]),
+                 _baseline(data.get("baseline")), engine_section(checks), _findings(data.get("findings"))]),
              "</body></html>"]
     return "\n".join(p for p in parts if p) + "\n"
 
