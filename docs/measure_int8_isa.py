@@ -3,7 +3,7 @@ the command line) run on their golden inputs, single-threaded, with strict numer
 FP32) and with ONNX Runtime's own integer kernels; run it natively and under Debian's qemu-user emulating an
 AVX2-only CPU, then compare (docs/numerics.md, "INT8").
 
-    .venv/bin/python docs/measure_int8_isa.py prepare OUT/plan.json      # native: resolve artifacts and inputs
+    .venv/bin/python docs/measure_int8_isa.py prepare OUT/plan.json [NAME=INT8.onnx:FP32.onnx:INPUTS.npz ...]
     .venv/bin/python docs/measure_int8_isa.py run OUT/plan.json OUT/native.npz
     qemu-x86_64 -cpu Haswell .venv/bin/python docs/measure_int8_isa.py run OUT/plan.json OUT/haswell.npz
     .venv/bin/python docs/measure_int8_isa.py compare OUT/plan.json OUT/native.npz OUT/haswell.npz
@@ -19,7 +19,8 @@ import numpy as np
 
 
 def prepare(plan_path, *extra):
-    """{model: {"int8": artifact, "fp32": artifact, "inputs": npz}} for the bundled models (TensorFlow needed)."""
+    """{model: {"int8": artifact, "fp32": artifact, "inputs": npz}} for the bundled models (TensorFlow needed), and
+    for each ``NAME=INT8.onnx:FP32.onnx:INPUTS.npz`` given (a model with one input: the npz's first array feeds it)."""
     from paritygate.backend.onnx.loader import onnx_artifact
     from paritygate.context import RunOptions
     from paritygate.inputs.goldens import load_golden
@@ -33,6 +34,10 @@ def prepare(plan_path, *extra):
         np.savez(inputs, **golden.inputs)
         out[spec.name] = {"int8": str(onnx_artifact(spec, "int8")), "fp32": str(onnx_artifact(spec, "fp32")),
                           "inputs": str(inputs), "task": spec.task}
+    for item in extra:
+        name, _, paths = item.partition("=")
+        int8, fp32, inputs = paths.split(":")
+        out[name] = {"int8": int8, "fp32": fp32, "inputs": inputs, "task": None}
     Path(plan_path).write_text(json.dumps(out, indent=1))
 
 
@@ -46,6 +51,8 @@ def run(plan_path, out_path):
         for numerics, path in (("strict", item["int8"]), ("ort", item["int8"]), ("fp32", item["fp32"])):
             with OnnxrtRunner(path, threads=1, numerics="ort" if numerics == "ort" else "strict") as runner:
                 inputs = runner.input_metadata()
+                if len(inputs) == 1 and not set(feed) & set(inputs):  # one input, named otherwise in the file
+                    feed = {next(iter(inputs)): next(iter(feed.values()))}
                 outs = runner.infer({k: v.astype(inputs[k][0]) for k, v in feed.items() if k in inputs})
             for output, value in outs.items():
                 saved[f"{name}|{numerics}|{output}"] = value

@@ -164,3 +164,22 @@ def test_the_engine_row_and_its_finding_in_the_report(pytester, tmp_path):
     markdown = (report / "parity-report.md").read_text()
     assert "engine_warning" in markdown and "What the engine runs" in markdown
     result.stdout.fnmatch_lines(["paritygate: finding engine_warning: rms fp16 engine_builds: TensorRT-RTX * warned: *"])
+
+
+@pytest.mark.gpu
+def test_the_runtime_on_this_gpu_runs_an_engine_or_refuses_in_its_own_words(tmp_path):
+    """``--parity-runtime=tensorrt-rtx`` on a GPU: TensorRT-RTX's runtime runs compute capability 8.0/8.6/8.9/12.x
+    (docs/engine.md). On any other GPU (the H100/H200 this project borrows are 9.0) the runtime's own refusal is the
+    reason the checks skip; on a supported one the probe engine deserializes and runs."""
+    from paritygate.backend.trt import aot
+    from paritygate.gpu import device
+
+    found = device.probe()
+    if not found.available:
+        pytest.skip(found.reason)
+    said = aot.runtime_refusal()
+    capability = found.info().compute_capability
+    if capability in ("8.0", "8.6", "8.9") or capability.startswith("12."):
+        assert said is None, said
+    else:
+        assert said is not None and "compute capabilit" in said.lower(), said
