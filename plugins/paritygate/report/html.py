@@ -111,8 +111,10 @@ def _environment_line(data):
     gpu = (env.get("gpu") or {}).get("name") if isinstance(env.get("gpu"), dict) else None
     return (f"Candidate runtime {data.get('runtime')} · device class {data.get('device_class')} · "
             f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
-            f"TensorRT {env.get('tensorrt') or 'not installed'} · Beam {env.get('apache-beam')} · "
-            f"GPU {gpu or 'none'} · Python {env.get('python')} · config {data.get('config')}")
+            f"TensorRT {env.get('tensorrt') or 'not installed'} · TensorRT-RTX builder "
+            f"{env.get('tensorrt-rtx') or 'not installed'} · Beam {env.get('apache-beam')} · GPU {gpu or 'none'} · "
+            f"CPU {', '.join(env.get('cpu_isa') or []) or 'unknown'} · Python {env.get('python')} · "
+            f"config {data.get('config')}")
 
 
 def _matrix(checks):

@@ -66,7 +66,9 @@ def _environment_line(data):
     gpu = (env.get("gpu") or {}).get("name") or f"none ({env.get('gpu_unavailable_reason')})"
     return (f"Runtime **{data['runtime']}** · device class `{data['device_class']}` · "
             f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
-            f"TensorRT {env.get('tensorrt') or 'not installed'} · Beam {env.get('apache-beam')} · GPU: {gpu}")
+            f"TensorRT {env.get('tensorrt') or 'not installed'} · TensorRT-RTX builder "
+            f"{env.get('tensorrt-rtx') or 'not installed'} · Beam {env.get('apache-beam')} · GPU: {gpu} · "
+            f"CPU {', '.join(env.get('cpu_isa') or []) or 'unknown'}")
 
 
 def _verdict(data, checks):
