@@ -368,24 +368,9 @@ def pytest_terminal_summary(terminalreporter):
 
 # -- thin fixtures ------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def parity_session(request):
-    """The one ParitySession of this run: the recorder of its checks and findings."""
-    return request.config.stash[SESSION_KEY]
-
-
-@pytest.fixture(scope="session")
 def parity_options(request):
     """The run's ``RunOptions`` (config path, runtime choice, report folder, ...)."""
     return request.config.stash[OPTIONS_KEY]
-
-
-@pytest.fixture(scope="session")
-def parity_models(parity_options):
-    """The ModelSpecs under test (the --parity-config file, or the bundled zoo)."""
-    try:
-        return parity_options.models
-    except ConfigError as err:
-        pytest.fail(str(err), pytrace=False)
 
 
 def pytest_generate_tests(metafunc):

@@ -46,8 +46,6 @@ EXACT_OPS = {"Relu", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", 
 # Monotone ops that commute with the FP16 rounding (an FP16-rounded Clip bound is an FP16 value, so rounding
 # x below lo gives at most lo): a float16 tensor read only as their input 0 is rounded after them instead.
 DEFER_OPS = {"Relu", "Clip"}
-MODES = ("strict", "ort")
-DEFAULT = "strict"
 BUILD = "strict-fp16-fused-v4"  # part of the cache key: bump when the rewrite changes
 ROUND = "__round_fp16"  # suffix of the Cast(to=FLOAT16) nodes the rewrite adds
 TYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
@@ -228,8 +226,3 @@ def strict_onnx(path, defer=True):
         return {**report, "source": str(path)}
 
     return cached_file("onnx", f"{path.stem}-strict{'' if defer else '-nodefer'}-{key}", ".onnx", build)
-
-
-def describe(mode):
-    return DESCRIPTION[mode]
-
