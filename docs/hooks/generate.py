@@ -29,7 +29,7 @@ ERROR_SOURCES = ("ConfigError", "ExpectationError", "InputSetError", "GoldenErro
                  "MergeError", "ReplayError", "validation", "command", "options")
 
 
-def on_page_markdown(markdown, page, config, files):  # noqa: ARG001 - MkDocs' hook signature
+def on_page_markdown(markdown, page, config, files):  # MkDocs calls it with these names
     def fill(match):
         kind, arg = match.group(1), match.group(2)
         if kind == "config-reference":
@@ -63,7 +63,7 @@ def schema_rows(node, path, defs, required=False):
         if isinstance(extra, dict):
             rows += schema_rows(extra, f"{path}.<name>", defs)
         for pattern, sub in node.get("patternProperties", {}).items():
-            rows.append((f"{path}.`{pattern}`", takes(sub, defs), False))
+            rows.append((f"{path}.<key>", f"{takes(sub, defs)}; key matching `{pattern}`", False))
         return rows
     return [(path, takes(node, defs), required)]
 
@@ -98,7 +98,7 @@ def example_comments(markdown):
         key = re.match(r"\s*([a-z0-9_]+)\s*=.*?#\s*(.*)$", line)
         if header:
             table, last = header.group(1), (header.group(1), "")
-            found[last] = header.group(3) or ""
+            found.setdefault(last, header.group(3) or "")
         elif key:
             last = (table, key.group(1))
             found.setdefault(last, key.group(2))
@@ -115,26 +115,67 @@ def config_reference(markdown):
     for path, kind, required in schema_rows(schema["$defs"]["model"], "", schema["$defs"]):
         parts = path.split(".")
         table, key = (parts[0], parts[-1]) if len(parts) > 1 else ("", parts[0])
-        note = comments.get((table, key)) or comments.get((key, "")) or ""
-        note = note.replace("|", "\\|")
-        lines.append(f"| `{path}` | {kind} | {'yes' if required else ''} | {note} |")
+        if len(parts) == 1:
+            note = comments.get(("", key)) or comments.get((key, ""), "")
+        else:
+            note = comments.get((table, key), "") if len(parts) == 2 else ""
+        cells = [f"`{path}`", kind, "yes" if required else "", note]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + f"\n\nGenerated from `{SCHEMA.relative_to(ROOT)}` at build time.\n"
+
+
+def _cell(text):
+    """A table cell: a ``|`` outside code spans escaped (inside one it is not a cell separator)."""
+    parts = text.split("`")
+    return "`".join(p if i % 2 else re.sub(r"(?<!\\)\|", r"\\|", p) for i, p in enumerate(parts))
 
 
 # -- checks reference ----------------------------------------------------------------------------------------
 def checks_reference():
-    lines = ["| check | test | markers | what the test says |", "| --- | --- | --- | --- |"]
+    described = docstring_entries()
+    lines = ["| check | test | markers | what it asserts |", "| --- | --- | --- | --- |"]
     for path in sorted((ROOT / "conformance").glob("test_*.py")):
         if path.name == "test_gpu.py":
             continue  # the GPU fixtures' own tests, not checks of a model
-        for node in ast.parse(path.read_text()).body:
+        tree = ast.parse(path.read_text())
+        module_marks = _marks(n.value for n in tree.body if isinstance(n, ast.Assign)
+                              and any(getattr(t, "id", "") == "pytestmark" for t in n.targets))
+        for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                marks = sorted({m.group(1) for d in node.decorator_list
-                                for m in [re.match(r"pytest\.mark\.([a-z_]+)", ast.unparse(d))] if m})
-                doc = (ast.get_docstring(node) or "").split("\n\n")[0].replace("\n", " ").replace("|", "\\|")
-                lines.append(f"| `{node.name[5:]}` | `{path.relative_to(ROOT)}:{node.lineno}` | "
-                             f"{', '.join(marks)} | {doc} |")
-    return "\n".join(lines) + "\n\nGenerated from `conformance/test_*.py` at build time.\n"
+                check = node.name[5:]
+                doc = (ast.get_docstring(node) or "").split("\n\n")[0] or described.get(check, "")
+                doc = " ".join(doc.split()).replace("|", "\\|")
+                marks = ", ".join(sorted(module_marks | _marks(node.decorator_list)))
+                lines.append(f"| `{check}` | `{path.relative_to(ROOT)}:{node.lineno}` | {marks} | {doc} |")
+    return "\n".join(lines) + ("\n\nGenerated at build time from `conformance/test_*.py`: each test's docstring, or "
+                               "the entry for its check in the docstring of the module that computes it.\n")
+
+
+def _marks(nodes):
+    return {m for n in nodes for m in re.findall(r"pytest\.mark\.([a-z_]+)\b(?!\()", ast.unparse(n))}
+
+
+def docstring_entries():
+    """check name -> its entry in a module docstring's table of checks (an indented ``name   what it does`` line
+    and its continuation lines; ``exactly_once`` in paritygate/beam/judge.py is the check ``beam_exactly_once``)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        body = ast.parse(path.read_text()).body
+        doc = body[0].value.value if body and isinstance(body[0], ast.Expr) and \
+            isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str) else ""
+        name = None
+        for line in doc.splitlines():
+            entry = re.match(r"^ {4}([a-z_0-9]+) +(\S.*)$", line)
+            if entry:
+                name = entry.group(1)
+                for key in (name, f"beam_{name}"):
+                    found.setdefault(key, entry.group(2))
+            elif name and re.match(r"^ {8,}\S", line):
+                for key in (name, f"beam_{name}"):
+                    found[key] += " " + line.strip()
+            else:
+                name = None
+    return found
 
 
 # -- error messages -------------------------------------------------------------------------------------------

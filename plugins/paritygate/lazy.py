@@ -36,6 +36,7 @@ PROMISED = {
     "gpu-trt10": ("tensorrt", "polygraphy", "cuda"),
     "test": ("pytest_benchmark",),
     "lint": (),
+    "docs": ("mkdocs", "material"),
 }
 ALIASES = {"cpu": ("tf", "onnx", "beam")}
 
