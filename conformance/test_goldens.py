@@ -10,7 +10,7 @@ def test_goldens_reproduce(request, parity_context, parity_model, parity_result)
     import dataclasses
 
     from paritygate.backend.runtimes import goldens_reference
-    from paritygate.cli import commands
+    from paritygate.common import commands
     from paritygate.inputs import goldens
     from paritygate.judge.parity import compare, merged, run_batched, shape_records
     from paritygate.lazy import available, missing_reason

@@ -53,7 +53,7 @@ def check_input_spec(spec, metadata, what, side="candidate", half=()):
 def load_reference(ctx, spec):
     """The TF reference, checked against the input spec (once per process, in ``ctx.references``). Raises
     RunnerError: a SavedModel without the signature or a spec that does not fit it is a config problem, which the
-    validation pass (paritygate.models.preflight) reports before any check runs. Behind the reference-output cache
+    validation pass (paritygate.judge.preflight) reports before any check runs. Behind the reference-output cache
     (paritygate.backend.reference_cache) unless the context turns it off: nothing loads until a batch misses it."""
     if spec.name not in ctx.references:
         from paritygate.backend.tf.runner import TfRunner

@@ -50,12 +50,6 @@ BUILD = "strict-fp16-fused-v4"  # part of the cache key: bump when the rewrite c
 ROUND = "__round_fp16"  # suffix of the Cast(to=FLOAT16) nodes the rewrite adds
 TYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
               "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Bernoulli": "dtype"}
-DESCRIPTION = {
-    "strict": "strict: every float16 tensor rounded to FP16 where it is produced, each op computed from FP16 "
-              "values in FP32 (ONNX Runtime CPU; docs/numerics.md)",
-    "ort": "ort: ONNX Runtime CPU's own numerics (most float16-typed ops run in FP32 without the FP16 rounding "
-           "between them; not what a strongly typed engine computes)",
-}
 
 
 def float16_tensors(model):
