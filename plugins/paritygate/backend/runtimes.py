@@ -375,7 +375,7 @@ def precision_coverage(ctx, spec, precision):
         found = coverage.measure(path, precision, feed)
         minimum = spec.min_precision_coverage
         found.update(minimum=coverage.MIN_MAC_SHARE if minimum is None else minimum,
-                     minimum_source="coverage.MIN_MAC_SHARE (README 'Precision coverage')" if minimum is None
+                     minimum_source="coverage.MIN_MAC_SHARE (docs/strict-numerics.md, 'Precision coverage')" if minimum is None
                      else spec.where("min_precision_coverage"),
                      artifact=str(path), judged="own" if precision in spec.onnx_artifacts else "suite-built")
         ctx.precision_coverage[key] = found
