@@ -95,6 +95,13 @@ def test_every_error_message_is_on_the_troubleshooting_page(site):
     assert not missing, "\n".join(missing)
 
 
+def test_the_options_reference_lists_every_option_of_the_plugin(site):
+    page = (site / "options" / "index.html").read_text()
+    options = re.findall(r'addoption\("(--parity-[a-z0-9-]+)"', (ROOT / "plugins" / "paritygate" / "plugin.py").read_text())
+    assert len(options) >= 15 and all(f"<code>{o}" in page for o in options), options
+    assert str(ROOT) not in page
+
+
 def test_the_checks_reference_lists_every_conformance_test(site):
     page = (site / "checks" / "index.html").read_text()
     tests = re.findall(r"^def test_([a-z0-9_]+)", "".join(p.read_text() for p in (ROOT / "conformance").glob("test_*.py")

@@ -5,6 +5,7 @@ A page holds a marker where generated Markdown goes:
     <!-- paritygate:config-reference -->     the config keys, from plugins/paritygate/models/config_schema.json,
                                              described by the comments of config.md's commented example
     <!-- paritygate:checks-reference -->     every check: the conformance tests (conformance/test_*.py)
+    <!-- paritygate:options-reference -->    every ``--parity-`` option, from the plugin's ``pytest_addoption``
     <!-- paritygate:errors CLASS -->         every message of CLASS the suite can print as an ``ERROR:`` or
                                              ``error:`` line, read from the source (troubleshooting.md)
 
@@ -36,6 +37,8 @@ def on_page_markdown(markdown, page, config, files):  # MkDocs calls it with the
             return config_reference(markdown)
         if kind == "checks-reference":
             return checks_reference()
+        if kind == "options-reference":
+            return options_reference()
         if kind == "errors":
             return error_list(arg)
         raise ValueError(f"{page.file.src_path}: unknown paritygate marker {match.group(0)!r}")
@@ -128,6 +131,25 @@ def _cell(text):
     """A table cell: a ``|`` outside code spans escaped (inside one it is not a cell separator)."""
     parts = text.split("`")
     return "`".join(p if i % 2 else re.sub(r"(?<!\\)\|", r"\\|", p) for i, p in enumerate(parts))
+
+
+# -- options reference ----------------------------------------------------------------------------------------
+def options_reference():
+    """The plugin's options as pytest's parser holds them: names, metavar, help (which states the default)."""
+    from _pytest.config.argparsing import Parser
+
+    from paritygate import plugin
+
+    parser = Parser(_ispytest=True)
+    plugin.pytest_addoption(parser)
+    lines = ["| option | what it does |", "| --- | --- |"]
+    for option in parser.getgroup("paritygate").options:
+        attrs = option.attrs()
+        metavar = f"={attrs['metavar']}" if attrs.get("metavar") and attrs.get("action") != "store_true" else ""
+        names = ", ".join(f"`{n}{metavar}`" for n in option.names())
+        text = " ".join(attrs.get("help", "").replace("%%", "%").replace(f"{ROOT}/", "").split())
+        lines.append(f"| {_cell(names)} | {_cell(text)} |")
+    return "\n".join(lines) + "\n\nGenerated from `paritygate.plugin.pytest_addoption` at build time.\n"
 
 
 # -- checks reference ----------------------------------------------------------------------------------------
