@@ -6,10 +6,11 @@ pytestmark = [pytest.mark.tf]
 
 
 def test_goldens_reproduce(request, parity_context, parity_model, parity_result):
+    """The committed goldens (``goldens/<model>.npz``, sha256 in ``goldens/manifest.json``) still come out of today's TensorFlow within the FP32 tolerance."""
     import dataclasses
 
     from paritygate.backend.runtimes import goldens_reference
-    from paritygate.cli import commands
+    from paritygate.common import commands
     from paritygate.inputs import goldens
     from paritygate.judge.parity import compare, merged, run_batched, shape_records
     from paritygate.lazy import available, missing_reason

@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.latency, pytest.mark.onnx, pytest.mark.usefixtures("pa
 
 
 def test_latency(parity_context, parity_case, parity_result):
+    """p50/p90/p99 per batch size for the candidate and the TF reference, held to the model's budgets for the device class."""
     from paritygate.latency import latency_check, numbers
     from paritygate.verdict import SuiteError
 

@@ -39,6 +39,7 @@ def test_engine_builds(parity_context, parity_case, parity_result):
 
 
 def test_matches_reference(parity_context, parity_case, parity_result):
+    """The candidate at each precision matches the goldens (or the live TF reference): elementwise policy on every output, plus the task metric."""
     from paritygate.backend.runtimes import recorded_mapping
     from paritygate.judge.parity import candidate_parity
 

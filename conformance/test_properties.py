@@ -21,12 +21,15 @@ def _verdict(result):
 
 
 def test_property_parity(parity_context, parity_case, parity_result):
+    """Hypothesis-generated inputs and the model's own input-set rows: candidate vs live TF reference, within the policy and the reference's noise floor."""
     _verdict(properties.property_parity(parity_context, *parity_case, result=parity_result))
 
 
 def test_batch_invariance(parity_context, parity_case, parity_result):
+    """An element's output does not depend on its batch companions, its position or the batch size (10·√n·u·max|output|)."""
     _verdict(properties.batch_invariance(parity_context, *parity_case, result=parity_result))
 
 
 def test_determinism(parity_context, parity_case, parity_result):
+    """Identical inputs give bit-identical outputs over repeated runs."""
     _verdict(properties.determinism(parity_context, *parity_case, result=parity_result))

@@ -14,6 +14,21 @@ SESSION_FREE = ("backend", "comparator")  # compute with a spec, a runner and ar
 SESSION_MODULES = {"paritygate.session", "paritygate.plugin", "pytest", "_pytest"}
 # take the run's context (paritygate.context), never the recorder (paritygate.session) or the plugin
 RECORDER_FREE = ("judge", "backend", "comparator", "inputs", "beam", "latency", "models")
+# The floors, lowest first: a module imports only from its own floor or the floors below (issue 32: "no import
+# climbs"). A module or package named here holds everything below it unless a longer name is listed too.
+FLOORS = (
+    ("paritygate", "paritygate.lazy", "paritygate.verdict", "paritygate.result", "paritygate.common"),  # ground
+    ("paritygate.comparator", "paritygate.gpu"),  # arrays and devices
+    ("paritygate.inputs",),  # input sets, goldens, samples, reproducers
+    ("paritygate.backend",),  # loaders and runners: reference, candidates, artifacts, caches
+    ("paritygate.models",),  # the config and the known failures
+    ("paritygate.beam", "paritygate.latency"),  # RunInference and latency checks
+    ("paritygate.judge",),  # the parity checks and the pass before any check
+    ("paritygate.context",),  # the run's options and what checks compute with
+    ("paritygate.report",),  # JSON, Markdown, HTML, the terminal summary
+    ("paritygate.cli", "paritygate.session"),  # the command line; the recorder
+    ("paritygate.plugin", "paritygate.extras", "paritygate.__main__"),  # pytest
+)
 
 
 def _modules():
@@ -111,6 +126,38 @@ def _write(tmp, text):
     folder = Path(tempfile.mkdtemp())
     (folder / "y.py").write_text(text)
     return folder / "y.py"
+
+
+def floor_of(name, floors=FLOORS):
+    """The floor of module ``name``: that of the longest listed name it is or lies under; None if unlisted."""
+    best = None
+    for level, names in enumerate(floors):
+        for listed in names:
+            if (name == listed or name.startswith(listed + ".")) and (best is None or len(listed) > len(best[1])):
+                best = (level, listed)
+    return best and best[0]
+
+
+def climbs(graph, floors=FLOORS):
+    """Every import from a module to one on a higher floor."""
+    return sorted(f"{m} (floor {floor_of(m, floors)}) imports {d} (floor {floor_of(d, floors)})"
+                  for m, deps in graph.items() for d in deps if floor_of(d, floors) > floor_of(m, floors))
+
+
+def test_every_module_stands_on_a_floor():
+    assert not [m for m in MODULES if floor_of(m) is None]
+
+
+def test_no_import_climbs_to_a_higher_floor():
+    found = climbs(_graph())
+    assert not found, "\n".join(found)
+
+
+def test_the_climb_check_sees_a_lower_floor_importing_a_higher_one():
+    floors = (("p", "p.low"), ("p.mid",), ("p.top",))
+    graph = {"p.low.a": {"p.mid.b"}, "p.mid.b": {"p.low.a", "p"}, "p.top": {"p.mid.b"}, "p": set()}
+    assert climbs(graph, floors) == ["p.low.a (floor 0) imports p.mid.b (floor 1)"]
+    assert floor_of("p.mid.b.c", floors) == 1 and floor_of("q", floors) is None
 
 
 def test_at_most_eight_modules_stand_flat():

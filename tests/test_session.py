@@ -1,7 +1,7 @@
 """paritygate.session: the recorder counts what its own run did, not what the process did before it."""
 
 from paritygate.backend import cache, reference_cache
-from paritygate.report import timeline
+from paritygate.common import timeline
 from paritygate.session import ParitySession
 
 

@@ -14,10 +14,12 @@ from tests.conftest import venv_tool
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / ".github" / "workflows"
+TEMPLATE_WORKFLOWS = REPO / "examples" / "team-repo" / ".github" / "workflows"  # the template a team copies
 
 
 def test_there_are_workflows():
     assert sorted(p.name for p in WORKFLOWS.glob("*.yml")) == ["ci.yml", "gpu.yml", "nightly.yml"]
+    assert sorted(p.name for p in TEMPLATE_WORKFLOWS.glob("*.yml")) == ["parity.yml"]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def test_actionlint_catches_a_broken_workflow(actionlint, tmp_path):
 
 
 def test_workflows_pass_actionlint(actionlint):
-    files = sorted(str(p.relative_to(REPO)) for p in WORKFLOWS.glob("*.yml"))
+    files = sorted(str(p.relative_to(REPO)) for p in [*WORKFLOWS.glob("*.yml"), *TEMPLATE_WORKFLOWS.glob("*.yml")])
     proc = subprocess.run([actionlint, "-color=false", *files], cwd=REPO, capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 0, f"actionlint found problems:\n{proc.stdout}{proc.stderr}"

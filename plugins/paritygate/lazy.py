@@ -38,6 +38,7 @@ PROMISED = {
     "trt-rtx": ("tensorrt_rtx", "polygraphy"),
     "test": ("pytest_benchmark",),
     "lint": (),
+    "docs": ("mkdocs", "material"),
 }
 ALIASES = {"cpu": ("tf", "onnx", "beam")}
 

@@ -248,7 +248,7 @@ def _is_model_check(config, options, nodeid):
 
 
 def _validate(config):
-    from paritygate.models.preflight import validate_models
+    from paritygate.judge.preflight import validate_models
 
     parity, options = config.stash[SESSION_KEY], config.stash[OPTIONS_KEY]
     try:
@@ -284,8 +284,8 @@ def pytest_runtest_call(item):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Time each test for the summary's time line (paritygate.report.timeline)."""
-    from paritygate.report.timeline import in_test
+    """Time each test for the summary's time line (paritygate.common.timeline)."""
+    from paritygate.common.timeline import in_test
 
     with in_test():
         yield
@@ -368,24 +368,9 @@ def pytest_terminal_summary(terminalreporter):
 
 # -- thin fixtures ------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def parity_session(request):
-    """The one ParitySession of this run: the recorder of its checks and findings."""
-    return request.config.stash[SESSION_KEY]
-
-
-@pytest.fixture(scope="session")
 def parity_options(request):
     """The run's ``RunOptions`` (config path, runtime choice, report folder, ...)."""
     return request.config.stash[OPTIONS_KEY]
-
-
-@pytest.fixture(scope="session")
-def parity_models(parity_options):
-    """The ModelSpecs under test (the --parity-config file, or the bundled zoo)."""
-    try:
-        return parity_options.models
-    except ConfigError as err:
-        pytest.fail(str(err), pytrace=False)
 
 
 def pytest_generate_tests(metafunc):

@@ -31,7 +31,7 @@ class ParitySession:
         self.options = options if options is not None else RunOptions()
         self.checks = []
         self.findings = []  # facts for the model owner that are no candidate verdict (e.g. reference_unstable)
-        self.validation = None  # paritygate.models.preflight's findings, once the pass ran (controller only)
+        self.validation = None  # paritygate.judge.preflight's findings, once the pass ran (controller only)
         self.baseline_section = None  # the report's "baseline" section, once the run is compared with it
         self.worker_cache_stats = {}
         self.worker_reference_stats = {}
@@ -80,7 +80,7 @@ class ParitySession:
             if upstream:
                 details.setdefault("upstream_defect", upstream[0])
         details.setdefault("nodeid", item.nodeid)
-        from paritygate.cli import commands
+        from paritygate.common import commands
 
         options = self.options
         details.setdefault("rerun", commands.rerun(options.config_path, item.nodeid))
@@ -200,6 +200,6 @@ def _counters():
     """Copies of the process's counters: artifact builds and hits, reference-cache outcomes, time per part."""
     from paritygate.backend.cache import STATS
     from paritygate.backend.reference_cache import STATS as REFERENCE_STATS
-    from paritygate.report.timeline import SPENT
+    from paritygate.common.timeline import SPENT
 
     return {"artifact": dict(STATS), "reference": dict(REFERENCE_STATS), "time": dict(SPENT)}

@@ -165,7 +165,7 @@ def test_a_warm_rerun_computes_nothing_and_runs_tensorflow_only_for_goldens(pyte
     statuses = [{(c["check"], c["status"]) for c in data["checks"]} for _, data in runs[:2]]
     assert statuses[0] == statuses[1], "a warm run reaches the same verdicts"
     assert ("goldens_reproduce", "pass") in statuses[1] and len(statuses[1]) >= 5
-    cold_time = runs[0][1]["time"]  # where the time went (paritygate.report.timeline), in the JSON and one terminal line
+    cold_time = runs[0][1]["time"]  # where the time went (paritygate.common.timeline), in the JSON and one terminal line
     assert cold_time["reference"] > 0 and cold_time["candidate"] > 0 and cold_time["checks"] > 0
     assert cold_time["conversion"] == 0, "the configured ONNX file is used as is: nothing was converted"
     assert any(line.startswith("paritygate: time: ") and "conversion 0.0 s, reference " in line

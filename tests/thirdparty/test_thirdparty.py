@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.slow]
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
 FP32_CHECKS = {"matches_reference", "accepts_every_batch_size", "property_parity", "batch_invariance", "determinism"}
 PROPERTY_CHECKS = ("property_parity", "batch_invariance", "determinism")
-# (model, precision, check) -> why it may read inconclusive (measured; README, "Third-party models"): PNet's box
+# (model, precision, check) -> why it may read inconclusive (measured; docs/models.md, "Third-party models"): PNet's box
 # offsets move by 0.145 at most over the 4 faces of each shape, within int8's atol 0.3, so a candidate ignoring its
 # input would pass matches_reference there (property_parity, on more varied rows, does fail)
 UNJUDGED = {("pnet", "int8", "matches_reference"): "output 'bbox_reg' is constant"}
@@ -107,7 +107,7 @@ def _assert_pnet(by):
         judged = {tuple(s["shape"]["image"][1:]) for s in by[(precision, "matches_reference")]["details"]["inputs"]["shapes"]}
         assert judged == corners | {(25, 37, 3)}, (precision, judged)
     assert {c: by[("fp16", c)]["status"] for c in FP32_CHECKS} == dict.fromkeys(FP32_CHECKS, "pass")
-    assert by[("int8", "property_parity")]["status"] == "fail"  # face_prob up to 0.98 off (README)
+    assert by[("int8", "property_parity")]["status"] == "fail"  # face_prob up to 0.98 off (docs/models.md)
 
 
 @pytest.mark.beam
@@ -139,7 +139,7 @@ def _assert_fer_int8_plan_holds(by, pytester, config, monkeypatch):
     assert plans[0]["exclude_from_quantization"] == plans[1]["exclude_from_quantization"]  # one plan per artifact
     assert plans[1]["covers"] == ["matches_reference", "property_parity"]
     assert plans[0]["op_type"] != "Softmax" and plans[0]["ranking"], plans[0]["ranking"]
-    if not plans[0]["verified"]:  # measured (README, "Plans that hold"): the budget ends without a plan
+    if not plans[0]["verified"]:  # measured (docs/artifacts.md, "Plans that hold"): the budget ends without a plan
         assert plans[0]["plan_note"].startswith("no plan within the search budget"), plans[0]["plan_note"]
         assert all("why_not" in t for t in plans[0]["trials"]) and plans[0]["config"] is None
         return

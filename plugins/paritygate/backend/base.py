@@ -15,7 +15,7 @@ class RunnerError(RuntimeError):
 
 
 class BaseRunner:
-    time_as = None  # the part of the run's time line (paritygate.report.timeline) its loading and runs count in
+    time_as = None  # the part of the run's time line (paritygate.common.timeline) its loading and runs count in
 
     def __init__(self, name):
         self.name = name
@@ -74,6 +74,6 @@ class BaseRunner:
 def _timed(part):
     if part is None:
         return contextlib.nullcontext()
-    from paritygate.report.timeline import spent
+    from paritygate.common.timeline import spent
 
     return spent(part)

@@ -11,10 +11,9 @@ import platform
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
-from paritygate.report.timeline import spent
+from paritygate.common.timeline import spent
 
 STATS = {"hits": 0, "builds": 0}  # per process; the tests read it to prove a warm run builds nothing
 
@@ -52,23 +51,6 @@ def _sha256(path, files):
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
-
-
-def digest(value):
-    """The suite's one content digest of arrays (sha256, hex): each array's name, dtype, shape and bytes, names
-    sorted; a mapping digests its items, anything else digests as one unnamed item (a non-array by its type and
-    repr). Equal digests mean equal dtype, shape and bytes. (The goldens' manifest keeps its own committed format.)"""
-    import numpy as np
-
-    h = hashlib.sha256()
-    items = sorted(value.items(), key=lambda kv: kv[0]) if isinstance(value, Mapping) else [("", value)]
-    for name, item in items:
-        if isinstance(item, np.ndarray):
-            h.update(f"{name}|{item.dtype.str}|{item.shape}|".encode())
-            h.update(np.ascontiguousarray(item).tobytes())
-        else:
-            h.update(f"{name}|{type(item).__name__}|{item!r}".encode())
-    return h.hexdigest()
 
 
 def key_of(**parts):

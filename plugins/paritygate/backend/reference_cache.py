@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.backend.base import BaseRunner
-from paritygate.backend.cache import cache_root, digest, hash_path, key_of
+from paritygate.backend.cache import cache_root, hash_path, key_of
+from paritygate.common.digest import digest
 from paritygate.lazy import dist_version
 
 FORMAT = "reference-outputs-v1"  # bump when an entry's layout or key changes
@@ -74,7 +75,7 @@ def versions(path):
 
 
 def batch_digest(feed):
-    """The exact input batch: each input's name, dtype, shape and bytes (``backend.cache.digest``)."""
+    """The exact input batch: each input's name, dtype, shape and bytes (``common.digest``)."""
     return digest({k: np.asarray(v) for k, v in feed.items()})
 
 
@@ -186,10 +187,3 @@ def _write(path, fill):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-
-
-def summary_line(stats, enabled=True):
-    """``paritygate: reference cache: N computed, M reused``, and the runs that are always live (goldens, latency)."""
-    live = f"; {stats.get('live', 0)} live TensorFlow runs (goldens_reproduce, latency)" if stats.get("live") else ""
-    state = "" if enabled else " off:"
-    return f"paritygate: reference cache:{state} {stats.get('computed', 0)} computed, {stats.get('reused', 0)} reused{live}"

@@ -53,7 +53,7 @@ def check_input_spec(spec, metadata, what, side="candidate", half=()):
 def load_reference(ctx, spec):
     """The TF reference, checked against the input spec (once per process, in ``ctx.references``). Raises
     RunnerError: a SavedModel without the signature or a spec that does not fit it is a config problem, which the
-    validation pass (paritygate.models.preflight) reports before any check runs. Behind the reference-output cache
+    validation pass (paritygate.judge.preflight) reports before any check runs. Behind the reference-output cache
     (paritygate.backend.reference_cache) unless the context turns it off: nothing loads until a batch misses it."""
     if spec.name not in ctx.references:
         from paritygate.backend.tf.runner import TfRunner
@@ -383,7 +383,7 @@ def precision_coverage(ctx, spec, precision):
         found = coverage.measure(path, precision, feed)
         minimum = spec.min_precision_coverage
         found.update(minimum=coverage.MIN_MAC_SHARE if minimum is None else minimum,
-                     minimum_source="coverage.MIN_MAC_SHARE (README 'Precision coverage')" if minimum is None
+                     minimum_source="coverage.MIN_MAC_SHARE (docs/strict-numerics.md, 'Precision coverage')" if minimum is None
                      else spec.where("min_precision_coverage"),
                      artifact=str(path), judged="own" if precision in spec.onnx_artifacts else "suite-built")
         ctx.precision_coverage[key] = found

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paritygate.backend.cache import digest
-from paritygate.models.config import PRECISIONS
+from paritygate.common.digest import digest
+from paritygate.common.numerics import PRECISIONS
 
 PRECISION_ATTR = "paritygate_precision"
 TAKES_MODEL_ATTR = "paritygate_takes_model"  # True: also given model=<ModelSpec>, reference_outputs=<names>

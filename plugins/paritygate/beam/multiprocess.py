@@ -13,7 +13,7 @@ process (a module global, a class attribute, a model loaded before pickling). Th
 3. checks that batches ran in worker processes (not in this one) and in more than one of them.
 
 Cost: one pipeline per model, two worker processes each importing the handler's framework (measured in
-README "Beyond one process").
+docs/beam.md, "Beyond one process").
 """
 
 from paritygate.beam.judge import beam_result, case_info, exactly_once_failures, pairing_failures

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.cli import commands
+from paritygate.common import commands
 from paritygate.inputs.sets import (
     InputSetError,
     check_arrays,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.backend.cache import digest as content_digest
+from paritygate.common.digest import digest as content_digest
 
 META = "__meta__"
 MAX_VALUES = 16  # an input row up to this many values is shown whole; a longer one by its summary and head
@@ -30,7 +30,7 @@ def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, f
             "failures": failures[:20]}
     npz = stem.with_suffix(".npz")
     np.savez(npz, **{f"input:{k}": v for k, v in inputs.items()}, **{META: np.array(json.dumps(meta))})
-    from paritygate.cli import commands
+    from paritygate.common import commands
 
     out = {"npz": str(npz), "command": commands.replay(spec.source, npz)}
     try:
@@ -61,7 +61,7 @@ def load_reproducer(path):
 
 def describe_inputs(inputs, sources=None):
     """The ``inputs`` entry of a result: each input's dtype and shape, the rows' sources, and the digest of the
-    arrays (``backend.cache.digest``: the reproducer's file name carries its first 12 hex digits)."""
+    arrays (``common.digest``: the reproducer's file name carries its first 12 hex digits)."""
     out = {"names": {k: {"dtype": np.asarray(v).dtype.name, "shape": list(np.shape(v))} for k, v in inputs.items()},
            "digest": content_digest(inputs)}
     if sources is not None:

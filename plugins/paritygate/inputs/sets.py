@@ -19,7 +19,7 @@ one-line message names the file, the array and what was expected.
 Several shapes in one file (a model with a dynamic input): each input's array of one shape is keyed
 ``<input>@<dims>``, dims the non-batch dims joined by ``x`` (``image@48x48x3``, ``image@97x131x3``), its labels
 ``__labels__@<dims>``; the arrays of one suffix form one group, checked as above. The suffix names the first
-input's dims; every input of the group carries the same suffix. ``paritygate.models.preflight`` runs it on every data
+input's dims; every input of the group carries the same suffix. ``paritygate.judge.preflight`` runs it on every data
 file of every model before any check (exit code 4); the checks read the same files through it again.
 """
 

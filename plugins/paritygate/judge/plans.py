@@ -21,7 +21,7 @@ earlier one in every check of that artifact in this process (``PlanBook``).
 
 import numpy as np
 
-from paritygate.backend.cache import digest
+from paritygate.common.digest import digest
 
 FRESH_SEED = 20240611  # any fixed seed other than the run's: the sample is fresh, and the same on every run
 FRESH_EXAMPLES = 12  # Hypothesis feeds of 1..max_batch rows (about 30 rows at max_batch 4)

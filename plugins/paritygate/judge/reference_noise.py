@@ -19,8 +19,8 @@ from collections import Counter
 
 import numpy as np
 
-from paritygate.backend.cache import digest
 from paritygate.backend.runtimes import reference_runner
+from paritygate.common.digest import digest
 from paritygate.comparator.compare import cosine_similarity, same_nonfinite
 
 # K_REFERENCE = 2: if the reference's own configurations differ by s on an element, an implementation as good

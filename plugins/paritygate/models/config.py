@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.common.numerics import PRECISIONS
 from paritygate.models.bundled import fixtures_dir
 
 if sys.version_info >= (3, 11):
@@ -19,7 +20,6 @@ else:  # pragma: no cover
 
 SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
 BUNDLED_CONFIG = fixtures_dir() / "parity.toml"  # package data in a wheel, fixtures/ in a checkout
-PRECISIONS = ("fp32", "fp16", "int8")
 
 
 class ConfigError(ValueError):

@@ -185,11 +185,6 @@ def _once(entries):
     return kept
 
 
-def gate_failures(section):
-    """The drift entries that fail the run (their statistic is named by --parity-baseline-fail)."""
-    return [d for d in section["drift"] if d["gating"]]
-
-
 def drift(current, old, thresholds):
     """Drift entries of one check (CheckResults): per output (error statistics) and per latency row (percentiles)."""
     found = []

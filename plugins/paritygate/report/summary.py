@@ -3,13 +3,14 @@ artifact and reference caches, where the time went, the numerics of fp16/int8 ro
 the comparison with the baseline and where the report was written. Read from the recorder
 (``paritygate.session.ParitySession``) and its run's options."""
 
+from paritygate.common.numerics import describe as describe_numerics
+from paritygate.common.timeline import summary_line as time_line
 from paritygate.report.baseline import summary_lines as baseline_lines
-from paritygate.report.text import counts, describe_numerics, precision_label
-from paritygate.report.timeline import summary_line as time_line
+from paritygate.report.text import counts, precision_label
 
 
 def summary_lines(session):
-    from paritygate.models.preflight import summary_lines as validation_lines
+    from paritygate.judge.preflight import summary_lines as validation_lines
 
     lines = validation_lines(session.validation)
     checks = session.checks
@@ -20,10 +21,8 @@ def summary_lines(session):
     stats = session.cache_stats()
     lines += [f"paritygate: runtime {session.options.runtime}, {len(checks)} checks: {text}",
               f"paritygate: artifact cache: {stats['builds']} built, {stats['hits']} reused"]
-    from paritygate.backend.reference_cache import summary_line
-
     ref = session.reference_cache_stats()
-    lines.append(summary_line(ref, ref["enabled"]))
+    lines.append(reference_cache_line(ref, ref["enabled"]))
     spent = session.time_spent()
     lines.append(time_line(spent, spent["wall"], spent["processes"]))
     reduced = sorted({c.numerics for c in checks if c.numerics})
@@ -39,3 +38,10 @@ def summary_lines(session):
     if session.options.report_dir is not None:
         lines.append(f"paritygate: report written to {session.options.report_dir}")
     return lines
+
+
+def reference_cache_line(stats, enabled=True):
+    """``paritygate: reference cache: N computed, M reused``, and the runs that are always live (goldens, latency)."""
+    live = f"; {stats.get('live', 0)} live TensorFlow runs (goldens_reproduce, latency)" if stats.get("live") else ""
+    state = "" if enabled else " off:"
+    return f"paritygate: reference cache:{state} {stats.get('computed', 0)} computed, {stats.get('reused', 0)} reused{live}"

@@ -46,15 +46,6 @@ def precision_label(check, empty="—"):
     if isinstance(cov.get("mac_share"), (int, float)):
         tags.append(f"{cov['mac_share']:.0%} MACs")
     return f"{check.precision} [{', '.join(tags)}]" if tags else check.precision
-
-
-def describe_numerics(mode):
-    """One line on what ``--parity-numerics`` mode ``mode`` computes (paritygate.backend.onnx.strict)."""
-    from paritygate.backend.onnx.strict import DESCRIPTION
-
-    return DESCRIPTION.get(mode, f"{mode}: the candidate runtime's own numerics")
-
-
 def counts(checks):
     """Count of every verdict word, zeros included, in the vocabulary's order."""
     return {s: sum(c.status == s for c in checks) for s in STATUSES}

@@ -46,20 +46,10 @@ EXACT_OPS = {"Relu", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", 
 # Monotone ops that commute with the FP16 rounding (an FP16-rounded Clip bound is an FP16 value, so rounding
 # x below lo gives at most lo): a float16 tensor read only as their input 0 is rounded after them instead.
 DEFER_OPS = {"Relu", "Clip"}
-MODES = ("strict", "ort")
-DEFAULT = "strict"
 BUILD = "strict-fp16-fused-v4"  # part of the cache key: bump when the rewrite changes
 ROUND = "__round_fp16"  # suffix of the Cast(to=FLOAT16) nodes the rewrite adds
 TYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
               "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Bernoulli": "dtype"}
-DESCRIPTION = {
-    "strict": "strict: every float16 tensor rounded to FP16 where it is produced, each op computed from FP16 "
-              "values in FP32; Q/DQ run as fake quantization in FP32, never as ONNX Runtime's integer kernels "
-              "(ONNX Runtime CPU; the same verdicts on any instruction set; docs/numerics.md)",
-    "ort": "ort: ONNX Runtime CPU's own numerics (most float16-typed ops run in FP32 without the FP16 rounding "
-           "between them; Q/DQ fused into integer kernels chosen by the CPU's instruction set: cpu_isa in the "
-           "environment; not what a strongly typed engine computes)",
-}
 
 
 def float16_tensors(model):
@@ -230,8 +220,3 @@ def strict_onnx(path, defer=True):
         return {**report, "source": str(path)}
 
     return cached_file("onnx", f"{path.stem}-strict{'' if defer else '-nodefer'}-{key}", ".onnx", build)
-
-
-def describe(mode):
-    return DESCRIPTION[mode]
-

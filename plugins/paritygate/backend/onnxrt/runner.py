@@ -18,15 +18,12 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tenso
 class OnnxrtRunner(BaseRunner):
     """``spin``: whether ONNX Runtime's intra-op threads spin-wait between runs (its default). None: they do,
     except in an xdist worker (or a run it started): there the workers' thread pools share the cores, and spinning
-    threads take them from each other (measured: nakdimon's ONNX at batch 4, 499 ms a call spinning, 298 ms not,
-    on the 2-core machine under load; the outputs are the same, spinning only changes how threads wait).
+    threads take them from each other (the outputs are the same, spinning only changes how threads wait).
     ``threads``: intra-op threads (None: ONNX Runtime's default, one per core, in a worker too). Not 1 in a worker,
-    though it would be faster there (two processes at once on the 2-core machine: nakdimon's ONNX 54.7/54.7 ms a
-    call against 52.0/84.5 ms): the thread count changes ONNX Runtime's numerics (basic-pitch's fp32 outputs on
-    silence move by 0.0542 between a batch of one and of two with the default, not at all with one thread), and a
-    verdict must not depend on pytest's ``-n``. The latency checks never run in a worker, so they measure the
-    default. A candidate of the conformance checks spins only in a run that measures latency
-    (``RunContext.spin``, set by the plugin).
+    though it would be faster there: the thread count changes ONNX Runtime's numerics, and a verdict must not
+    depend on pytest's ``-n``. The latency checks never run in a worker, so they measure the default. A candidate
+    of the conformance checks spins only in a run that measures latency (``RunContext.spin``, set by the plugin).
+    Both choices were measured: docs/measured.md, "ONNX Runtime's threads in the candidate".
     ``strict``: ``path`` is a strict FP16 artifact; on the CPU provider alone it runs as its twin
     (``backend.onnx.twin``: the same values, fewer and cheaper kernels).
     ``numerics``: ``strict`` runs Q/DQ as fake quantization in FP32, the engine's INT8 arithmetic on any CPU

@@ -20,8 +20,8 @@ import numpy as np
 from paritygate.backend.base import RunnerError
 from paritygate.backend.cache import STATS, cache_root, hash_path
 from paritygate.backend.trt import util
+from paritygate.common.numerics import PRECISIONS
 from paritygate.lazy import lazy_import
-from paritygate.models.config import PRECISIONS
 
 trt = lazy_import(util.trt_module())
 pg_trt = lazy_import("polygraphy.backend.trt")

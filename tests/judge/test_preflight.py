@@ -1,4 +1,4 @@
-"""paritygate.models.preflight: one pass over every model before any check runs. Each bad case gives one line naming
+"""paritygate.judge.preflight: one pass over every model before any check runs. Each bad case gives one line naming
 the config file, the model and the key; through the plugin the run stops with exit code 4, no check rows and
 no passes (in-process, and under xdist on the controller)."""
 
@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("tensorflow")
 
 from paritygate.context import RunOptions
-from paritygate.models.preflight import validate_models
+from paritygate.judge.preflight import validate_models
 from paritygate.report.summary import summary_lines
 from paritygate.session import ParitySession
 from tests.conftest import make_onnx, scale, write_config

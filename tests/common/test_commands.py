@@ -1,4 +1,4 @@
-"""paritygate.cli.commands: every command the suite prints runs, as printed, from the folder holding the user's
+"""paritygate.common.commands: every command the suite prints runs, as printed, from the folder holding the user's
 config (a tmp_path outside this checkout), through the installed ``paritygate`` command."""
 
 import json
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from paritygate.cli import commands
+from paritygate.common import commands
 from tests.conftest import make_onnx, scale, write_config
 
 

@@ -1,4 +1,4 @@
-"""paritygate.report.timeline: each second of a test lands in one part (conversion, reference, candidate, checks); a part
+"""paritygate.common.timeline: each second of a test lands in one part (conversion, reference, candidate, checks); a part
 nested in another keeps its own time; the summary line adds the parts up."""
 
 import threading
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from paritygate.report import timeline
+from paritygate.common import timeline
 
 
 @pytest.fixture
