@@ -69,3 +69,17 @@ def test_an_integer_only_shape_path_is_no_index_path():
                                       [h.make_tensor_value_info("y", T.FLOAT, None)], inits),
                          opset_imports=[h.make_opsetid("", 17)])
     assert index_paths.index_paths(model) == []
+
+
+def test_localization_names_the_crash_and_its_index_path(source, monkeypatch):
+    """A candidate that crashes cannot be compared node by node: localization names the node ONNX Runtime stopped
+    at and the float16 index path that caused it."""
+    from paritygate.backend.onnx.localize import crash_site
+
+    half = rounding(source, monkeypatch)
+    with pytest.raises(Exception) as crash:
+        run(half)
+    site = crash_site(half, str(crash.value))
+    assert site["crashed_node"].endswith("GatherV2") and site["op_type"] == "Cast"
+    assert "idx=5000" in site["crash"] and site["first_node"] in site["cause"]
+    assert "carries an index in float16" in site["cause"]
