@@ -191,10 +191,8 @@ def pytest_collection_modifyitems(config, items):
             elif reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
         if worker and item.get_closest_marker("latency"):
-            item.add_marker(pytest.mark.skip(
-                reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
-    # the parity verdicts come first: latency measures each model x precision serially (a stable sort)
-    items[:] = sorted(items, key=lambda item: item.get_closest_marker("latency") is not None)
+            item.add_marker(pytest.mark.skip(reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("latency") is not None)  # parity verdicts first
 
 
 def pytest_collection_finish(session):

@@ -87,3 +87,14 @@ def rounded(model):
                          "a wrong row or falls out of range; keep this path in float32 (onnxconverter-common: "
                          "node_block_list)")
     return lines
+
+
+def check_own(spec, precision):
+    """Raise RunnerError (the candidate's fault: its checks fail) when the team's own file carries a value that
+    becomes an index (token ids, Slice/Range bounds, a shape) through float16, which cannot hold it."""
+    from paritygate.backend.base import RunnerError
+
+    path = spec.onnx_artifacts[precision]
+    lines = rounded(onnx.load(str(path)))  # the validation pass loaded and checked it already
+    if lines:
+        raise RunnerError(f"{spec.where(f'onnx.{precision}')}: {path} rounds an index to FP16: " + "; ".join(lines))

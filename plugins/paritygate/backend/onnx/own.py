@@ -10,8 +10,8 @@ engine's precision plan. Checked here (each failure one ``RunnerError`` naming t
 - an ``fp16`` file computes in float16: at least one node writes a float16 tensor (I/O may stay float32);
 - an ``int8`` file holds explicit quantization: QuantizeLinear / DequantizeLinear, or QLinear* / *Integer ops.
 
-When its candidate is built (``check_index_paths``), not here: a file that carries an index through float16
-(``index_paths.rounded``) is the candidate's ``fail``, one line naming the node and the cause.
+When its candidate is built (``index_paths.check_own``), not here: a file that carries an index through float16
+is the candidate's ``fail``, one line naming the node and the cause.
 """
 
 from paritygate.backend.base import RunnerError
@@ -90,14 +90,3 @@ def check_artifact(spec, precision, fp32_outputs=()):
     return {"precision": precision, "path": str(path), "float16_outputs": len(float16_outputs(model)),
             "quantization_nodes": len(quantization_nodes(model))}
 
-
-def check_index_paths(spec, precision):
-    """Raise RunnerError (the candidate's fault: its checks fail) when the team's own file carries a value that
-    becomes an index (token ids, Slice/Range bounds, a shape) through float16, which cannot hold it."""
-    from paritygate.backend.onnx.index_paths import rounded
-    from paritygate.backend.onnx.loader import load_checked
-
-    path = spec.onnx_artifacts[precision]
-    lines = rounded(load_checked(path))
-    if lines:
-        raise RunnerError(f"{spec.where(f'onnx.{precision}')}: {path} rounds an index to FP16: " + "; ".join(lines))
