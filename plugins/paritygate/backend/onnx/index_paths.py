@@ -90,11 +90,11 @@ def rounded(model):
 
 
 def check_own(spec, precision):
-    """Raise RunnerError (the candidate's fault: its checks fail) when the team's own file carries a value that
+    """Raise CandidateFault (its checks: its checks fail) when the team's own file carries a value that
     becomes an index (token ids, Slice/Range bounds, a shape) through float16, which cannot hold it."""
-    from paritygate.backend.base import RunnerError
+    from paritygate.backend.base import CandidateFault
 
     path = spec.onnx_artifacts[precision]
     lines = rounded(onnx.load(str(path)))  # the validation pass loaded and checked it already
     if lines:
-        raise RunnerError(f"{spec.where(f'onnx.{precision}')}: {path} rounds an index to FP16: " + "; ".join(lines))
+        raise CandidateFault(f"{spec.where(f'onnx.{precision}')}: {path} rounds an index to FP16: " + "; ".join(lines))
