@@ -160,14 +160,18 @@ def toy_saved_model(tmp_path_factory):
     return Path(shutil.copytree(kept / "saved_model", tmp_path_factory.mktemp("toy") / "saved_model"))
 
 
-def save_embedding_model(path, rows=5000):
+def embedding_classifier(rows=5000):
     """A Keras 3 classifier over float32 token ids [N, 6] (SentiToolKit 0.1.8's input): Embedding(rows, 4), mean,
-    Dense(3) softmax, exported as a SavedModel; returns the path."""
+    Dense(3) softmax."""
     keras = pytest.importorskip("keras")
     ids = keras.Input((6,), dtype="float32", name="ids")
     x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(rows, 4, name="embedding")(ids))
-    model = keras.Model(ids, keras.layers.Dense(3, activation="softmax", name="probs")(x))
-    model.export(str(path), verbose=False)
+    return keras.Model(ids, keras.layers.Dense(3, activation="softmax", name="probs")(x))
+
+
+def save_embedding_model(path, rows=5000):
+    """``embedding_classifier`` exported as a SavedModel; returns the path."""
+    embedding_classifier(rows).export(str(path), verbose=False)
     return Path(path)
 
 
