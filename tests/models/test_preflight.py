@@ -271,10 +271,18 @@ def test_a_candidate_output_of_another_rank_is_named_with_both_shapes(folder):
     import sys
 
     import onnx
+    import tensorflow as tf
 
-    from tests.test_dynamic_shapes import save_fully_convolutional_model
+    module = tf.Module()
+    module.w = tf.Variable(np.random.default_rng(0).normal(0, 0.3, (3, 3, 3, 2)).astype(np.float32))
 
-    saved = save_fully_convolutional_model(folder / "fcn")
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32, name="x")])
+    def serve(x):  # a 3x3 'same' convolution over any H, W
+        return {"y": tf.nn.conv2d(x, module.w, 1, "SAME")}
+
+    module.serve = serve
+    saved = folder / "fcn"
+    tf.saved_model.save(module, str(saved), signatures={"serving_default": serve})
     converted = folder / "fcn.onnx"
     subprocess.run([sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(saved), "--output", str(converted),
                     "--opset", "17"], check=True, capture_output=True)
