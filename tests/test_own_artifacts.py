@@ -121,11 +121,15 @@ def test_a_team_fp16_file_that_rounds_token_ids_fails_with_one_line_naming_the_n
         "precisions": ["fp32", "fp16"], "max_batch": 2,
         "inputs": {"ids": {"shape": [-1, 6], "dtype": "float32", "range": [0.0, 4999.0]}}}]})
     report = pytester.path / "report"
-    result = pytester.runpytest(str(CONFORMANCE / "test_parity.py"), "-k", "matches_reference",
-                                f"--parity-config={cfg}", f"--parity-report={report}", "-p", "no:cacheprovider",
-                                "-p", "no:xdist")
-    checks = {c["precision"]: c for c in json.loads((report / "parity-report.json").read_text())["checks"]}
-    assert {p: c["status"] for p, c in checks.items()} == {"fp32": "pass", "fp16": "fail"}, result.stdout.str()
-    text = json.dumps(checks["fp16"]["details"])
+    result = pytester.runpytest(str(CONFORMANCE / "test_parity.py"), str(CONFORMANCE / "test_properties.py"), "-k",
+                                "matches_reference or property_parity", f"--parity-config={cfg}",
+                                f"--parity-report={report}", "-p", "no:cacheprovider", "-p", "no:xdist")
+    checks = {(c["check"], c["precision"]): c for c in json.loads((report / "parity-report.json").read_text())["checks"]}
+    assert {k: c["status"] for k, c in checks.items()} == {
+        ("matches_reference", "fp32"): "pass", ("matches_reference", "fp16"): "fail",
+        ("property_parity", "fp32"): "pass", ("property_parity", "fp16"): "skip"}, result.stdout.str()
+    assert "the fp16 candidate is wrong: matches_reference failed with it" in json.dumps(
+        checks[("property_parity", "fp16")]["details"])  # one fail for one faulty file
+    text = json.dumps(checks[("matches_reference", "fp16")]["details"])
     assert "m.fp16.onnx rounds an index to FP16: node '" in text and "(Cast) carries an index in float16" in text
     assert "of Gather '" in text and "FP16 holds integers exactly only up to 2048" in text
