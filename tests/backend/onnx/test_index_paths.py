@@ -83,3 +83,20 @@ def test_localization_names_the_crash_and_its_index_path(source, monkeypatch):
     assert site["crashed_node"].endswith("GatherV2") and site["op_type"] == "Cast"
     assert "idx=5000" in site["crash"] and site["first_node"] in site["cause"]
     assert "carries an index in float16" in site["cause"]
+
+
+def test_localize_and_repair_reports_the_crash_not_a_tool_error(source, monkeypatch, embedding_model, tmp_path,
+                                                               parity_cache):
+    """Through the divergence step a failing check runs: the artifact crashes on the failing inputs, and the
+    details name where and why instead of "localization failed: RunnerError"."""
+    from paritygate.judge import divergence
+    from tests.conftest import toy_spec
+
+    onnx.save(rounding(source, monkeypatch), str(tmp_path / "own.fp16.onnx"))
+    saved, fp32_path = embedding_model
+    spec = toy_spec(reference=saved, onnx=fp32_path, onnx_artifacts={"fp16": tmp_path / "own.fp16.onnx"},
+                    precisions=("fp32", "fp16"), inputs={"ids": ((-1, 6), "float32", (0.0, 4999.0))})
+    d = divergence.localize_and_repair(spec, "fp16", {"ids": IDS}, {"output_0": run(source)}, fp16_ops=())
+    assert "error" not in d, d
+    assert d["crashed_node"].endswith("GatherV2") and d["op_type"] == "Cast" and "idx=5000" in d["crash"]
+    assert "carries an index in float16" in d["cause"]
