@@ -18,3 +18,16 @@ def test_the_reference_floor_and_exact_mode_are_named():
     assert held_to({"bound": 1e-06, "reference_floor_max": 0.004, "k": 2}) == (
         "bound 1e-06, or 2 x the reference's own spread where larger (up to 0.004)")
     assert held_to({"atol": 1e-05, "rtol": 1e-05}) == "atol 1e-05/rtol 1e-05"
+
+
+def test_a_crash_localized_names_the_node_and_its_cause():
+    from tests.conftest import record_of
+
+    check = record_of("senti", "fp16", "matches_reference", "fail", {"divergence": {
+        "first_node": "emb/Cast", "op_type": "Cast", "crashed_node": "emb/GatherV2", "crash": "idx=5000 out of range",
+        "cause": "node 'emb/Cast' (Cast) carries an index in float16", "verified": None}})
+    from paritygate.report.text import divergence_text
+
+    assert divergence_text(check, lambda s: f"`{s}`") == (
+        "the candidate crashed at `emb/GatherV2`: idx=5000 out of range; cause: node 'emb/Cast' (Cast) carries an "
+        "index in float16")
