@@ -100,3 +100,25 @@ def test_localize_and_repair_reports_the_crash_not_a_tool_error(source, monkeypa
     assert "error" not in d, d
     assert d["crashed_node"].endswith("GatherV2") and d["op_type"] == "Cast" and "idx=5000" in d["crash"]
     assert "carries an index in float16" in d["cause"]
+
+
+def test_a_slice_bound_computed_in_float_is_kept_exact():
+    """end = int(floor(n * 0.5)) read by a Slice: the Mul, the Floor and the Cast are the index path. At n = 8195
+    FP16 would make n 8196 (its spacing there is 8): the slice would keep 4098 elements, not 4097."""
+    h, T = onnx.helper, onnx.TensorProto
+    nodes = [h.make_node("Mul", ["n", "half"], ["scaled"], name="mul"),
+             h.make_node("Floor", ["scaled"], ["floored"], name="floor"),
+             h.make_node("Cast", ["floored"], ["end"], name="cast", to=T.INT64),
+             h.make_node("Slice", ["data", "start", "end"], ["y"], name="slice"),
+             h.make_node("Mul", ["y", "half"], ["z"], name="scale_out")]
+    inits = [h.make_tensor("half", T.FLOAT, [1], [0.5]), h.make_tensor("start", T.INT64, [1], [0])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("n", T.FLOAT, [1]),
+                                      h.make_tensor_value_info("data", T.FLOAT, [10000])],
+                         [h.make_tensor_value_info("z", T.FLOAT, None)], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    assert sorted(b["node"] for b in index_paths.keep_fp32(model)) == ["cast", "floor", "mul"]
+    feeds = {"n": np.array([8195.0], np.float32), "data": np.arange(10000, dtype=np.float32) / 1e4}
+    half, _ = fp16.convert(model, (), feeds)
+    sess = ort.InferenceSession(strict.emulate(half)[0].SerializeToString(), providers=["CPUExecutionProvider"])
+    assert sess.run(None, feeds)[0].shape == (4097,)  # as the suite runs it: strict FP16 (ORT's own drops roundings)
