@@ -15,6 +15,7 @@ import hashlib
 import inspect
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -157,6 +158,33 @@ def toy_saved_model(tmp_path_factory):
     key = hashlib.sha256((inspect.getsource(save_toy_model) + tf.__version__).encode()).hexdigest()[:16]
     kept = cached_dir("tests", f"toy-{key}", lambda tmp: save_toy_model(tmp / "saved_model"))  # atomic, race-safe
     return Path(shutil.copytree(kept / "saved_model", tmp_path_factory.mktemp("toy") / "saved_model"))
+
+
+def embedding_classifier(rows=5000):
+    """A Keras 3 classifier over float32 token ids [N, 6] (SentiToolKit 0.1.8's input): Embedding(rows, 4), mean,
+    Dense(3) softmax."""
+    keras = pytest.importorskip("keras")
+    ids = keras.Input((6,), dtype="float32", name="ids")
+    x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(rows, 4, name="embedding")(ids))
+    return keras.Model(ids, keras.layers.Dense(3, activation="softmax", name="probs")(x))
+
+
+def save_embedding_model(path, rows=5000):
+    """``embedding_classifier`` exported as a SavedModel; returns the path."""
+    embedding_classifier(rows).export(str(path), verbose=False)
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def embedding_model(tmp_path_factory):
+    """(SavedModel, its tf2onnx ONNX): float32 token ids feeding a 5000-row Embedding, converted as a team would."""
+    pytest.importorskip("tf2onnx")
+    folder = tmp_path_factory.mktemp("embedding")
+    saved = save_embedding_model(folder / "saved_model")
+    onnx_path = folder / "model.onnx"
+    subprocess.run([sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(saved), "--output", str(onnx_path),
+                    "--opset", str(OPSET)], check=True, capture_output=True)
+    return saved, onnx_path
 
 
 # -- ONNX -----------------------------------------------------------------------------------------------

@@ -129,3 +129,34 @@ def test_an_int8_file_tensorrts_parser_rejects_fails_before_any_numeric_check(py
         assert "TensorRT cannot build this artifact" in message and "Non-zero zero point" in message, message
     built = checks[("fp32", "engine_builds")]["details"]["engine"]
     assert built["built"] and built["coverage"]["kernels"] >= 1 and built["layers"]
+
+
+def test_a_team_fp16_file_that_rounds_token_ids_fails_with_one_line_naming_the_node(pytester, embedding_model,
+                                                                                    monkeypatch):
+    """SentiToolKit's case: the team's fp16 file casts float32 token ids to FP16 before the Embedding's Gather
+    (id 4999 -> 5000). A static look at the graph makes it the candidate's fail, naming the node and the cause,
+    before any run could crash or silently pick wrong rows."""
+    from paritygate.backend.onnx import fp16, index_paths
+
+    saved, fp32_path = embedding_model
+    with monkeypatch.context() as patch:  # the suite's own build without its index-path rule: the team's file
+        patch.setattr(index_paths, "keep_fp32", lambda model: [])
+        half, _ = fp16.convert(fp16.name_nodes(onnx.load(str(fp32_path))), (), {"ids": np.zeros((1, 6), np.float32)})
+    onnx.save(half, str(pytester.path / "m.fp16.onnx"))
+    cfg = write_config(pytester.path, {"models": [{
+        "name": "senti", "reference": str(saved), "onnx": {"fp32": str(fp32_path), "fp16": "m.fp16.onnx"},
+        "precisions": ["fp32", "fp16"], "max_batch": 2,
+        "inputs": {"ids": {"shape": [-1, 6], "dtype": "float32", "range": [0.0, 4999.0]}}}]})
+    report = pytester.path / "report"
+    result = pytester.runpytest(str(CONFORMANCE / "test_parity.py"), str(CONFORMANCE / "test_properties.py"), "-k",
+                                "matches_reference or property_parity", f"--parity-config={cfg}",
+                                f"--parity-report={report}", "-p", "no:cacheprovider", "-p", "no:xdist")
+    checks = {(c["check"], c["precision"]): c for c in json.loads((report / "parity-report.json").read_text())["checks"]}
+    assert {k: c["status"] for k, c in checks.items()} == {
+        ("matches_reference", "fp32"): "pass", ("matches_reference", "fp16"): "fail",
+        ("property_parity", "fp32"): "pass", ("property_parity", "fp16"): "skip"}, result.stdout.str()
+    assert "the fp16 candidate is wrong: matches_reference failed with it" in json.dumps(
+        checks[("property_parity", "fp16")]["details"])  # one fail for one faulty file
+    text = json.dumps(checks[("matches_reference", "fp16")]["details"])
+    assert "m.fp16.onnx rounds an index to FP16: node '" in text and "(Cast) carries an index in float16" in text
+    assert "of Gather '" in text and "FP16 holds integers exactly only up to 2048" in text

@@ -191,8 +191,8 @@ def pytest_collection_modifyitems(config, items):
             elif reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
         if worker and item.get_closest_marker("latency"):
-            item.add_marker(pytest.mark.skip(
-                reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
+            item.add_marker(pytest.mark.skip(reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("latency") is not None)  # parity verdicts first
 
 
 def pytest_collection_finish(session):

@@ -113,3 +113,59 @@ def test_render_writes_the_teams_own_fp16_and_int8_files(tmp_path):
     assert spec.precisions == ("fp32", "fp16", "int8") and spec.calibration is None
     assert spec.onnx == tmp_path / "m.onnx"
     assert spec.onnx_artifacts == {"fp16": tmp_path / "m.fp16.onnx", "int8": tmp_path / "m.int8.onnx"}
+
+
+# -- what the graph tells about an input's values (paritygate.cli.hints) -------------------------------------
+def _range_line(path, name):
+    lines = Path(path).read_text().splitlines()
+    return next(line for line in lines[lines.index(f"[models.inputs.{name}]"):] if line.startswith("range = "))
+
+
+@pytest.mark.tf
+def test_token_ids_feeding_an_embedding_get_its_rows(tmp_path, embedding_model):
+    """SentiToolKit's case: float32 token ids into a 5,000-row Embedding got [-1, 1] (rows 0 and 1 only). The
+    .keras file's layer tells, and so does the ONNX's Gather when init reads a SavedModel with --onnx."""
+    from tests.conftest import embedding_classifier
+
+    embedding_classifier().save(tmp_path / "senti.keras")
+    write_starter(tmp_path / "senti.keras", tmp_path / "keras.toml")
+    line = _range_line(tmp_path / "keras.toml", "ids")
+    assert line.startswith("range = [0.0, 4999.0]  # from the model: feeds Embedding 'embedding' of 5000 rows"), line
+    saved, onnx_path = embedding_model
+    write_starter(saved, tmp_path / "saved.toml", onnx=onnx_path)
+    line = _range_line(tmp_path / "saved.toml", "ids")
+    assert line.startswith("range = [0.0, 4999.0]  # from the model: indexes 5000 rows of a table (Gather"), line
+    assert CONFIRM not in line
+
+
+@pytest.mark.tf
+def test_a_rescaling_layer_gives_raw_pixels_and_a_vgg_backbone_caffe_pixels(tmp_path):
+    keras = pytest.importorskip("keras")
+    image = keras.Input((None, None, 3), name="image")
+    scaled = keras.layers.Rescaling(1 / 127.5, offset=-1.0)(image)
+    keras.Model(image, keras.layers.Conv2D(2, 3, name="conv")(scaled)).save(tmp_path / "rescaled.keras")
+    write_starter(tmp_path / "rescaled.keras", tmp_path / "rescaled.toml")
+    line = _range_line(tmp_path / "rescaled.toml", "image")
+    assert line.startswith("range = [0.0, 255.0]  # from the model: Rescaling") and "onto [-1, 1]" in line, line
+
+    bgr = keras.Input((None, None, 3), name="image")  # HED's case: a VGG16 backbone fed BGR minus the Caffe mean
+    keras.Model(bgr, keras.layers.Conv2D(2, 3, name="block1_conv1")(bgr)).save(tmp_path / "vgg.keras")
+    write_starter(tmp_path / "vgg.keras", tmp_path / "vgg.toml")
+    line = _range_line(tmp_path / "vgg.toml", "image")
+    assert line.startswith(f"range = [-123.68, 151.061]  {CONFIRM} from the model: a Keras Applications VGG"), line
+    text = (tmp_path / "vgg.toml").read_text()
+    assert "profile = { min = [1, 32, 32, 3], opt = [4, 224, 224, 3], max = [4, 320, 320, 3] }" in text
+
+
+@pytest.mark.tf
+def test_where_nothing_tells_the_comment_says_what_to_look_for_and_the_header_names_the_file(tmp_path):
+    keras = pytest.importorskip("keras")
+    x = keras.Input((4,), name="x")
+    keras.Model(x, keras.layers.Dense(1, name="out")(x)).save(tmp_path / "plain.keras")
+    write_starter(tmp_path / "plain.keras", tmp_path / "other.toml")
+    line = _range_line(tmp_path / "other.toml", "x")
+    assert line.startswith(f"range = [-1.0, 1.0]  {CONFIRM}: the inclusive bounds") and "x/255 -> [0.0, 1.0]" in line
+    assert "Caffe/VGG (BGR minus the ImageNet mean) -> [-123.68, 151.061]" in line and "[0, N-1]" in line
+    text = (tmp_path / "other.toml").read_text()
+    assert "paritygate run other.toml" in text and "--parity-config=other.toml" in text
+    assert "parity.toml" not in text

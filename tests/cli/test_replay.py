@@ -103,6 +103,26 @@ def test_an_unloadable_candidate_is_an_error_not_a_failure(reproducer, capsys):
     assert "error:" in capsys.readouterr().err
 
 
+@pytest.mark.tf
+@pytest.mark.onnx
+def test_a_candidate_that_crashes_on_the_saved_inputs_fails_as_in_the_run(reproducer, capsys):
+    """One word for one outcome: the run calls a candidate that crashes on valid inputs `fail` (SentiToolKit's fp16
+    file: "idx=5000 must be within [-5000,4999]"); its replay reproduces that failure (exit 1), not an error (3)."""
+    from onnx import TensorProto, helper
+
+    def crashing(path):  # y = table[int(x)] with a one-row table: x = 1.0 indexes past it
+        table = helper.make_tensor("table", TensorProto.FLOAT, [1], [5.0])
+        nodes = [helper.make_node("Cast", ["x"], ["idx"], to=TensorProto.INT64),
+                 helper.make_node("Gather", ["table", "idx"], ["y"], axis=0), *scale("z", 2.0)]
+        return make_onnx(path, nodes, initializers=[table])
+
+    for check in ("matches_reference", "property_parity"):
+        assert main([reproducer(crashing, check)]) == EXIT_FAIL, capsys.readouterr()
+        out = capsys.readouterr().out
+        assert "FAIL the candidate: " in out and "ONNX Runtime failed on inputs" in out
+        assert "reproduced: the candidate still fails" in out
+
+
 def test_a_check_without_replay_is_an_error(tmp_path, capsys):
     from tests.conftest import toy_spec
 

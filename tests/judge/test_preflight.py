@@ -262,3 +262,42 @@ def test_conversions_of_several_references_run_at_once_before_validation(tmp_pat
     assert found["problems"] == [] and set(spans) == {"a", "b"}, (found, spans)
     (a0, a1, a_main), (b0, b1, b_main) = spans["a"], spans["b"]
     assert max(a0, b0) < min(a1, b1) and not (a_main or b_main), spans
+
+
+def test_a_candidate_output_of_another_rank_is_named_with_both_shapes(folder):
+    """HED's case: tf2onnx emitted a side output at rank 5 ([1, 2, 320, 320, 1]) for the reference's rank 4. The
+    validation line names the output and both shapes under key 'outputs', not the input's profile."""
+    import subprocess
+    import sys
+
+    import onnx
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.w = tf.Variable(np.random.default_rng(0).normal(0, 0.3, (3, 3, 3, 2)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32, name="x")])
+    def serve(x):  # a 3x3 'same' convolution over any H, W
+        return {"y": tf.nn.conv2d(x, module.w, 1, "SAME")}
+
+    module.serve = serve
+    saved = folder / "fcn"
+    tf.saved_model.save(module, str(saved), signatures={"serving_default": serve})
+    converted = folder / "fcn.onnx"
+    subprocess.run([sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(saved), "--output", str(converted),
+                    "--opset", "17"], check=True, capture_output=True)
+    graph = onnx.load(str(converted))
+    out = graph.graph.output[0]
+    for node in graph.graph.node:  # the conversion fault: one more leading axis on the output
+        node.output[:] = [f"{o}_r4" if o == out.name else o for o in node.output]
+    axes = onnx.helper.make_tensor("axes0", onnx.TensorProto.INT64, [1], [0])
+    graph.graph.initializer.append(axes)
+    graph.graph.node.append(onnx.helper.make_node("Unsqueeze", [f"{out.name}_r4", "axes0"], [out.name]))
+    out.type.tensor_type.shape.dim.insert(0, onnx.TensorShapeProto.Dimension(dim_value=1))
+    onnx.save(graph, str(folder / "rank5.onnx"))
+    line = one_problem(folder, model("m", saved, onnx="rank5.onnx", inputs={"x": {
+        "shape": [-1, -1, -1, 3], "dtype": "float32", "range": [-1.0, 1.0],
+        "profile": {"min": [1, 4, 4, 3], "opt": [2, 8, 8, 3], "max": [2, 16, 12, 3]}}}))
+    assert "key 'outputs': the fp32 candidate's output 'y' has shape [1, 1, 4, 4, 2] (rank 5) where the " \
+           "reference's 'y' has [1, 4, 4, 2] (rank 4), at the profile's min [1, 4, 4, 3]" in line, line
+    assert "inputs.x.profile" not in line

@@ -225,3 +225,33 @@ def test_each_bundled_budget_fails_a_candidate_slowed_by_its_margin(monkeypatch)
             assert wanted and all(k in text for k in wanted), (spec.name, kind, wanted, result.failures)
             assert not result.errors
         session.context.candidates[("onnxruntime", spec.name, "fp32")] = real
+
+
+# -- a check without a budget is bounded --------------------------------------------------------------------
+@pytest.mark.tf
+@pytest.mark.onnx
+@pytest.mark.latency
+def test_an_unbudgeted_check_of_a_slow_model_costs_seconds_not_minutes(tmp_path, toy_saved_model, monkeypatch):
+    """Nothing gates it (its check is a skip that reports the numbers), so it takes the probe profile: one warm-up
+    call and 3 samples a row. A candidate whose call takes 0.2 s would cost >= 100 x 0.2 s = 20 s a row in the ci
+    profile (HED: 725 s for one precision); here 4 rows of 4 calls, about 3 s."""
+    pytest.importorskip("onnxruntime")
+    from paritygate.backend.runtimes import candidate_runner
+    from paritygate.context import RunOptions
+    from paritygate.latency import latency_check
+
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    cfg = write_config(tmp_path, {"models": [_model("slow", toy_saved_model, make_onnx(tmp_path / "toy.onnx"), {})]})
+    session = RunOptions(config_path=cfg, runtime="onnxruntime", device_class="cpu")
+    [spec] = session.models
+    real = candidate_runner(session.context, spec, "fp32")
+    session.context.candidates[("onnxruntime", spec.name, "fp32")] = SlowedRunner(real, {1: 200.0, 4: 200.0}).activate()
+    start = time.perf_counter()
+    result = latency_check(session.context, spec, "fp32")
+    took = time.perf_counter() - start
+    assert took < 10, f"an unbudgeted check took {took:.1f} s"
+    candidate = [r for r in result.latency if r["role"] == "candidate"]
+    assert [r["batch"] for r in candidate] == [1, 4] and all(3 <= r["iterations"] <= 5 for r in candidate), candidate
+    assert all(r["p50_ms"] >= 200 for r in candidate)  # it measured the slow call
+    assert result.details["profile"]["name"] == "probe" and result.details["unbudgeted"]
+    assert "measured briefly (profile probe" in result.details["note"]

@@ -32,3 +32,16 @@ def test_an_xfail_names_beams_defect_only_when_it_stands_for_one():
     assert upstream_note([beam, team, own]) == ("2 of 3 xfail upstream: Beam's defect (onnx-numpy-num-bytes, "
                                                 "onnx-numpy-first-output), not your handler")
     assert upstream_note([own]) == "" and upstream_note([record_of("m", None, "c", "pass", {"upstream_defect": "x"})]) == ""
+
+
+def test_a_crash_localized_names_the_node_and_its_cause():
+    from tests.conftest import record_of
+
+    check = record_of("senti", "fp16", "matches_reference", "fail", {"divergence": {
+        "first_node": "emb/Cast", "op_type": "Cast", "crashed_node": "emb/GatherV2", "crash": "idx=5000 out of range",
+        "cause": "node 'emb/Cast' (Cast) carries an index in float16", "verified": None}})
+    from paritygate.report.text import divergence_text
+
+    assert divergence_text(check, lambda s: f"`{s}`") == (
+        "the candidate crashed at `emb/GatherV2`: idx=5000 out of range; cause: node 'emb/Cast' (Cast) carries an "
+        "index in float16")

@@ -14,6 +14,11 @@ class RunnerError(RuntimeError):
     """A runner could not load or run its model; the message names the file or tensor."""
 
 
+class CandidateFault(RunnerError):
+    """The candidate itself is wrong, not the suite: it fails on inputs within the config's ranges, or its file
+    rounds an index to FP16. A check (and its replay) that meets one ends in ``fail``."""
+
+
 class BaseRunner:
     time_as = None  # the part of the run's time line (paritygate.common.timeline) its loading and runs count in
 

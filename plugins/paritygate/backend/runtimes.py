@@ -290,7 +290,11 @@ def _build_candidate(ctx, spec, precision):
 
 
 def _build(ctx, spec, precision):
+    from paritygate.backend.onnx.index_paths import check_own
     from paritygate.backend.onnx.loader import onnx_artifact
+
+    if precision in spec.onnx_artifacts and not (ctx.runtime == "tensorrt" and precision in spec.engines):
+        check_own(spec, precision)  # a static fault of the team's own file: the candidate's fail
 
     if ctx.runtime == "tensorrt":
         from paritygate.backend.cache import cache_root

@@ -15,10 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras
+from paritygate.cli.hints import LOOK_FOR
 from paritygate.models.config import ConfigError, load_config
 
 DEFAULT_RANGES = {"f": (-1.0, 1.0), "u": (0, 255), "i": (0, 1), "b": (0, 1)}  # numpy dtype kind -> range
 DYNAMIC_DIM = 16  # min size proposed for a dynamic dimension other than the batch (opt 2x, max 4x)
+# an image's dynamic height/width: min, opt, max. opt 224: ImageNet's, the size most image backbones are trained at
+# (HED's BSDS500 images are 321x481); max 320: HED's team ran 320x320; min 32: small and odd sizes catch shape bugs
+IMAGE_SIZES = (32, 224, 320)
 CONFIRM = "# CONFIRM"
 
 
@@ -116,25 +120,35 @@ def _path(target, config_dir):
         return Path(target).resolve().as_posix()
 
 
+def _image_like(shape):
+    """NHWC or NCHW with 1, 3 or 4 channels."""
+    return len(shape) == 4 and (shape[3] in (1, 3, 4) or shape[1] in (1, 3, 4))
+
+
 def _profile_line(shape, max_batch):
-    """``profile = { min, opt, max }`` for the dynamic dims of ``shape`` (batch 1, max_batch, max_batch)."""
+    """``profile = { min, opt, max }`` for the dynamic dims of ``shape`` (batch 1, max_batch, max_batch): an image's
+    height and width at IMAGE_SIZES, any other dimension at DYNAMIC_DIM x 1, 2, 4."""
     dynamic = [i for i, d in enumerate(shape) if i > 0 and d == -1]
-    sizes = {"min": (1, 1), "opt": (max_batch, 2), "max": (max_batch, 4)}
-    table = ", ".join(f"{k} = {json.dumps([b] + [DYNAMIC_DIM * f if d == -1 else int(d) for d in shape[1:]])}"
-                      for k, (b, f) in sizes.items())
+    image = _image_like(shape)
+    sizes = IMAGE_SIZES if image else (DYNAMIC_DIM, 2 * DYNAMIC_DIM, 4 * DYNAMIC_DIM)
+    table = ", ".join(f"{k} = {json.dumps([b] + [size if d == -1 else int(d) for d in shape[1:]])}"
+                      for k, b, size in zip(("min", "opt", "max"), (1, max_batch, max_batch), sizes))
+    why = ("image sizes; opt 224 is ImageNet's: use the sizes your pipeline feeds" if image else
+           f"{sizes[0]}..{sizes[2]} proposed")
     return (f"profile = {{ {table} }}  {CONFIRM}: dimension(s) {', '.join(map(str, dynamic))} dynamic in the model: "
-            f"the sizes it must take, min <= opt <= max ({DYNAMIC_DIM}..{4 * DYNAMIC_DIM} proposed; TensorRT builds "
-            "this optimization profile)")
+            f"the sizes it must take, min <= opt <= max ({why}; TensorRT builds this optimization profile)")
 
 
-def _input_lines(name, dtype, shape, mapped, max_batch=4):
+def _input_lines(name, dtype, shape, mapped, max_batch=4, hint=None):
     dims = [-1] + [int(d) for d in shape[1:]]
     low, high = DEFAULT_RANGES.get(np.dtype(dtype).kind, (0, 1))
+    if hint:  # the graph tells: (low, high, why); a float input's bounds written as floats
+        low, high = (float(v) for v in hint[:2]) if np.dtype(dtype).kind == "f" else (int(v) for v in hint[:2])
+    rule = (f"{CONFIRM if hint[3:] else '#'} from the model: {hint[2]}" if hint else f"{CONFIRM}: the inclusive bounds of valid values (default "
+            f"for {np.dtype(dtype).name}; generated inputs stay inside); look for {LOOK_FOR}")
     lines = [f"[models.inputs.{_key(name)}]", f"shape = {json.dumps(dims)}",
              *([_profile_line(shape, max_batch)] if -1 in dims[1:] else []),
-             f'dtype = "{np.dtype(dtype).name}"',
-             (f"range = [{low!r}, {high!r}]  {CONFIRM}: the inclusive bounds of valid values (default for "
-             f"{np.dtype(dtype).name}); generated inputs stay inside")]
+             f'dtype = "{np.dtype(dtype).name}"', f"range = [{low!r}, {high!r}]  {rule}"]
     if mapped:
         cand, rule = mapped
         lines.append(f"candidate = {json.dumps(cand)}" + (f"  {CONFIRM}: paired by {rule}" if rule == "position"
@@ -142,12 +156,15 @@ def _input_lines(name, dtype, shape, mapped, max_batch=4):
     return lines
 
 
-def render(found, name, config_dir, max_batch=4):
-    """The starter config's text (the caller validates it by loading it)."""
+def render(found, name, config_dir, max_batch=4, config_name="parity.toml", hints=None):
+    """The starter config's text (the caller validates it by loading it). ``hints``: what the graph tells about
+    the inputs' values (paritygate.cli.hints.input_hints)."""
+    hints = hints or {}
     lines = [f"# Starter config written by `paritygate init` from {found.reference.name}"
              + (f" and {found.onnx.name}" if found.onnx else "") + ".",
              f"# Lines marked {CONFIRM} hold defaults the model cannot tell; check them, then run:",
-             "#     paritygate run parity.toml   (or: pytest --pyargs paritygate.conformance --parity-config=parity.toml)",
+             (f"#     paritygate run {config_name}   (or: pytest --pyargs paritygate.conformance "
+             f"--parity-config={config_name})"),
              "", "[[models]]", f"name = {json.dumps(name)}",
              f"reference = {json.dumps(_path(found.reference, config_dir))}"]
     if not is_keras(found.reference):
@@ -167,7 +184,9 @@ def render(found, name, config_dir, max_batch=4):
               f'task = "generic"                       {CONFIRM}: classification | regression | detection | generic',
               ""]
     for inp, (dtype, shape) in found.inputs.items():
-        lines += _input_lines(inp, dtype, shape, found.input_map.get(inp), max_batch) + [""]
+        image = np.dtype(dtype).kind == "f" and _image_like(shape)
+        hint = hints.get(inp) or (hints.get("*") if image else None)
+        lines += _input_lines(inp, dtype, shape, found.input_map.get(inp), max_batch, hint) + [""]
     lines.append("# reference output -> candidate output" if found.output_map else
                  f"# reference outputs: {', '.join(found.outputs)} (paired with the candidate's by name when "
                  "converted here)")
@@ -180,6 +199,16 @@ def render(found, name, config_dir, max_batch=4):
               "# paritygate.beam.tf_handler.TFNumpyHandler(path, min_batch_size=..., max_batch_size=...)",
               "# [models.beam]", '# handler = "my_handlers:make"       # a module beside this file']
     return "\n".join(lines) + "\n"
+
+
+def _hints(found):
+    """What the graph tells about the inputs' values; a model it cannot read tells nothing (init still writes)."""
+    from paritygate.cli.hints import input_hints
+
+    try:
+        return input_hints(found.reference, is_keras(found.reference), found.onnx, found.input_map)
+    except Exception:  # noqa: BLE001 - a hint is a proposal: never a reason for init to fail
+        return {}
 
 
 def _name_of(path):
@@ -202,7 +231,7 @@ def write_starter(model, output, onnx=None, name=None, signature="serving_defaul
             onnx_names(path)  # a file that does not load is named now, not at the first run
             found.artifacts[precision] = Path(path)
     name = name or _name_of(Path(model).absolute())
-    text = render(found, name, output.parent, max_batch)
+    text = render(found, name, output.parent, max_batch, output.name, _hints(found))
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
     try:

@@ -3,8 +3,9 @@ the command that replays *the check that failed* on it:
 
     paritygate replay FILE.npz      (or python -m paritygate.cli.replay FILE.npz [--check CHECK] [--runtime ...])
 
-Exit status: 0 the check passes on the saved inputs (not reproduced), 1 it fails (reproduced), 2 usage,
-3 error (the file, its config or a runtime could not be loaded: nothing was judged).
+Exit status: 0 the check passes on the saved inputs (not reproduced), 1 it fails (reproduced: a candidate that
+crashes on them too, as in the run), 2 usage, 3 error (the file, its config or a runtime could not be loaded:
+nothing was judged).
 
 Replay builds only the runners it needs, from a ``paritygate.context.RunContext`` (no pytest session).
 """
@@ -91,7 +92,7 @@ REPLAYS = {"matches_reference": _matches_reference, "property_parity": _property
 
 def replay(path, check=None, runtime=None):
     """Replay the check a reproducer was saved by (or ``check``) on its inputs; returns its ``CheckResult``."""
-    from paritygate.backend.base import RunnerError
+    from paritygate.backend.base import CandidateFault, RunnerError
     from paritygate.context import RunContext
     from paritygate.models.config import ConfigError, load_config
     from paritygate.verdict import SuiteError
@@ -110,6 +111,8 @@ def replay(path, check=None, runtime=None):
     settings = RunContext(runtime=runtime or meta["runtime"], fp16_keep_fp32=tuple(keep) if keep is not None else None)
     try:
         return REPLAYS[check](settings, spec, meta["precision"], inputs, meta)
+    except CandidateFault as err:  # the run's word for it: the candidate fails (it crashed, or rounds an index)
+        return replayed(check, spec, meta["precision"], False, [f"FAIL the candidate: {err}"])
     except (RunnerError, SuiteError, OSError) as err:
         raise ReplayError(f"{path}: {type(err).__name__}: {err}") from err
 

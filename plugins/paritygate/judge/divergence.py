@@ -81,6 +81,7 @@ def localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops=None,
 
 def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task, numerics, book,
                          check):
+    from paritygate.backend.base import RunnerError
     from paritygate.backend.onnx import localize
     from paritygate.backend.onnx.loader import fp32_onnx, load_checked, precision_list
     from paritygate.comparator.tolerance import tolerance_for
@@ -89,7 +90,10 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
     book = book or _standalone_book(ctx)
     fp32_model = localize.named_nodes(load_checked(fp32_onnx(spec)))
     base = list(precision_list(spec, PLAN_KEY[precision]))
-    result, _ = ctx.check(base)
+    try:
+        result, _ = ctx.check(base)
+    except RunnerError as err:  # the candidate crashes on the failing inputs: the node, and the cause where known
+        return {**localize.crash_site(load_checked(ctx.built(base)), str(err)), "numerics": numerics}
     if result.passed:
         return {"first_node": None, "verified": None,
                 "note": "the check passes when re-run here on ONNX Runtime's CPU provider with the configured "

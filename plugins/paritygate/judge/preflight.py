@@ -181,22 +181,43 @@ def _profile_corners(ctx, spec, v, reference):
     key = f"inputs.{dynamic[0]}.profile"
     for corner, label in ((0, "min"), (2, "max")):
         shapes = {k: t.profile[corner] if t.profile else t.with_batch(1) for k, t in spec.inputs.items()}
-        batch = spec.inputs[dynamic[0]].profile[corner][0]
+        batch, at = spec.inputs[dynamic[0]].profile[corner][0], f"the profile's {label} {list(shapes[dynamic[0]])}"
         feed = sample_inputs(spec, batch, np.random.default_rng(corner), {k: s[1:] for k, s in shapes.items()})
+        outs = {}
         for side, runner in runners.items():
             try:
-                out = runner.infer(feed)
+                outs[side] = runner.infer(feed)
             except Exception as err:  # noqa: BLE001 - each runtime raises its own types: one line either way
                 first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-                v.problem(key, f"the {side} fails at the profile's {label} {list(shapes[dynamic[0]])}: "
-                               f"{first.strip()[:300]}; expected it to run every shape within the profile")
+                v.problem(key, f"the {side} fails at {at}: {first.strip()[:300]}; expected it to run every shape "
+                               "within the profile")
                 return
+        unlike = _unlike_outputs(ctx, spec, outs, at)
+        if unlike:  # the conversion's fault, not the profile's: say which output and how
+            v.problem("outputs", unlike)
+            return
+        for side, out in outs.items():
             wrong = {k: list(np.shape(o)) for k, o in out.items() if np.shape(o)[:1] != (batch,)}
             if wrong:
-                v.problem(key, f"the {side} at the profile's {label} {list(shapes[dynamic[0]])} returns outputs "
-                               f"{wrong}, expected batch dimension {batch}")
+                v.problem(key, f"the {side} at {at} returns outputs {wrong}, expected batch dimension {batch}")
                 return
     v.checked.append("profile min and max on " + " and ".join(runners))
+
+
+def _unlike_outputs(ctx, spec, outs, at):
+    """One line when an fp32 candidate output has another shape than the reference output it pairs with (tf2onnx
+    emitted one of HED's side outputs at rank 5, [1, 2, 320, 320, 1], for the reference's [2, 320, 320, 1])."""
+    if len(outs) < 2:
+        return None
+    pairs, ref, cand = ctx.output_names(spec), outs["reference"], outs["fp32 candidate"]
+    for name, value in ref.items():
+        other = cand.get(pairs.get(name, name))
+        if other is not None and np.shape(other) != np.shape(value):
+            return (f"the fp32 candidate's output '{pairs.get(name, name)}' has shape {list(np.shape(other))} (rank "
+                    f"{np.ndim(other)}) where the reference's '{name}' has {list(np.shape(value))} (rank "
+                    f"{np.ndim(value)}), at {at}; expected the same shape: check how the model was exported and "
+                    "converted (e.g. tf2onnx's output shapes), or pair another output in [models.outputs]")
+    return None
 
 
 # -- candidate ------------------------------------------------------------------------------------------

@@ -50,6 +50,11 @@ class Budgets:
     speedups: list = field(default_factory=list)
 
     @property
+    def gates(self):
+        """Whether any budget applies (else the check only reports what it measured)."""
+        return bool(self.percentiles or self.speedups)
+
+    @property
     def batches(self):
         return sorted({b.batch for b in self.percentiles})
 

@@ -2,6 +2,7 @@
 plus any a budget names, measured serially, gated by the budgets of the run's device class."""
 
 import functools
+import os
 from dataclasses import asdict
 
 import numpy as np
@@ -10,6 +11,8 @@ from paritygate.latency.budgets import budgets_for, evaluate, unmeasurable
 from paritygate.latency.harness import (
     OVERHEAD_LIMIT,
     PERCENTILE_METHOD,
+    PROFILE_ENV,
+    UNBUDGETED,
     LatencyError,
     cdf_points,
     load_profile,
@@ -67,8 +70,8 @@ def latency_check(ctx, spec, precision, profile=None):
     if not ctx.serial:
         raise LatencyError("latency is measured serially, never beside other work: rerun without xdist "
                            "(pytest -m latency -p no:xdist)")
-    profile = profile or load_profile()
     budgets = budgets_for(spec, ctx.device_class, precision)
+    profile = profile or load_profile(None if budgets.gates or os.environ.get(PROFILE_ENV) else UNBUDGETED)
     result = CheckResult(spec.name, precision, "latency", latency=[], errors=[])
     result.failures += unmeasurable(spec, budgets)
     batches = sorted({1, spec.max_batch, *(b for b in budgets.batches if 1 <= b <= spec.max_batch)})
@@ -90,7 +93,9 @@ def latency_check(ctx, spec, precision, profile=None):
     cores = machine["usable_cores"]
     loaded = load_note(machine["load_average"], cores) or load_note(machine["load_average_end"], cores)
     unbudgeted = budgets.note(spec, precision)
-    notes += [n for n in (unbudgeted, loaded) if n]
+    probed = (f"nothing gated, so measured briefly (profile {UNBUDGETED}: {profile.min_iterations}+ samples a row); "
+              "a [models.latency.<class>] budget measures in full") if profile.name == UNBUDGETED else None
+    notes += [n for n in (unbudgeted, probed, loaded) if n]
     notes += [f"{r['role']} batch {r['batch']}: one call takes ~{r['p50_ms'] * 1e3:.1f} us, so each sample "
               f"is the mean of {r['calls_per_sample']} back-to-back calls (keeps the harness overhead "
               f"under {OVERHEAD_LIMIT:.0%})" for r in result.latency if r["calls_per_sample"] > 1]

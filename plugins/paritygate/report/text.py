@@ -205,6 +205,9 @@ def divergence_text(check, code=str):
         return ""
     if d.get("error"):
         return f"localization failed: {d['error']}"
+    if d.get("crash"):
+        where = f"the candidate crashed at {code(d['crashed_node'])}" if d.get("crashed_node") else "the candidate crashed"
+        return f"{where}: {d['crash']}" + (f"; cause: {d['cause']}" if d.get("cause") else "")
     where = (f"node adding the most error {code(d['first_node'])} ({d.get('op_type')}), max abs error "
              f"{num(d.get('max_abs_error'))}" if d.get("first_node") else (d.get("note") or "no divergent node"))
     plan = d.get("keep_fp32", d.get("exclude_from_quantization"))

@@ -17,6 +17,8 @@ Repairs around ``float16.convert_float_to_float16``, each found on a real graph:
   produce or read it stay in FP32 so that it keeps its value (basic-pitch's log epsilon 1e-10
   would otherwise become 6e-8: max abs error 0.157 instead of 0.052 against its fp32 ONNX on the calibration
   rows). Where the converter still turns it into FP16 (a tensor also read by an FP16 node), the report says so.
+- **Index paths** (SentiToolKit 0.1.8: float32 token ids cast to FP16 before its Embedding's Gather, id 4999 became
+  5000): every node on a float path into indices, bounds or a shape stays in FP32 (``index_paths.keep_fp32``).
 - **Subgraphs** (``Loop`` / ``Scan`` bodies, ``If`` branches; nakdimon 0.2.1's BiLSTM holds four ``Loop`` nodes): the
   converter turns a body to FP16 with its node, or leaves it FP32 when the node is blocked, but never looks at the
   outer-scope tensors a body reads, which are float16 or float32 by what the *outer* graph became (nakdimon: the
@@ -39,7 +41,7 @@ import warnings
 
 import numpy as np
 
-from paritygate.backend.onnx import scopes, validate
+from paritygate.backend.onnx import index_paths, scopes, validate
 from paritygate.backend.onnx.util import fresh_name, tensor_names
 from paritygate.lazy import lazy_import
 
@@ -289,6 +291,7 @@ def convert(source, keep_fp32, feeds, keep_nodes=()):
     original = {n.name: n.op_type for n in scopes.nodes(model.graph)}
     out_of_range = constants_out_of_range(model)
     blocked, retries = keep_exact(model, out_of_range), 0
+    blocked += [b for b in index_paths.keep_fp32(model) if all(b["node"] != k["node"] for k in blocked)]
     while True:
         half, retargeted, split = _convert_once(model, ops, list(keep_nodes) + [b["node"] for b in blocked])
         half = restore_float32_outputs(half, floats)

@@ -43,7 +43,7 @@ INT8_OPS = ("Conv", "MatMul", "Gemm")
 
 # Part of every artifact's cache key: bump when a build changes, so that no stale artifact is served.
 BUILD = {"fp32": "tf2onnx+validated+lint-v3",
-         "fp16": "isolated-outputs+exact-constants+node-retry+subgraph-captures+cast-targets+split-initializers"
+         "fp16": "isolated-outputs+exact-constants+node-retry+subgraph-captures+cast-targets+split-initializers+index-paths"
                  "+innermost-retry+validated+lint-v7",
          "int8": "qdq-s8-perchannel-float-bias+unshared-biases+validated+lint-v3"}
 TF2ONNX = "tf2onnx"

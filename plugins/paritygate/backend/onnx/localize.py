@@ -28,6 +28,7 @@ For INT8 the candidate's input values are taken before the Q/DQ pair its consume
 quantized activation is added by the node that reads it: the node ``int8_exclude`` leaves unquantized.
 """
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -279,3 +280,24 @@ def upstream(model, node_name, eligible, exclude=()):
             return [p.name for p in found]
         frontier = nxt
     return []
+
+
+CRASHED_NODE = re.compile(r"Name:'([^']+)'")  # ONNX Runtime: "... while running Gather node. Name:'<node>' ..."
+
+
+def crash_site(cand_model, message):
+    """Where a candidate that crashes on the failing inputs broke: the node ONNX Runtime names in ``message`` and,
+    when the artifact carries an index through float16 (``index_paths.rounded``), that path's node as the cause
+    (SentiToolKit: token id 4999 rounded to 5000 before its Embedding's Gather). A dict for the report."""
+    from paritygate.backend.onnx import index_paths, scopes
+
+    named = CRASHED_NODE.search(message)
+    crashed = named.group(1) if named else None
+    ops = {n.name: n.op_type for n in scopes.nodes(cand_model.graph)}
+    paths = [p for p in index_paths.index_paths(cand_model) if "float16" in p["floats"].values()]
+    cause = next((p for p in paths if p["index_of"] == crashed), paths[0] if paths else None)
+    first = cause["node"] if cause else crashed
+    text = next((line.strip() for line in message.splitlines() if line.strip()), message)
+    return {"first_node": first, "op_type": ops.get(first), "crashed_node": crashed, "crash": text[-400:],
+            "cause": next((line for line in index_paths.rounded(cand_model) if f"'{cause['index_of']}'" in line),
+                          None) if cause else None, "verified": None}

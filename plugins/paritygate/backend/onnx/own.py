@@ -9,6 +9,9 @@ engine's precision plan. Checked here (each failure one ``RunnerError`` naming t
   every reference output has its counterpart among its outputs;
 - an ``fp16`` file computes in float16: at least one node writes a float16 tensor (I/O may stay float32);
 - an ``int8`` file holds explicit quantization: QuantizeLinear / DequantizeLinear, or QLinear* / *Integer ops.
+
+When its candidate is built (``index_paths.check_own``), not here: a file that carries an index through float16
+is the candidate's ``fail``, one line naming the node and the cause.
 """
 
 from paritygate.backend.base import RunnerError
@@ -86,3 +89,4 @@ def check_artifact(spec, precision, fp32_outputs=()):
         runner.deactivate()
     return {"precision": precision, "path": str(path), "float16_outputs": len(float16_outputs(model)),
             "quantization_nodes": len(quantization_nodes(model))}
+

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.backend.base import BaseRunner, CandidateFault, RunnerError
 from paritygate.backend.onnxrt.options import session_options
 from paritygate.lazy import lazy_import
 
@@ -57,7 +57,7 @@ class OnnxrtRunner(BaseRunner):
             values = self._sess.run(None, feed)
         except Exception as err:
             shapes = {k: (v.dtype.name, list(v.shape)) for k, v in feed.items()}
-            raise RunnerError(f"{self.path}: ONNX Runtime failed on inputs {shapes}: {str(err)[:400]}") from err
+            raise CandidateFault(f"{self.path}: ONNX Runtime failed on inputs {shapes}: {str(err)[:400]}") from err
         return dict(zip(self.output_names, values))
 
     def input_metadata_impl(self):
