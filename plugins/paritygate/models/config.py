@@ -4,12 +4,14 @@ Every error is a ``ConfigError`` whose one-line message names the file, the mode
 """
 
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from paritygate.files import FileRefused, check_file, limit_value, read_bytes
 from paritygate.models.bundled import fixtures_dir
 
 if sys.version_info >= (3, 11):
@@ -20,6 +22,8 @@ else:  # pragma: no cover
 SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
 BUNDLED_CONFIG = fixtures_dir() / "parity.toml"  # package data in a wheel, fixtures/ in a checkout
 PRECISIONS = ("fp32", "fp16", "int8")
+MAX_FEED_MB = (1024, "PARITYGATE_MAX_FEED_MB")  # one batch of max_batch rows over all inputs: the suite holds
+# a few copies of it at once (reference, candidate, splits) on a CI runner of 16 GB (GitHub's standard Linux runner)
 
 
 class ConfigError(ValueError):
@@ -120,6 +124,14 @@ def _explain(error):
         return error.message.replace("is a required property", "is required but missing")
     if error.validator == "type":
         return f"expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
+    if error.validator in ("maximum", "minimum", "exclusiveMinimum", "maxLength", "maxItems", "pattern"):
+        why = error.schema.get("description")
+        bound = {"maximum": "at most", "minimum": "at least", "exclusiveMinimum": "more than",
+                 "maxLength": "at most", "maxItems": "at most", "pattern": "matching"}[error.validator]
+        unit = {"maxLength": " characters", "maxItems": " items"}.get(error.validator, "")
+        shown = error.instance if not isinstance(error.instance, str) or len(error.instance) <= 40 else \
+            f"{error.instance[:40]}... ({len(error.instance)} characters)"
+        return f"expected {bound} {error.validator_value}{unit}, got {shown!r}" + (f" ({why})" if why else "")
     if error.validator == "enum":
         return f"expected one of {error.validator_value}, got {error.instance!r}"
     if error.validator == "oneOf" and error.context:  # e.g. onnx: a path, or a table of paths per precision
@@ -136,7 +148,7 @@ def _format_schema_error(path, doc, error):
     if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int):
         entry = doc["models"][loc[1]]
         name = entry.get("name") if isinstance(entry, dict) else None
-        model = f" model '{name}'" if isinstance(name, str) else f" models[{loc[1]}]"
+        model = f" model '{name}'" if isinstance(name, str) and len(name) <= 64 else f" models[{loc[1]}]"
         key = ".".join(str(p) for p in loc[2:])
         if error.validator == "required":  # name the missing key itself, e.g. 'inputs.image.dtype'
             missing = error.message.split("'")[1]
@@ -146,12 +158,47 @@ def _format_schema_error(path, doc, error):
     return f"{path}: key '{_key_path(error)}': {_explain(error)}"
 
 
-def _resolve(base, value, spec_where, must_exist=True):
+def _resolve(base, value, spec_where, must_exist=True, kind="onnx", folder_ok=False):
+    """``value`` against the config's folder; with ``must_exist``, checked to be a regular file of ``kind``
+    within its size limit (or a folder where ``folder_ok``): a FIFO, a device or a symlink loop is one line."""
     p = Path(value)
     p = p if p.is_absolute() else (base / p)
-    if must_exist and not p.exists():
-        raise ConfigError(f"{spec_where}: file not found: {p}")
+    if must_exist:
+        try:
+            check_file(p, "the file this key names", kind, folder_ok=folder_ok)
+        except ValueError as err:
+            raise ConfigError(f"{spec_where}: {err}") from None
     return p
+
+
+def _non_finite(value, key=""):
+    """(key path, value) of the first NaN or infinite number in the parsed config, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return key or "<top level>", value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _non_finite(v, f"{key}[{k}]" if isinstance(k, int) else (f"{key}.{k}" if key else k))
+        if found:
+            return found
+    return None
+
+
+def _check_feed_size(where, table):
+    """One batch of ``max_batch`` rows at the largest shapes, over all inputs, within PARITYGATE_MAX_FEED_MB."""
+    default, env = MAX_FEED_MB
+    rows = 0
+    for t in table["inputs"].values():
+        dims = t["profile"]["max"][1:] if "profile" in t else t["shape"][1:]
+        rows += math.prod(dims) * np.dtype(t["dtype"]).itemsize
+    try:
+        limit = limit_value(env, default) * 2**20
+    except FileRefused as err:
+        raise ConfigError(f"{where('max_batch')}: {err}") from None
+    size = rows * table["max_batch"]
+    if size > limit:
+        raise ConfigError(f"{where('max_batch')}: {table['max_batch']} rows of {rows} bytes each is "
+                          f"{size / 2**20:.0f} MB per batch, over the {limit / 2**20:g} MB limit (default {default}); "
+                          f"lower max_batch or raise it with {env}=<MB>")
 
 
 def _tensor_spec(where, name, table, max_batch=None):
@@ -247,6 +294,7 @@ def _model_spec(path, table, check_files):
         return f"{path}: model '{name}': key '{key}'"
 
     inputs = {n: _tensor_spec(where, n, t, table["max_batch"]) for n, t in table["inputs"].items()}
+    _check_feed_size(where, table)
     engines = {p: _resolve(base, v, where(f"engines.{p}"), check_files) for p, v in table.get("engines", {}).items()}
     unknown = set(engines) - set(table["precisions"])
     if unknown:
@@ -273,7 +321,7 @@ def _model_spec(path, table, check_files):
     return ModelSpec(
         name=name,
         source=path,
-        reference=_resolve(base, table["reference"], where("reference"), check_files),
+        reference=_resolve(base, table["reference"], where("reference"), check_files, folder_ok=True),
         signature=table.get("signature", "serving_default"),
         onnx=onnx_files.get("fp32"),
         onnx_artifacts={p: v for p, v in onnx_files.items() if p != "fp32"},
@@ -283,7 +331,7 @@ def _model_spec(path, table, check_files):
         max_batch=table["max_batch"],
         task=table.get("task", "generic"),
         task_output=table.get("task_output"),
-        calibration=_resolve(base, calibration, where("calibration"), check_files) if calibration else None,
+        calibration=_resolve(base, calibration, where("calibration"), check_files, "npz") if calibration else None,
         inputs=inputs,
         outputs=dict(table.get("outputs", {})),
         tolerances=table.get("tolerances", {}),
@@ -298,15 +346,19 @@ def _model_spec(path, table, check_files):
 
 def load_config(path, check_files=True):
     """Read, validate and resolve a config file; returns a list of ModelSpec."""
-    path = Path(path).resolve()
+    path = Path(path).absolute()
     try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from err
+        path = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: read_bytes names it
+        pass
+    raw = read_bytes(path, "config file", "config", ConfigError)
     try:
         doc = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from err
+    bad = _non_finite(doc)
+    if bad:
+        raise ConfigError(f"{path}: key '{bad[0]}': expected a finite number, got {bad[1]}")
     errors = sorted(_schema_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         raise ConfigError(_format_schema_error(path, doc, errors[0]))
@@ -315,6 +367,4 @@ def load_config(path, check_files=True):
         if table["name"] in seen:
             raise ConfigError(f"{path}: model '{table['name']}': key 'name': duplicate model name")
         seen.add(table["name"])
-    if str(path.parent) not in sys.path:  # handler modules live beside the config
-        sys.path.insert(0, str(path.parent))
     return [_model_spec(path, table, check_files) for table in doc["models"]]
