@@ -76,6 +76,9 @@ def onnx_names(path):
     """(input names, output names) of an ONNX file, initializers excluded."""
     import onnx
 
+    from paritygate.files import check_file
+
+    check_file(path, "ONNX model", "onnx", InitError)
     try:
         graph = onnx.load(str(path), load_external_data=False).graph
     except Exception as err:  # onnx raises DecodeError and others for a corrupt file
