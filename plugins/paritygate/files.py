@@ -13,6 +13,7 @@ The limits, each with the environment variable that raises it (in MB, 2**20 byte
     json    256 MB    PARITYGATE_MAX_JSON_MB    reports, baselines, manifests: a 1,000-check report is ~5 MB
     onnx    2048 MB   PARITYGATE_MAX_ONNX_MB    protobuf's 2 GiB message limit (weights beyond it are external data)
     npz     4096 MB   PARITYGATE_MAX_NPZ_MB     input sets, calibration sets, goldens, reproducers
+    model   8192 MB   PARITYGATE_MAX_MODEL_MB   a reference .keras/.h5 file, a TensorRT engine (a SavedModel is a folder)
 
 Errors are raised as the caller's own error class (``error=``), so that a config's file is a ``ConfigError`` and
 an input set's an ``InputSetError``; the message never holds the file's bytes.
@@ -26,7 +27,8 @@ from pathlib import Path
 
 MB = 2**20
 LIMITS = {"config": (1, "PARITYGATE_MAX_CONFIG_MB"), "json": (256, "PARITYGATE_MAX_JSON_MB"),
-          "onnx": (2048, "PARITYGATE_MAX_ONNX_MB"), "npz": (4096, "PARITYGATE_MAX_NPZ_MB")}
+          "onnx": (2048, "PARITYGATE_MAX_ONNX_MB"), "npz": (4096, "PARITYGATE_MAX_NPZ_MB"),
+          "model": (8192, "PARITYGATE_MAX_MODEL_MB")}
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.cli import commands
+from paritygate.files import check_version, read_bytes, read_json
 from paritygate.inputs.sets import (
     InputSetError,
     check_arrays,
@@ -56,7 +57,7 @@ def input_set_path(spec):
 
 
 def _sha256(path):
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return hashlib.sha256(read_bytes(path, "golden .npz", "npz", GoldenError)).hexdigest()
 
 
 def _array_sha(arr):
@@ -67,10 +68,9 @@ def read_manifest(spec):
     path = golden_dir(spec) / "manifest.json"
     if not path.exists():
         return {"schema": MANIFEST_SCHEMA, "models": {}}
-    try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise GoldenError(f"{path}: corrupt golden manifest: {err}") from err
+    doc = read_json(path, "golden manifest", error=GoldenError)
+    if isinstance(doc, dict):
+        check_version(path, "golden manifest", doc.get("schema"), (MANIFEST_SCHEMA,), GoldenError)
     models = doc.get("models") if isinstance(doc, dict) else None
     if not isinstance(models, dict) or not all(isinstance(e, dict) for e in models.values()):
         raise GoldenError(f"{path}: corrupt golden manifest: expected a JSON object whose 'models' maps each model "

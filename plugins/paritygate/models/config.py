@@ -295,7 +295,8 @@ def _model_spec(path, table, check_files):
 
     inputs = {n: _tensor_spec(where, n, t, table["max_batch"]) for n, t in table["inputs"].items()}
     _check_feed_size(where, table)
-    engines = {p: _resolve(base, v, where(f"engines.{p}"), check_files) for p, v in table.get("engines", {}).items()}
+    engines = {p: _resolve(base, v, where(f"engines.{p}"), check_files, "model")
+               for p, v in table.get("engines", {}).items()}
     unknown = set(engines) - set(table["precisions"])
     if unknown:
         raise ConfigError(f"{where('engines')}: engines for {sorted(unknown)} but precisions are {table['precisions']}")
@@ -321,7 +322,7 @@ def _model_spec(path, table, check_files):
     return ModelSpec(
         name=name,
         source=path,
-        reference=_resolve(base, table["reference"], where("reference"), check_files, folder_ok=True),
+        reference=_resolve(base, table["reference"], where("reference"), check_files, "model", folder_ok=True),
         signature=table.get("signature", "serving_default"),
         onnx=onnx_files.get("fp32"),
         onnx_artifacts={p: v for p, v in onnx_files.items() if p != "fp32"},
@@ -342,6 +343,15 @@ def _model_spec(path, table, check_files):
         nondeterministic=table.get("nondeterministic"),
         allow_nonfinite_reference=table.get("allow_nonfinite_reference", False),
     )
+
+
+def check_model_value(key, value):
+    """The schema's rule for the model key ``key`` (``name``, ``max_batch``) applied to ``value``: why it is
+    refused (one line), or None. ``paritygate init`` checks its options with it before it writes anything."""
+    schema = _schema_validator().schema
+    rule = {**schema["$defs"]["model"]["properties"][key], "$defs": schema["$defs"]}
+    error = next(iter(type(_schema_validator())(rule).iter_errors(value)), None)
+    return None if error is None else _explain(error)
 
 
 def load_config(path, check_files=True):
