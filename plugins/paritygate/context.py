@@ -138,7 +138,13 @@ class RunOptions:
                     zoo_module("build").ensure_built()
             models = load_config(self.config_path, check_files=check_files)
             if self.shard:
-                models = [m for i, m in enumerate(models) if i % self.shard[1] == self.shard[0] - 1]
+                k, n = self.shard
+                if n > len(models):
+                    from paritygate.models.config import ConfigError
+
+                    raise ConfigError(f"--parity-shard={k}/{n}: {self.config_path} holds {len(models)} model(s), so "
+                                      f"shard {k} of {n} would judge none; expected at most {len(models)} shards")
+                models = [m for i, m in enumerate(models) if i % n == k - 1]
             self._models = models
         return self._models
 

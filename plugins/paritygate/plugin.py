@@ -171,7 +171,7 @@ def pytest_collection_modifyitems(config, items):
     from paritygate.beam.expectations import expectations_for
 
     try:
-        known = load_known_failures(options.config_path)
+        known = load_known_failures(options.config_path, [m.name for m in options.models])
         # [[expectations]] beside the config are read now (their reaches and when too): a malformed entry stops
         expectations_for(options.config_path)  # the run, not a Beam check (ExpectationError is a ConfigError)
     except ConfigError as err:

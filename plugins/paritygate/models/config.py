@@ -125,9 +125,9 @@ def _explain(error):
     if error.validator == "type":
         return f"expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
     if error.validator in ("maximum", "minimum", "exclusiveMinimum", "maxLength", "maxItems", "pattern"):
-        why = error.schema.get("description")
+        why = error.schema.get("description") if error.validator in ("maximum", "maxLength", "pattern") else None
         bound = {"maximum": "at most", "minimum": "at least", "exclusiveMinimum": "more than",
-                 "maxLength": "at most", "maxItems": "at most", "pattern": "matching"}[error.validator]
+                 "maxLength": "at most", "maxItems": "at most", "pattern": "a value matching"}[error.validator]
         unit = {"maxLength": " characters", "maxItems": " items"}.get(error.validator, "")
         shown = error.instance if not isinstance(error.instance, str) or len(error.instance) <= 40 else \
             f"{error.instance[:40]}... ({len(error.instance)} characters)"

@@ -11,6 +11,7 @@ from paritygate.report.text import (
     num,
     precision_label,
     run_fails,
+    stop_problems,
     statistics_text,
     tolerance_groups,
     tolerance_text,
@@ -60,14 +61,23 @@ def _fenced(text):
 
 
 def _environment_line(data):
-    env = data["environment"]
+    env = data.get("environment") or {}
     gpu = (env.get("gpu") or {}).get("name") or f"none ({env.get('gpu_unavailable_reason')})"
-    return (f"Runtime **{data['runtime']}** · device class `{data['device_class']}` · "
+    return (f"Runtime **{data.get('runtime')}** · device class `{data.get('device_class')}` · "
             f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
             f"TensorRT {env.get('tensorrt') or 'not installed'} · Beam {env.get('apache-beam')} · GPU: {gpu}")
 
 
+def _escape_line(text):
+    """One problem line as Markdown text: backticks and the characters Markdown reads as markup, escaped."""
+    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", " ".join(text.split()))
+
+
 def _verdict(data, checks):
+    problems = stop_problems(data, checks)
+    if problems:
+        return [f"**Verdict: STOPPED before any check** (exit code 4): {len(problems)} problem(s) in the input, "
+                "each to fix before the checks can run:", "", *[f"- {_escape_line(p)}" for p in problems]]
     if not checks:
         return ["no checks ran"]
     n = counts(checks)
