@@ -11,8 +11,8 @@ from paritygate.report.text import (
     num,
     precision_label,
     run_fails,
-    stop_problems,
     statistics_text,
+    stop_problems,
     tolerance_groups,
     tolerance_text,
     worst_output,
@@ -76,8 +76,9 @@ def _escape_line(text):
 def _verdict(data, checks):
     problems = stop_problems(data, checks)
     if problems:
-        return [f"**Verdict: STOPPED before any check** (exit code 4): {len(problems)} problem(s) in the input, "
-                "each to fix before the checks can run:", "", *[f"- {_escape_line(p)}" for p in problems]]
+        head = (f"**Verdict: STOPPED before any check** (exit code 4): {len(problems)} problem(s) in the input, "
+                "each to fix before the checks can run:")
+        return [head, "", *[f"- {_escape_line(p)}" for p in problems]]
     if not checks:
         return ["no checks ran"]
     n = counts(checks)
