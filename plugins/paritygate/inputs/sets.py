@@ -207,3 +207,13 @@ def check_labels(spec, path, labels, rows, what="input set"):
                                 f"'classification' of model '{spec.name}')")
         if labels.size and labels.min() < 0:
             raise InputSetError(f"{where} holds {labels.min()}, expected class indices >= 0")
+
+
+def check_class_labels(path, input_set, classes, output):
+    """Every ``__labels__`` of ``input_set`` a class index of a model whose ``output`` scores ``classes`` classes."""
+    for group in input_set.groups:
+        if group.labels is not None and group.labels.size and group.labels.max() >= classes:
+            bad = int(np.count_nonzero(group.labels >= classes))
+            raise InputSetError(f"{path}: array '{LABELS}' holds {group.labels.max()} ({bad} label(s) >= {classes}), "
+                                f"expected class indices 0..{classes - 1}: the reference's output '{output}' scores "
+                                f"{classes} classes")

@@ -48,6 +48,7 @@ class ModelValidation:
         self.notes = []
         self.checked = []
         self.io_mapping = None
+        self.classes = None  # (classes, output) of a classification model, once the reference ran a sample
 
     def problem(self, key, err):
         """One line: the config file, the model, the key (None: a data file the message names) and ``err``."""
@@ -161,10 +162,13 @@ def _task_outputs(spec, reference, v):
         v.problem("reference", f"the reference fails on a sample input within the config's ranges: {err}")
         return
     try:
-        (classification_outputs if spec.task == "classification" else detection_outputs)(spec, outputs)
+        names = (classification_outputs if spec.task == "classification" else detection_outputs)(spec, outputs)
     except TaskSpecError as err:
         v.problem("task", err)
         return
+    scored = [(int(np.shape(outputs[n])[-1]), n) for n in names if np.ndim(outputs[n]) > 1]
+    if spec.task == "classification" and scored:  # the data files' labels are checked against the fewest classes
+        v.classes = min(scored)
     v.checked.append("task outputs")
 
 
@@ -278,7 +282,7 @@ def _data_files(ctx, spec, v):
     """Every data file of the model through the one reader (paritygate.inputs.sets); the goldens also against their
     manifest (not under --update-goldens, which rewrites them)."""
     from paritygate.inputs import goldens
-    from paritygate.inputs.sets import InputSetError, read_input_set
+    from paritygate.inputs.sets import InputSetError, check_class_labels, read_input_set
     from paritygate.models.known import ExpectationError, known_failure_feeds
 
     files = [(None, goldens.input_set_path(spec), "input set"), (None, goldens.heldout_set_path(spec), "held-out set")]
@@ -289,7 +293,9 @@ def _data_files(ctx, spec, v):
             continue
         with v.guard(key, path):
             try:
-                read_input_set(spec, path, what)
+                found = read_input_set(spec, path, what)
+                if v.classes:
+                    check_class_labels(path, found, *v.classes)
             except InputSetError as err:
                 v.problem(key, err)
                 continue
@@ -305,7 +311,9 @@ def _data_files(ctx, spec, v):
     if goldens.golden_path(spec).exists() and not ctx.update_goldens:
         with v.guard(None, goldens.golden_path(spec)):
             try:
-                goldens.load_golden(spec)
+                golden = goldens.load_golden(spec)
+                if v.classes:
+                    check_class_labels(goldens.golden_path(spec), golden, *v.classes)
             except SuiteError as err:  # GoldenError, InputSetError
                 v.problem(None, err)
                 return
