@@ -141,3 +141,9 @@ def check_version(path, what, found, supported, error=FileRefused):
         have = "no schema version" if found is None else f"schema version {found!r}"
         raise error(f"{path}: {what} has {have}; this paritygate reads schema version(s) "
                     f"{', '.join(map(str, supported))}")
+
+
+def present(path):
+    """Whether something is at ``path``, a dangling or looping symlink included (``Path.exists`` says False for
+    those): a file the suite looks for by name is then read, and its reader names what is wrong with it."""
+    return os.path.lexists(path)

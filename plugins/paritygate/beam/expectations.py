@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.files import present
 from paritygate.models.bundled import check_names
 from paritygate.models.known import BUNDLED_EXPECTATIONS, ExpectationError, read_expectations
 
@@ -133,9 +134,9 @@ def expectations_for(config_path=None):
     paths = [BUNDLED_EXPECTATIONS]
     if config_path is not None:
         beside = Path(config_path).resolve().parent / "expectations.toml"
-        if beside.exists() and beside != BUNDLED_EXPECTATIONS.resolve():
+        if present(beside) and beside != BUNDLED_EXPECTATIONS.resolve():
             paths.append(beside)
-    return [e for i, p in enumerate(paths) if p.exists() for e in load_expectations(p, own=i > 0)]
+    return [e for i, p in enumerate(paths) if present(p) for e in load_expectations(p, own=i > 0)]
 
 
 def beam_version():

@@ -356,12 +356,8 @@ def check_model_value(key, value):
 
 def load_config(path, check_files=True):
     """Read, validate and resolve a config file; returns a list of ModelSpec."""
-    path = Path(path).absolute()
-    try:
-        path = path.resolve()
-    except (OSError, RuntimeError):  # a symlink loop: read_bytes names it
-        pass
-    raw = read_bytes(path, "config file", "config", ConfigError)
+    raw = read_bytes(Path(path).absolute(), "config file", "config", ConfigError)  # the path as given
+    path = Path(path).resolve()
     try:
         doc = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:

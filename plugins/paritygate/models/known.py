@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from paritygate.files import read_text
+from paritygate.files import present, read_text
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError, tomllib
 
 BUNDLED_EXPECTATIONS = BUNDLED_CONFIG.parent / "expectations.toml"
@@ -87,7 +87,7 @@ def load_known_failures(config_path, models=None):
     ``check`` must be one of the suite's checks and, given the config's ``models`` (names), its ``model`` one
     of them: an entry that could never match is an error, not silently ignored."""
     path = Path(config_path).parent / "expectations.toml"
-    if not path.exists():
+    if not present(path):
         return []
     tables = read_expectations(path)
     entries = tables["known_failures"]

@@ -34,6 +34,7 @@ import numpy as np
 
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
+from paritygate.files import present
 from paritygate.lazy import available, missing_reason
 from paritygate.verdict import SuiteError
 
@@ -289,7 +290,7 @@ def _data_files(ctx, spec, v):
     if spec.calibration is not None:
         files.append(("calibration", spec.calibration, "calibration set"))
     for key, path, what in files:
-        if not path.exists():
+        if not present(path):
             continue
         with v.guard(key, path):
             try:
@@ -308,7 +309,7 @@ def _data_files(ctx, spec, v):
             pass  # a malformed expectations.toml is one line already: the plugin reads it before any check
         except InputSetError as err:
             v.problem(None, err)
-    if goldens.golden_path(spec).exists() and not ctx.update_goldens:
+    if present(goldens.golden_path(spec)) and not ctx.update_goldens:
         with v.guard(None, goldens.golden_path(spec)):
             try:
                 golden = goldens.load_golden(spec)
