@@ -30,11 +30,11 @@ def test_usage_errors_exit_like_pytest(argv, capsys):
 
 def test_run_and_report_name_a_missing_or_wrong_file(tmp_path, capsys):
     assert main(["run", str(tmp_path / "nope.toml")]) == USAGE
-    assert "nope.toml: no such config file" in capsys.readouterr().err
+    assert "nope.toml: cannot read config file: file not found" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["report", str(bad)]) == USAGE
-    assert "bad.json: cannot read a JSON report" in capsys.readouterr().err
+    assert "bad.json: cannot read JSON report: not valid JSON" in capsys.readouterr().err
     bad.write_text("[]")
     assert main(["report", str(bad)]) == USAGE
     assert "not a parity report" in capsys.readouterr().err

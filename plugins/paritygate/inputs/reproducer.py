@@ -55,13 +55,15 @@ def load_reproducer(path):
     try:
         data = read_npz(path, "reproducer")
     except InputSetError as err:
-        raise ReplayError(f"{err}; expected {expected}") from None
+        why = str(err).removeprefix(f"{path}: ")
+        raise ReplayError(f"{path}: not a paritygate reproducer ({why}); expected {expected}") from None
     try:
         meta = json.loads(str(data[META]))
     except (KeyError, ValueError, RecursionError):
-        raise ReplayError(f"{path}: no readable {META} (JSON) array; expected {expected}") from None
+        raise ReplayError(f"{path}: not a paritygate reproducer (no readable {META} JSON array); expected "
+                          f"{expected}") from None
     if not isinstance(meta, dict):
-        raise ReplayError(f"{path}: {META} is no JSON object; expected {expected}")
+        raise ReplayError(f"{path}: not a paritygate reproducer ({META} is no JSON object); expected {expected}")
     check_version(path, "reproducer", meta.get("schema", 1), (SCHEMA,), ReplayError)
     inputs = {k.split(":", 1)[1]: v for k, v in data.items() if k.startswith("input:")}
     missing = sorted(set(FIELDS) - set(meta))

@@ -5,6 +5,7 @@ Every error is a ``ConfigError`` whose one-line message names the file, the mode
 
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ else:  # pragma: no cover
 SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
 BUNDLED_CONFIG = fixtures_dir() / "parity.toml"  # package data in a wheel, fixtures/ in a checkout
 PRECISIONS = ("fp32", "fp16", "int8")
+NAME_PATTERN, NAME_LENGTH = r"[A-Za-z0-9_][A-Za-z0-9_.-]*", 64  # config_schema.json's rule for a model name
 MAX_FEED_MB = (1024, "PARITYGATE_MAX_FEED_MB")  # one batch of max_batch rows over all inputs: the suite holds
 # a few copies of it at once (reference, candidate, splits) on a CI runner of 16 GB (GitHub's standard Linux runner)
 
@@ -103,7 +105,10 @@ def _schema_validator():
     schema = json.loads(SCHEMA_PATH.read_text())
     # JSON Schema counts 8.0 as an integer; TOML tells them apart, and a float max_batch or shape breaks numpy.
     base = jsonschema.Draft202012Validator
-    checker = base.TYPE_CHECKER.redefine("integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+    # TOML's nan and inf are no number a config means: every number of the schema is finite.
+    checker = base.TYPE_CHECKER.redefine_many({
+        "integer": lambda _, v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda _, v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)})
     return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
@@ -123,6 +128,8 @@ def _explain(error):
     if error.validator == "required":
         return error.message.replace("is a required property", "is required but missing")
     if error.validator == "type":
+        if error.validator_value == "number" and isinstance(error.instance, float):
+            return f"expected a finite number, got {error.instance}"
         return f"expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
     if error.validator in ("maximum", "minimum", "exclusiveMinimum", "maxLength", "maxItems", "pattern"):
         why = error.schema.get("description") if error.validator in ("maximum", "maxLength", "pattern") else None
@@ -148,7 +155,8 @@ def _format_schema_error(path, doc, error):
     if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int):
         entry = doc["models"][loc[1]]
         name = entry.get("name") if isinstance(entry, dict) else None
-        model = f" model '{name}'" if isinstance(name, str) and len(name) <= 64 else f" models[{loc[1]}]"
+        valid = isinstance(name, str) and re.fullmatch(NAME_PATTERN, name) and len(name) <= NAME_LENGTH
+        model = f" model '{name}'" if valid else f" models[{loc[1]}]"  # a bad name: named by its place
         key = ".".join(str(p) for p in loc[2:])
         if error.validator == "required":  # name the missing key itself, e.g. 'inputs.image.dtype'
             missing = error.message.split("'")[1]
@@ -169,18 +177,6 @@ def _resolve(base, value, spec_where, must_exist=True, kind="onnx", folder_ok=Fa
         except ValueError as err:
             raise ConfigError(f"{spec_where}: {err}") from None
     return p
-
-
-def _non_finite(value, key=""):
-    """(key path, value) of the first NaN or infinite number in the parsed config, or None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return key or "<top level>", value
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for k, v in items:
-        found = _non_finite(v, f"{key}[{k}]" if isinstance(k, int) else (f"{key}.{k}" if key else k))
-        if found:
-            return found
-    return None
 
 
 def _check_feed_size(where, table):
@@ -362,9 +358,6 @@ def load_config(path, check_files=True):
         doc = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from err
-    bad = _non_finite(doc)
-    if bad:
-        raise ConfigError(f"{path}: key '{bad[0]}': expected a finite number, got {bad[1]}")
     errors = sorted(_schema_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         raise ConfigError(_format_schema_error(path, doc, errors[0]))
