@@ -100,7 +100,8 @@ class RunOptions:
                  localize=True, baseline=None, baseline_fail=(), numerics="strict", reference_cache=True, shard=None):
         from paritygate.models.config import BUNDLED_CONFIG
 
-        self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
+        self.config_path = Path(config_path).absolute() if config_path else BUNDLED_CONFIG  # as given: a link is
+        # named as the user wrote it (a loop cannot be resolved at all); load_config resolves what it reads
         self.is_bundled = config_path is None
         self.requested_runtime = runtime  # --parity-runtime (None: derived from the machine, ``runtime``)
         self.report_dir = Path(report_dir).resolve() if report_dir else None

@@ -251,6 +251,8 @@ def _validate(config):
     from paritygate.models.preflight import validate_models
 
     parity, options = config.stash[SESSION_KEY], config.stash[OPTIONS_KEY]
+    if parity.validation is not None:  # stopped already (pytest runs collection_finish after a stop in
+        return  # modifyitems, e.g. a bad expectations.toml): that stop's lines are the report's
     try:
         found = parity.validation = validate_models(options.context, options.models, options.config_path)
     except ConfigError as err:

@@ -275,11 +275,11 @@ def test_heldout_labels_outside_the_models_classes_are_one_line(folder, toy_save
                     "expected class indices 0..0: the reference's output 'y' scores 1 classes")
 
 
-@pytest.mark.parametrize(("rows", "words"), [(0, "holds 0 rows; expected at least one row (or no file: the suite then draws "
-                                                  "its inputs from the config's ranges)"),
-                                              (10_001, "holds 10001 rows, over the limit of 10000 rows (default "
+@pytest.mark.parametrize(("rows", "words"), [(0, ("holds 0 rows; expected at least one row (or no file: the suite then draws "
+                                                  "its inputs from the config's ranges)")),
+                                              (10_001, ("holds 10001 rows, over the limit of 10000 rows (default "
                                                        "10000); keep a sample of it, or raise the limit with "
-                                                       "PARITYGATE_MAX_ROWS=<rows>")])
+                                                       "PARITYGATE_MAX_ROWS=<rows>"))])
 def test_an_input_set_of_no_rows_or_over_the_row_limit_is_one_line(folder, toy_saved_model, rows, words):
     (folder / "inputs").mkdir()
     path = folder / "inputs" / "m.npz"

@@ -86,7 +86,7 @@ def load_known_failures(config_path, models=None):
     ``upstream_defect`` must name an ``[[expectations]]`` id of that file or of the bundled one; each entry's
     ``check`` must be one of the suite's checks and, given the config's ``models`` (names), its ``model`` one
     of them: an entry that could never match is an error, not silently ignored."""
-    path = Path(config_path).parent / "expectations.toml"
+    path = Path(config_path).resolve().parent / "expectations.toml"
     if not present(path):
         return []
     tables = read_expectations(path)
