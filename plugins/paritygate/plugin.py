@@ -201,8 +201,8 @@ def pytest_collection_finish(session):
     Runtime's candidate threads spin-wait only in a run that measures latency (``RunContext.spin``). A serial run
     without latency or Beam checks (which import TensorFlow here anyway: a live reference, a TF handler) starts a
     goldens check's TensorFlow in a process of its own (``start_goldens_reference``) and runs that check last."""
-    if hasattr(session.config, "workerinput"):
-        return
+    if hasattr(session.config, "workerinput") or session.config.stash[SESSION_KEY].validation is not None:
+        return  # a worker; or a run stopped in modifyitems (a bad expectations.toml), after which pytest calls this
     if any(case_of(item)[0] is not None and _in_conformance(item.path) for item in session.items):
         options = session.config.stash[OPTIONS_KEY]
         options.context.spin = any(i.get_closest_marker("latency") for i in session.items)
@@ -251,8 +251,6 @@ def _validate(config):
     from paritygate.models.preflight import validate_models
 
     parity, options = config.stash[SESSION_KEY], config.stash[OPTIONS_KEY]
-    if parity.validation is not None:  # stopped already (pytest runs collection_finish after a stop in
-        return  # modifyitems, e.g. a bad expectations.toml): that stop's lines are the report's
     try:
         found = parity.validation = validate_models(options.context, options.models, options.config_path)
     except ConfigError as err:

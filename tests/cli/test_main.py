@@ -127,3 +127,17 @@ def test_an_internal_error_is_one_line_and_debug_shows_the_traceback(tmp_path, c
     assert err.count("\n") == 1 and "internal error KeyError: 'environment'" in err and "--debug" in err
     with pytest.raises(KeyError):
         main(["--debug", "report", "x.json"])
+
+
+def test_init_with_a_fifo_as_the_onnx_is_one_line_before_the_model_loads(tmp_path, capsys):
+    import os
+
+    from tests.test_files import within
+
+    (tmp_path / "ref").mkdir()
+    os.mkfifo(tmp_path / "model.onnx")
+    box = within(30, main, ["init", str(tmp_path / "ref"), "--onnx", str(tmp_path / "model.onnx"), "-o",
+                            str(tmp_path / "p.toml")])
+    assert box == {"value": USAGE}
+    assert "model.onnx: cannot read ONNX model: it is a FIFO (named pipe), expected a regular file" in \
+        capsys.readouterr().err

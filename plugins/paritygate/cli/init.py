@@ -203,6 +203,9 @@ def write_starter(model, output, onnx=None, name=None, signature="serving_defaul
         why = None if value is None else check_model_value(key, value)
         if why:
             raise InitError(f"{option} {value!r}: {why}")
+    for path in (onnx, *(artifacts or {}).values()):  # named now, before the reference loads (a FIFO: no hang)
+        if path is not None:
+            check_file(path, "ONNX model", "onnx", InitError)
     found = inspect_reference(model, signature)
     if onnx is not None:
         propose_mapping(found, onnx)
