@@ -11,7 +11,7 @@ The limits, each with the environment variable that raises it (in MB, 2**20 byte
 
     config  1 MB      PARITYGATE_MAX_CONFIG_MB  a TOML the team writes: the bundled ones are 6 and 13 kB
     json    256 MB    PARITYGATE_MAX_JSON_MB    reports, baselines, goldens manifests
-    onnx    2048 MB   PARITYGATE_MAX_ONNX_MB    protobuf's 2 GiB message limit (weights beyond it are external data)
+    onnx    2048 MB   PARITYGATE_MAX_ONNX_MB    ONNX files and saved_model.pb: protobuf's 2 GiB message limit
     npz     4096 MB   PARITYGATE_MAX_NPZ_MB     input sets, calibration sets, goldens, reproducers
     model   8192 MB   PARITYGATE_MAX_MODEL_MB   a reference .keras/.h5 file, a TensorRT engine (a SavedModel is a folder)
 
