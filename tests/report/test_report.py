@@ -258,3 +258,23 @@ def test_an_allowed_inconclusive_does_not_fail_the_verdict(tmp_path):
     s.record(record_of("toy", "fp16", "property_parity", "inconclusive", {"message": "argmax ties"}))
     html = (write_report(s, tmp_path) / "parity-report.html").read_text()
     assert "<div class=word>FAIL</div>" in html and "this run fails: 1 inconclusive" in html
+
+
+def test_a_stopped_run_says_why_on_the_first_screen_of_markdown_and_html():
+    """Issue 30/33: a run stopped before any check said only "no checks ran"; the reason was in the terminal and
+    the JSON. Now both renderings lead with STOPPED and every problem line (escaped: paths hold `_` and `*`)."""
+    from paritygate.report import render_html, render_markdown
+
+    problems = ["c.toml: model 'm_1': key 'max_batch': expected at most 65536, got 1000000000",
+                "inputs/m_1.npz: input set holds 0 rows; expected at least one row <here>"]
+    data = {"schema": SCHEMA, "checks": [], "validation": {"config": "c.toml", "models": {}, "problems": problems}}
+    md = render_markdown(data).splitlines()
+    assert md[2] == ("**Verdict: STOPPED before any check** (exit code 4): 2 problem(s) in the input, each to fix "
+                     "before the checks can run:")
+    assert md[4:6] == ["- c.toml: model 'm\\_1': key 'max\\_batch': expected at most 65536, got 1000000000",
+                       "- inputs/m\\_1.npz: input set holds 0 rows; expected at least one row \\<here\\>"]
+    html = render_html(data)
+    header = html[html.index("<header id=verdict"):html.index("</header>")]
+    assert "<div class=word>STOPPED</div>" in header
+    assert "<li>inputs/m_1.npz: input set holds 0 rows; expected at least one row &lt;here&gt;</li>" in header
+    assert render_markdown({"schema": SCHEMA, "checks": []}).splitlines()[2] == "no checks ran"
