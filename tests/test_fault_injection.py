@@ -246,3 +246,12 @@ def test_a_special_file_a_config_key_names_is_one_line_naming_the_key(tmp_path, 
     box = within(20, load_config, write_config(folder, {"models": [model]}))
     assert isinstance(box.get("error"), ConfigError), box
     assert f"key '{key}'" in str(box["error"]) and SPECIALS[special] in str(box["error"])
+
+
+def test_an_npz_that_unpacks_past_the_limit_is_refused_before_it_is_unpacked(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARITYGATE_MAX_NPZ_MB", "1")
+    path = place(tmp_path, "input set")
+    np.savez_compressed(path, x=np.zeros((300_000, 1), np.float32))  # 1.2 MB of zeros, a few kB compressed
+    assert path.stat().st_size < 2**20
+    one_line(read("input set", path), "input set", path.name, "unpacks to 1.1 MB, over the 1 MB limit",
+             "PARITYGATE_MAX_NPZ_MB=<MB>")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.files import check_file, limit_value
+from paritygate.files import LIMITS, check_file, limit_bytes, limit_value
 from paritygate.verdict import SuiteError
 
 LABELS = "__labels__"
@@ -71,9 +71,21 @@ def read_npz(path, what="input set"):
                                 "an .npz archive of arrays keyed by input name")
         try:
             with data:
+                _check_unpacked(path, what, data)
                 return {k: data[k] for k in data.files}
+        except InputSetError:
+            raise
         except Exception as err:
             raise InputSetError(f"{path}: cannot read {what}: {_why(err)}") from err
+
+
+def _check_unpacked(path, what, data):
+    """The arrays' total size as the archive declares it (a compressed member can unpack to far more than the
+    file's size) within the npz limit: ``np.load`` reads a member no further than its declared size."""
+    unpacked, limit = sum(i.file_size for i in data.zip.infolist()), limit_bytes("npz")
+    if unpacked > limit:
+        raise InputSetError(f"{path}: {what} unpacks to {unpacked / 2**20:.1f} MB, over the {limit / 2**20:g} MB "
+                            f"limit for npz files; raise it with {LIMITS['npz'][1]}=<MB>")
 
 
 def _why(err):
