@@ -3,9 +3,9 @@
 Every error is a ``ConfigError`` whose one-line message names the file, the model and the key.
 """
 
+import functools
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +23,9 @@ else:  # pragma: no cover
 SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
 BUNDLED_CONFIG = fixtures_dir() / "parity.toml"  # package data in a wheel, fixtures/ in a checkout
 PRECISIONS = ("fp32", "fp16", "int8")
-NAME_PATTERN, NAME_LENGTH = r"[A-Za-z0-9_][A-Za-z0-9_.-]*", 64  # config_schema.json's rule for a model name
-MAX_FEED_MB = (1024, "PARITYGATE_MAX_FEED_MB")  # one batch of max_batch rows over all inputs: the suite holds
-# a few copies of it at once (reference, candidate, splits) on a CI runner of 16 GB (GitHub's standard Linux runner)
+MAX_FEED_MB = (1024, "PARITYGATE_MAX_FEED_MB")  # one batch of max_batch rows over all inputs: the suite holds a
+# few copies of it at once (reference, candidate, batch splits) on a CI runner (GitHub's standard Linux runner for
+# public repositories has 16 GB)
 
 
 class ConfigError(ValueError):
@@ -99,6 +99,7 @@ class ModelSpec:
         return f"{self.source}: model '{self.name}': key '{key}'"
 
 
+@functools.lru_cache(maxsize=1)
 def _schema_validator():
     import jsonschema
 
@@ -155,7 +156,7 @@ def _format_schema_error(path, doc, error):
     if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int):
         entry = doc["models"][loc[1]]
         name = entry.get("name") if isinstance(entry, dict) else None
-        valid = isinstance(name, str) and re.fullmatch(NAME_PATTERN, name) and len(name) <= NAME_LENGTH
+        valid = isinstance(name, str) and check_model_value("name", name) is None
         model = f" model '{name}'" if valid else f" models[{loc[1]}]"  # a bad name: named by its place
         key = ".".join(str(p) for p in loc[2:])
         if error.validator == "required":  # name the missing key itself, e.g. 'inputs.image.dtype'
@@ -182,17 +183,17 @@ def _resolve(base, value, spec_where, must_exist=True, kind="onnx", folder_ok=Fa
 def _check_feed_size(where, table):
     """One batch of ``max_batch`` rows at the largest shapes, over all inputs, within PARITYGATE_MAX_FEED_MB."""
     default, env = MAX_FEED_MB
-    rows = 0
+    row_bytes = 0
     for t in table["inputs"].values():
         dims = t["profile"]["max"][1:] if "profile" in t else t["shape"][1:]
-        rows += math.prod(dims) * np.dtype(t["dtype"]).itemsize
+        row_bytes += math.prod(dims) * np.dtype(t["dtype"]).itemsize
     try:
         limit = limit_value(env, default) * 2**20
     except FileRefused as err:
         raise ConfigError(f"{where('max_batch')}: {err}") from None
-    size = rows * table["max_batch"]
+    size = row_bytes * table["max_batch"]
     if size > limit:
-        raise ConfigError(f"{where('max_batch')}: {table['max_batch']} rows of {rows} bytes each is "
+        raise ConfigError(f"{where('max_batch')}: {table['max_batch']} rows of {row_bytes} bytes each is "
                           f"{size / 2**20:.0f} MB per batch, over the {limit / 2**20:g} MB limit (default {default}); "
                           f"lower max_batch or raise it with {env}=<MB>")
 
