@@ -89,7 +89,10 @@ def _check_unpacked(path, what, data):
 
 
 def _why(err):
-    """The failure's type, never its text: numpy and zipfile quote the file's bytes (headers, member names)."""
+    """The failure's type and what numpy refused, never the error's text: numpy and zipfile quote the file's
+    bytes in it (headers, member names)."""
+    if "allow_pickle" in str(err):
+        return f"{type(err).__name__}: it holds object arrays, which are pickles and never loaded (allow_pickle=False)"
     return type(err).__name__
 
 
