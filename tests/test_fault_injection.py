@@ -120,6 +120,10 @@ def test_generated_json_is_read_or_refused_by_its_reader_never_another_exception
     box = read(kind, path)
     if "error" in box:
         one_line(box, kind, path.name)
+    elif kind == "report JSON":  # what read_report accepts, `paritygate report` renders
+        from paritygate.report import render_html, render_markdown
+
+        assert render_markdown(box["value"]) and render_html(box["value"])
 
 
 @FAST

@@ -35,7 +35,21 @@ def read_report(path):
         read_checks(data["checks"])
     except ValueError as err:
         raise MergeError(f"{path}: {err}") from err
+    _check_records(path, data)
     return data
+
+
+def _check_records(path, data):
+    """The findings (kind, model, precision, check, details) and the validation's problem lines, as a run
+    writes them."""
+    for i, f in enumerate(data.get("findings") or []):
+        if not (isinstance(f, dict) and {"kind", "model", "precision", "check"} <= set(f)
+                and isinstance(f.get("details") or {}, dict)):
+            raise MergeError(f"{path}: findings[{i}]: expected a finding record (a JSON object with kind, model, "
+                             "precision, check and details)")
+    problems = (data.get("validation") or {}).get("problems")
+    if problems is not None and not (isinstance(problems, list) and all(isinstance(p, str) for p in problems)):
+        raise MergeError(f"{path}: key 'validation.problems': expected a list of problem lines (strings)")
 
 
 def merge_reports(paths):
