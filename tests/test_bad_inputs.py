@@ -104,7 +104,7 @@ def test_a_random_bytes_baseline_stops_the_run_and_the_report_says_why(pytester,
     baseline = pytester.path / "baseline.json"
     baseline.write_bytes(RNG.bytes(500))
     result, report = run(pytester, config, f"--parity-baseline={baseline}")
-    [line] = stopped(result, [(f"--parity-baseline={baseline}: not JSON",)])
+    [line] = stopped(result, [(f"--parity-baseline={baseline}: cannot read --parity-baseline (a parity-report.json)",)])
     data = json.loads((report / "parity-report.json").read_text())
     assert data["checks"] == [] and data["validation"]["problems"] == [line.removeprefix("ERROR: ")]
 
@@ -125,6 +125,57 @@ def test_error_lines_come_before_pytests_summary(tmp_path, toy_saved_model, pari
     summary = next(i for i, line in enumerate(lines) if line.startswith("paritygate: validation found 1 problem"))
     assert first_error < summary, out.stdout
     assert lines[-1].startswith("=") and "no tests ran" in lines[-1], out.stdout  # pytest's own summary line last
+
+
+# -- issue 33: the rows that stop a run before validation, and the report's first screen -------------------
+def _issue_33_case(folder, toy_saved_model, case):
+    """(config, extra pytest args, words of its one ERROR line) for one row of issue 33's table."""
+    make_onnx(folder / "toy.onnx")
+    good = table("m", toy_saved_model)
+    if case in ("config fifo", "config /dev/zero"):
+        config = folder / "fifo.toml"
+        os.mkfifo(config) if case == "config fifo" else os.symlink("/dev/zero", config)
+        return config, [], (str(config), "cannot read config file", "FIFO" if "fifo" in case else "character device")
+    if case == "onnx fifo":
+        os.mkfifo(folder / "pipe.onnx")
+        return write_config(folder, {"models": [dict(good, onnx="pipe.onnx")]}), [], (
+            "key 'onnx'", "pipe.onnx", "FIFO (named pipe), expected a regular file")
+    if case == "shard 2/2":
+        return write_config(folder, {"models": [good]}), ["--parity-shard=2/2"], (
+            "--parity-shard=2/2", "holds 1 model(s)", "expected at most 1 shards")
+    if case.startswith("expectations"):
+        entry = {"unknown model": 'model = "nope"\ncheck = "determinism"', "misspelled check":
+                 'model = "m"\ncheck = "determinsm"'}.get(case.split(": ")[1])
+        text = f"[[known_failures]]\n{entry}\nreason = \"r\"\n" if entry else RNG.bytes(300)
+        (folder / "expectations.toml").write_bytes(text if isinstance(text, bytes) else text.encode())
+        key = {"unknown model": "key 'model': 'nope' is no model", "misspelled check": "key 'check': 'determinsm' is "
+               "no check of the suite"}.get(case.split(": ")[1], "cannot read expectations")
+        return write_config(folder, {"models": [good]}), [], ("expectations.toml", key)
+    field, value, words = {"max_batch 1e9": ("max_batch", 10**9, "expected at most 65536"),
+                           "300-character name": ("name", "n" * 300, "expected at most 64 characters")}[case]
+    return write_config(folder, {"models": [dict(good, **{field: value})]}), [], (f"key '{field}'", words)
+
+
+ISSUE_33 = ("config fifo", "config /dev/zero", "onnx fifo", "shard 2/2", "max_batch 1e9", "300-character name",
+            "expectations: unknown model", "expectations: misspelled check", "expectations: garbage")
+
+
+@pytest.mark.parametrize("case", ISSUE_33)
+def test_issue_33_rows_stop_with_one_line_and_the_reports_first_screen_says_why(pytester, toy_saved_model, case):
+    config, args, words = _issue_33_case(pytester.path, toy_saved_model, case)
+    result, report = run(pytester, config, *args)
+    [line] = stopped(result, [words])
+    problem = line.removeprefix("ERROR: ")
+    assert json.loads((report / "parity-report.json").read_text())["validation"]["problems"] == [problem]
+    markdown = (report / "parity-report.md").read_text().splitlines()
+    assert markdown[2].startswith("**Verdict: STOPPED before any check** (exit code 4): 1 problem(s)"), markdown[:6]
+    assert all(w.replace("_", "\\_").replace("*", "\\*") in markdown[4] for w in words), markdown[:6]
+    html = (report / "parity-report.html").read_text()
+    header = html[html.index("<header id=verdict"):html.index("</header>")]
+    assert "<div class=word>STOPPED</div>" in header and "1 problem(s)" in header, header
+    import html as html_module
+
+    assert html_module.escape(problem) in header, header
 
 
 # -- every file kind, truncated, empty and random ----------------------------------------------------------

@@ -119,7 +119,8 @@ class RunOptions:
                  localize=True, baseline=None, baseline_fail=(), numerics="strict", reference_cache=True, shard=None):
         from paritygate.models.config import BUNDLED_CONFIG
 
-        self.config_path = Path(config_path).resolve() if config_path else BUNDLED_CONFIG
+        self.config_path = Path(config_path).absolute() if config_path else BUNDLED_CONFIG  # as given: a link is
+        # named as the user wrote it (a loop cannot be resolved at all); load_config resolves what it reads
         self.is_bundled = config_path is None
         self.requested_runtime = runtime  # --parity-runtime (None: derived from the machine, ``runtime``)
         if runtime == "tensorrt-rtx":  # Polygraphy binds its TensorRT loaders to TensorRT-RTX when it is imported
@@ -159,7 +160,13 @@ class RunOptions:
                     zoo_module("build").ensure_built()
             models = load_config(self.config_path, check_files=check_files)
             if self.shard:
-                models = [m for i, m in enumerate(models) if i % self.shard[1] == self.shard[0] - 1]
+                k, n = self.shard
+                if n > len(models):
+                    from paritygate.models.config import ConfigError
+
+                    raise ConfigError(f"--parity-shard={k}/{n}: {self.config_path} holds {len(models)} model(s), so "
+                                      f"shard {k} of {n} would judge none; expected at most {len(models)} shards")
+                models = [m for i, m in enumerate(models) if i % n == k - 1]
             self._models = models
         return self._models
 

@@ -171,7 +171,7 @@ def pytest_collection_modifyitems(config, items):
     from paritygate.beam.expectations import expectations_for
 
     try:
-        known = load_known_failures(options.config_path)
+        known = load_known_failures(options.config_path, [m.name for m in options.models])
         # [[expectations]] beside the config are read now (their reaches and when too): a malformed entry stops
         expectations_for(options.config_path)  # the run, not a Beam check (ExpectationError is a ConfigError)
     except ConfigError as err:
@@ -201,8 +201,8 @@ def pytest_collection_finish(session):
     Runtime's candidate threads spin-wait only in a run that measures latency (``RunContext.spin``). A serial run
     without latency or Beam checks (which import TensorFlow here anyway: a live reference, a TF handler) starts a
     goldens check's TensorFlow in a process of its own (``start_goldens_reference``) and runs that check last."""
-    if hasattr(session.config, "workerinput"):
-        return
+    if hasattr(session.config, "workerinput") or session.config.stash[SESSION_KEY].validation is not None:
+        return  # a worker; or a run stopped in modifyitems (a bad expectations.toml), after which pytest calls this
     if any(case_of(item)[0] is not None and _in_conformance(item.path) for item in session.items):
         options = session.config.stash[OPTIONS_KEY]
         options.context.spin = any(i.get_closest_marker("latency") for i in session.items)

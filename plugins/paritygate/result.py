@@ -112,6 +112,8 @@ def read_checks(records):
             results.append(CheckResult.from_dict(record))
         except ValueError as err:
             raise ValueError(f"checks[{i}]: {err}") from err
+        except (TypeError, KeyError, AttributeError) as err:  # a field of the wrong type: junk, not a record
+            raise ValueError(f"checks[{i}]: not a check record ({type(err).__name__}: {err})") from err
     return results
 
 

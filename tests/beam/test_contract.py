@@ -133,3 +133,41 @@ def test_reference_batches_depend_only_on_the_examples_given():
     assert [float(r["y"][0]) for r in refs] == [5.0 * i for i in range(10)]
     after_a_short_batch, _ = batches([[examples[9], examples[2]], examples + examples[:3]])
     assert after_a_short_batch[1:] == alone, "a batch holding one uncomputed example runs whole"
+
+
+SHADOWS = ("onnx", "tensorrt", "polygraphy")  # modules the suite imports, or probes for, after the config loads
+
+
+def test_a_config_folder_runs_no_code_but_the_handler_it_names(tmp_path):
+    """Issue 33 (security): loading a config put its folder first on sys.path, so an ``onnx.py`` beside it ran when
+    the suite imported onnx, with no [models.beam] at all. Now only the handler module the config names is
+    imported from there, and a file named like an installed module never shadows it afterwards."""
+    (tmp_path / "ref").mkdir()
+    for name in SHADOWS:
+        (tmp_path / f"{name}.py").write_text(f"open({str(tmp_path / ('RAN-' + name))!r}, 'w').close()\n")
+    (tmp_path / "team_handlers.py").write_text("def make(min_batch_size, max_batch_size):\n    return 1\n")
+    code = f"""
+import sys
+from paritygate.models.config import load_config
+from paritygate.lazy import available
+from paritygate.beam.contract import load_factory
+without, with_handler = [load_config(p)[0] for p in sys.argv[1:]]
+assert {str(tmp_path)!r} not in sys.path
+import onnx
+print(available("tensorrt"), available("polygraphy"))
+assert load_factory(with_handler)(1, 2) == 1
+assert sys.path[-1] == {str(tmp_path)!r}  # last: the handler's later imports and Beam's workers find its folder
+import onnx.helper
+print(available("tensorrt"), available("polygraphy"))
+"""
+    base = {"reference": "ref", "precisions": ["fp32"], "max_batch": 2,
+            "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}
+    from tests.conftest import write_config
+
+    plain = write_config(tmp_path, {"models": [dict(base, name="m")]}, "plain.toml")
+    named = write_config(tmp_path, {"models": [dict(base, name="h", beam={"handler": "team_handlers:make"})]},
+                         "handler.toml")
+    out = subprocess.run([sys.executable, "-c", code, str(plain), str(named)], capture_output=True, text=True,
+                         check=False, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in tmp_path.glob("RAN-*")) == [], out.stdout

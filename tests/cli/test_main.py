@@ -30,11 +30,11 @@ def test_usage_errors_exit_like_pytest(argv, capsys):
 
 def test_run_and_report_name_a_missing_or_wrong_file(tmp_path, capsys):
     assert main(["run", str(tmp_path / "nope.toml")]) == USAGE
-    assert "nope.toml: no such config file" in capsys.readouterr().err
+    assert "nope.toml: cannot read config file: file not found" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["report", str(bad)]) == USAGE
-    assert "bad.json: cannot read a JSON report" in capsys.readouterr().err
+    assert "bad.json: cannot read JSON report: not valid JSON" in capsys.readouterr().err
     bad.write_text("[]")
     assert main(["report", str(bad)]) == USAGE
     assert "not a parity report" in capsys.readouterr().err
@@ -51,3 +51,93 @@ def test_report_rerenders_markdown_and_html(tmp_path):
     md = (tmp_path / "out" / "parity-report.md").read_text()
     assert "matches_reference" in md and "fail" in md
     assert (tmp_path / "out" / "parity-report.html").read_text().lstrip().lower().startswith("<!doctype html")
+
+
+# -- issue 33: bad input to the CLI is one error line, never a traceback ---------------------------------
+def _report_json(tmp_path, how):
+    path = tmp_path / f"{how}.json"
+    if how == "sparse 2.3 GB":
+        with open(path, "wb") as f:
+            f.truncate(2_300_000_000)
+    else:
+        path.write_text({"schema 99": '{"schema": 99, "checks": []}', "junk records": '{"schema": 1, "checks": '
+                         '[{"model": 1}, 5]}', "deep nesting": "[" * 100_000 + "]" * 100_000,
+                         "details not an object": '{"schema": 1, "checks": [{"model": "m", "precision": null, '
+                         '"check": "c", "status": "pass", "details": 5}]}'}[how])
+    return path
+
+
+@pytest.mark.parametrize(("how", "words"), [
+    ("schema 99", "parity report has schema version 99; this paritygate reads schema version(s) 1"),
+    ("junk records", "checks[0]: a check record needs"),
+    ("details not an object", "checks[0]: "),
+    ("deep nesting", "JSON nested too deep to read"),
+    ("sparse 2.3 GB", "over the 256 MB limit for json files (default 256); raise it with PARITYGATE_MAX_JSON_MB"),
+])
+def test_report_on_a_bad_json_is_one_error_line(tmp_path, capsys, how, words):
+    path = _report_json(tmp_path, how)
+    assert main(["report", str(path)]) == USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"paritygate report: error: {path}: ") and words in err, err
+    assert not (tmp_path / "parity-report.md").exists()
+
+
+def test_replay_takes_check_and_runtime_as_documented(tmp_path, capsys):
+    """``paritygate replay F --check determinism`` was "unrecognized arguments"; now it reaches the reproducer."""
+    assert main(["replay", str(tmp_path / "r.npz"), "--check", "determinism", "--runtime", "onnxruntime"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "r.npz: not a paritygate reproducer" in err, err
+
+
+@pytest.mark.parametrize(("option", "words"), [
+    (["--max-batch", "-1"], "--max-batch -1: expected at least 1, got -1"),
+    (["--max-batch", "1000000000"], "--max-batch 1000000000: expected at most 65536"),
+    (["--name", "../../evil name"], "--name '../../evil name': expected a value matching"),
+    (["--name", "n" * 300], "expected at most 64 characters"),
+])
+def test_init_refuses_a_bad_option_before_it_writes_anything(tmp_path, capsys, option, words):
+    (tmp_path / "ref").mkdir()
+    out = tmp_path / "parity.toml"
+    assert main(["init", str(tmp_path / "ref"), "-o", str(out), *option]) == USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("paritygate init: error: ") and words in err, err
+    assert list(tmp_path.iterdir()) == [tmp_path / "ref"]
+
+
+def test_init_on_a_fifo_is_one_line_not_a_hang(tmp_path, capsys):
+    import os
+
+    from tests.test_files import within
+
+    os.mkfifo(tmp_path / "model.keras")
+    box = within(30, main, ["init", str(tmp_path / "model.keras"), "-o", str(tmp_path / "p.toml")])
+    assert box == {"value": USAGE}
+    assert "model.keras: cannot read the reference" in capsys.readouterr().err
+
+
+def test_an_internal_error_is_one_line_and_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
+    from paritygate.cli import main as cli
+
+    def broken(args, extra):
+        raise KeyError("environment")  # a bug of paritygate's (issue 33's report on schema 99 was one)
+
+    monkeypatch.setattr(cli, "_report", broken)
+    assert main(["report", "x.json"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error KeyError: 'environment'" in err and "--debug" in err
+    with pytest.raises(KeyError):
+        main(["--debug", "report", "x.json"])
+
+
+def test_init_with_a_fifo_as_the_onnx_is_one_line_before_the_model_loads(tmp_path, capsys):
+    import os
+
+    from tests.test_files import within
+
+    (tmp_path / "ref").mkdir()
+    os.mkfifo(tmp_path / "model.onnx")
+    box = within(30, main, ["init", str(tmp_path / "ref"), "--onnx", str(tmp_path / "model.onnx"), "-o",
+                            str(tmp_path / "p.toml")])
+    assert box == {"value": USAGE}
+    assert "model.onnx: cannot read ONNX model: it is a FIFO (named pipe), expected a regular file" in \
+        capsys.readouterr().err

@@ -130,3 +130,35 @@ def test_a_check_without_replay_is_an_error(tmp_path, capsys):
     repro = save_reproducer(tmp_path, spec, "fp32", "goldens_reproduce", "onnxruntime", {"x": np.zeros((1, 1))}, [])
     assert main([repro["npz"]]) == EXIT_ERROR
     assert "check 'goldens_reproduce' has no replay; replayable checks: matches_reference" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("tamper", "words"), [
+    (lambda x: np.full_like(x, np.nan), "holds 3 non-finite value(s)"),
+    (lambda x: x * 100, "holds values in [-25.0, 100.0] (3 outside), expected values in the declared range"),
+    (lambda x: x.astype(np.float64), "is float64[3, 1], expected float32"),
+])
+def test_a_reproducer_edited_outside_its_config_is_an_error_not_judged(reproducer, capsys, tamper, words):
+    """Issue 33: a reproducer edited to NaN or to 100x the range was judged anyway ("reproduced")."""
+    path = reproducer(lambda p: make_onnx(p), "determinism")
+    with np.load(path) as data:
+        arrays = dict(data)
+    arrays["input:x"] = tamper(arrays["input:x"])
+    np.savez(path, **arrays)
+    assert main([path]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {path}: array 'x' ") and words in err, err
+
+
+def test_a_reproducer_of_another_schema_version_or_with_junk_meta_is_an_error(tmp_path, capsys):
+    import json
+
+    meta = {"schema": 2, "config": "c.toml", "model": "toy", "precision": "fp32", "check": "determinism",
+            "runtime": "onnxruntime"}
+    path = tmp_path / "r.npz"
+    np.savez(path, **{"input:x": np.zeros((1, 1), np.float32), "__meta__": np.array(json.dumps(meta))})
+    assert main([str(path)]) == EXIT_ERROR
+    assert "r.npz: reproducer has schema version 2; this paritygate reads schema version(s) 1" in capsys.readouterr().err
+    np.savez(path, **{"input:x": np.zeros((1, 1), np.float32), "__meta__": np.array(json.dumps({**meta, "schema": 1,
+                                                                                               "model": ["x"]}))})
+    assert main([str(path)]) == EXIT_ERROR
+    assert "reproducer's __meta__ key(s) ['model']: expected strings" in capsys.readouterr().err

@@ -132,7 +132,7 @@ def test_golden_inputs_must_match_the_config(spec):
 def test_corrupt_manifest(spec):
     write_golden(spec, *sample())
     (goldens.golden_dir(spec) / "manifest.json").write_text("{not json")
-    with pytest.raises(GoldenError, match="manifest.json: corrupt golden manifest"):
+    with pytest.raises(GoldenError, match="manifest.json: cannot read golden manifest: not valid JSON"):
         load_golden(spec)
 
 

@@ -301,3 +301,27 @@ def test_a_candidate_output_of_another_rank_is_named_with_both_shapes(folder):
     assert "key 'outputs': the fp32 candidate's output 'y' has shape [1, 1, 4, 4, 2] (rank 5) where the " \
            "reference's 'y' has [1, 4, 4, 2] (rank 4), at the profile's min [1, 4, 4, 3]" in line, line
     assert "inputs.x.profile" not in line
+
+
+def test_heldout_labels_outside_the_models_classes_are_one_line(folder, toy_saved_model):
+    """Issue 33: labels 999 for a model of fewer classes were accepted (accuracy 0.0 on both sides, every check
+    passing). The toy's output y is [N, 1]: as the class scores, one class, so only label 0 is a class."""
+    (folder / "inputs").mkdir()
+    path = folder / "inputs" / "m_heldout.npz"
+    np.savez(path, x=np.zeros((3, 1), np.float32), __labels__=np.array([0, 999, 0]))
+    line = one_problem(folder, model("m", toy_saved_model, onnx="toy.onnx", task="classification", task_output="y"))
+    assert line == (f"{folder / 'parity.toml'}: model 'm': {path}: array '__labels__' holds 999 (1 label(s) >= 1), "
+                    "expected class indices 0..0: the reference's output 'y' scores 1 classes")
+
+
+@pytest.mark.parametrize(("rows", "words"), [(0, ("holds 0 rows; expected at least one row (or no file: the suite then draws "
+                                                  "its inputs from the config's ranges)")),
+                                              (10_001, ("holds 10001 rows, over the limit of 10000 rows (default "
+                                                       "10000); keep a sample of it, or raise the limit with "
+                                                       "PARITYGATE_MAX_ROWS=<rows>"))])
+def test_an_input_set_of_no_rows_or_over_the_row_limit_is_one_line(folder, toy_saved_model, rows, words):
+    (folder / "inputs").mkdir()
+    path = folder / "inputs" / "m.npz"
+    np.savez(path, x=np.zeros((rows, 1), np.float32))
+    line = one_problem(folder, model("m", toy_saved_model, onnx="toy.onnx"))
+    assert line == f"{folder / 'parity.toml'}: model 'm': {path}: input set {words}"

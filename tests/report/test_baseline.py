@@ -102,14 +102,15 @@ def test_gates_split_on_commas_and_spaces():
 
 
 def test_bad_baseline_files_name_the_file_and_what_was_expected(tmp_path):
-    with pytest.raises(BaselineError, match=r"--parity-baseline=.*missing.json: cannot read it"):
+    with pytest.raises(BaselineError, match=r"--parity-baseline=.*missing.json: cannot read --parity-baseline .*: file not found"):
         load_baseline(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(BaselineError, match=r"bad.json: not JSON .*expected a parity-report.json"):
+    with pytest.raises(BaselineError, match=r"bad.json: cannot read --parity-baseline \(a parity-report.json\): not valid JSON"):
         load_baseline(bad)
     bad.write_text(json.dumps({"schema": 2, "checks": []}))
-    with pytest.raises(BaselineError, match=r"expected a parity-report.json of schema 1 .* got schema 2"):
+    with pytest.raises(BaselineError, match=r"bad.json: --parity-baseline \(a parity-report.json\) has schema version 2; this paritygate reads "
+                                               r"schema version\(s\) 1"):
         load_baseline(bad)
     bad.write_text(json.dumps({"schema": 1, "checks": [{"model": "a"}]}))
     with pytest.raises(BaselineError, match=r"checks\[0\] lacks \['check', 'precision', 'status'\]"):

@@ -90,7 +90,7 @@ def test_drift_alone_is_reported_and_gates_only_when_asked(pytester, toy_saved_m
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--parity-baseline=nowhere.json"], "*--parity-baseline=*nowhere.json: cannot read it: No such file*"),
+    (["--parity-baseline=nowhere.json"], "*--parity-baseline=*nowhere.json: cannot read --parity-baseline (a parity-report.json): file not found*"),
     (["--parity-baseline-fail=max_abs:100%"], "*--parity-baseline-fail needs --parity-baseline=PATH*"),
     (["--parity-baseline=old.json", "--parity-baseline-fail=speed:5%"], "*expected FIELD:VALUE*"),
 ])

@@ -277,3 +277,23 @@ def test_an_amber_xfail_cell_says_the_defect_is_beams(tmp_path):
     assert matrix.count(note) == 1 and page.count(note) == 2  # the linear cell, and its row in the checks table
     md = (out / "parity-report.md").read_text()
     assert f"| ⚠️ xfail ({note}) |" in md and md.count("not your handler") == 1
+
+
+def test_a_stopped_run_says_why_on_the_first_screen_of_markdown_and_html():
+    """Issue 30/33: a run stopped before any check said only "no checks ran"; the reason was in the terminal and
+    the JSON. Now both renderings lead with STOPPED and every problem line (escaped: paths hold `_` and `*`)."""
+    from paritygate.report import render_html, render_markdown
+
+    problems = ["c.toml: model 'm_1': key 'max_batch': expected at most 65536, got 1000000000",
+                "inputs/m_1.npz: input set holds 0 rows; expected at least one row <here>"]
+    data = {"schema": SCHEMA, "checks": [], "validation": {"config": "c.toml", "models": {}, "problems": problems}}
+    md = render_markdown(data).splitlines()
+    assert md[2] == ("**Verdict: STOPPED before any check** (exit code 4): 2 problem(s) in the input, each to fix "
+                     "before the checks can run:")
+    assert md[4:6] == ["- c.toml: model 'm\\_1': key 'max\\_batch': expected at most 65536, got 1000000000",
+                       "- inputs/m\\_1.npz: input set holds 0 rows; expected at least one row \\<here\\>"]
+    html = render_html(data)
+    header = html[html.index("<header id=verdict"):html.index("</header>")]
+    assert "<div class=word>STOPPED</div>" in header
+    assert "<li>inputs/m_1.npz: input set holds 0 rows; expected at least one row &lt;here&gt;</li>" in header
+    assert render_markdown({"schema": SCHEMA, "checks": []}).splitlines()[2] == "no checks ran"

@@ -90,7 +90,9 @@ def signature_bindings(saved_model_dir, signature):
     TensorFlow (a warm run whose reference outputs come from the cache imports none); TensorFlow's own parser
     is the fallback for a file the reader does not understand. Empty dicts when the file has no such signature
     (the runner reports that with its own message)."""
-    data = (Path(saved_model_dir) / "saved_model.pb").read_bytes()
+    from paritygate.files import read_bytes
+
+    data = read_bytes(Path(saved_model_dir) / "saved_model.pb", "SavedModel graph", "onnx", BindingsError)
     try:
         return _signature_defs(memoryview(data)).get(signature, ({}, {}))
     except (ValueError, IndexError):

@@ -23,10 +23,13 @@ factory itself. A declared precision must be listed in the model's ``precisions`
 """
 
 
+import contextlib
 import importlib
 import pickle
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -49,13 +52,30 @@ def handler_path(spec):
     return (spec.beam or {}).get("handler")
 
 
+@contextlib.contextmanager
+def handler_import_path(folder):
+    """The config's folder first on ``sys.path`` while the handler module the config names is imported (as pytest
+    puts a ``conftest.py``'s folder there), then last, for the handler's own later imports and Beam's workers
+    (``pipeline.worker_import_path``): a file there named like an installed module (``onnx.py``) never shadows it.
+    Loading a config alone puts nothing on the path; only a config that names a handler makes its folder code."""
+    folder = str(folder)
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        sys.path.remove(folder)
+        if folder not in sys.path:
+            sys.path.append(folder)
+
+
 def load_factory(spec):
     """Import the factory named by ``[models.beam] handler`` (modules beside the config are importable)."""
     path = handler_path(spec)
     module_name, _, attr = path.partition(":")
     where = spec.where("beam.handler")
     try:
-        module = importlib.import_module(module_name)
+        with handler_import_path(Path(spec.source).parent):
+            module = importlib.import_module(module_name)
     except ImportError as err:
         raise HandlerContractError(f"{where}: cannot import module '{module_name}' of handler '{path}': {err}"
                                    " (modules beside the config file are importable)") from err

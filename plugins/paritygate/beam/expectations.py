@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.files import present
+from paritygate.models.bundled import check_names
 from paritygate.models.known import BUNDLED_EXPECTATIONS, ExpectationError, read_expectations
 
 __all__ = ["BUNDLED_EXPECTATIONS", "Expectation", "ExpectationError", "expectations_for", "load_expectations", "match"]
@@ -113,6 +115,11 @@ def load_expectations(path, own=False):
                                            or "defect" not in entry):
             raise ExpectationError(f"{where}: key 'reaches' must be 'beam', 'method:NAME' or 'attr:NAME' "
                                    "(the latter two with 'defect' = 'module:Qualified.name')")
+        suite = check_names()
+        unknown = sorted(set(entry["checks"]) - suite) if suite else []
+        if unknown:
+            raise ExpectationError(f"{where}: key 'checks': {unknown} are no checks of the suite; expected names "
+                                   "from the report's check column (beam_*, handler_*)")
         bad = sorted(set(entry.get("when", ())) - set(PREDICATES))
         if bad:
             raise ExpectationError(f"{where}: key 'when': unknown predicate(s) {bad}; known: {sorted(PREDICATES)}")
@@ -127,9 +134,9 @@ def expectations_for(config_path=None):
     paths = [BUNDLED_EXPECTATIONS]
     if config_path is not None:
         beside = Path(config_path).resolve().parent / "expectations.toml"
-        if beside.exists() and beside != BUNDLED_EXPECTATIONS.resolve():
+        if present(beside) and beside != BUNDLED_EXPECTATIONS.resolve():
             paths.append(beside)
-    return [e for i, p in enumerate(paths) if p.exists() for e in load_expectations(p, own=i > 0)]
+    return [e for i, p in enumerate(paths) if present(p) for e in load_expectations(p, own=i > 0)]
 
 
 def beam_version():

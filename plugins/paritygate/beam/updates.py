@@ -55,12 +55,18 @@ def update_target(spec):
     suite-built shifted copy of the candidate ONNX."""
     named = (spec.beam or {}).get("update_model")
     if named:
-        path = (spec.source.parent / named).resolve()
-        if not path.exists():
+        path = spec.source.parent / named
+        if not path.exists() and not path.is_symlink():
             raise HandlerContractError(f"{spec.where('beam.update_model')}: {path} does not exist; expected the "
                                        f"model file the handler loads after an update (outputs: the reference's + "
                                        f"{UPDATE_OFFSET})")
-        return str(path)
+        from paritygate.files import FileRefused, check_file
+
+        try:
+            check_file(path, "the model file of an update", "model")
+        except FileRefused as err:
+            raise HandlerContractError(f"{spec.where('beam.update_model')}: {err}") from None
+        return str(path.resolve())
     from paritygate.backend.cache import cached_file, hash_path, key_of
     from paritygate.backend.onnx.loader import onnx_artifact
 

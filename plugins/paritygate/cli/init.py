@@ -16,7 +16,8 @@ import numpy as np
 
 from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras
 from paritygate.cli.hints import LOOK_FOR
-from paritygate.models.config import ConfigError, load_config
+from paritygate.files import check_file
+from paritygate.models.config import ConfigError, check_model_value, load_config
 
 DEFAULT_RANGES = {"f": (-1.0, 1.0), "u": (0, 255), "i": (0, 1), "b": (0, 1)}  # numpy dtype kind -> range
 DYNAMIC_DIM = 16  # min size proposed for a dynamic dimension other than the batch (opt 2x, max 4x)
@@ -55,6 +56,7 @@ def inspect_reference(path, signature="serving_default"):
                         f"({REFERENCE_KINDS}) as MODEL and this file with --onnx")
     if not path.exists():
         raise InitError(f"{path}: no such file or folder (expected {REFERENCE_KINDS})")
+    check_file(path, f"the reference ({REFERENCE_KINDS})", "model", InitError, folder_ok=True)
     try:
         runner = TfRunner(path, signature).activate()
     except RunnerError as err:
@@ -80,6 +82,7 @@ def onnx_names(path):
     """(input names, output names) of an ONNX file, initializers excluded."""
     import onnx
 
+    check_file(path, "ONNX model", "onnx", InitError)
     try:
         graph = onnx.load(str(path), load_external_data=False).graph
     except Exception as err:  # onnx raises DecodeError and others for a corrupt file
@@ -214,7 +217,7 @@ def _hints(found):
 def _name_of(path):
     if path.stem in ("saved_model", "model") and path.parent.name:  # zoo/models/linear/saved_model -> linear
         path = path.parent
-    return re.sub(r"[^A-Za-z0-9_]+", "_", path.stem).strip("_") or "model"
+    return re.sub(r"[^A-Za-z0-9_]+", "_", path.stem).strip("_")[:64] or "model"  # the schema's name rule
 
 
 def write_starter(model, output, onnx=None, name=None, signature="serving_default", max_batch=4, force=False,
@@ -223,6 +226,15 @@ def write_starter(model, output, onnx=None, name=None, signature="serving_defaul
     output = Path(output)
     if output.exists() and not force:
         raise InitError(f"{output}: already exists; pass --force to overwrite it")
+    if output.exists() and not output.is_file():
+        raise InitError(f"{output}: exists and is not a regular file; expected a path for the config")
+    for option, key, value in (("--name", "name", name), ("--max-batch", "max_batch", max_batch)):
+        why = None if value is None else check_model_value(key, value)
+        if why:
+            raise InitError(f"{option} {value!r}: {why}")
+    for path in (onnx, *(artifacts or {}).values()):  # named now, before the reference loads (a FIFO: no hang)
+        if path is not None:
+            check_file(path, "ONNX model", "onnx", InitError)
     found = inspect_reference(model, signature)
     if onnx is not None:
         propose_mapping(found, onnx)
@@ -233,9 +245,12 @@ def write_starter(model, output, onnx=None, name=None, signature="serving_defaul
     name = name or _name_of(Path(model).absolute())
     text = render(found, name, output.parent, max_batch, output.name, _hints(found))
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    draft = output.with_name(f".{output.name}.draft")  # loaded back before it takes the config's name
+    draft.write_text(text)
     try:
-        load_config(output)
+        load_config(draft)
     except ConfigError as err:
-        raise InitError(f"{output}: the written config does not load ({err}); please report this") from err
+        draft.unlink()
+        raise InitError(f"{output}: the config it would write does not load ({err}); please report this") from err
+    os.replace(draft, output)
     return output

@@ -2,11 +2,14 @@
 
 Exit codes are pytest's (``pytest.ExitCode``): 0 ok, 1 checks failed, 2 interrupted, 3 internal error,
 4 usage error (a wrong command line, a model or file that cannot be read), 5 no tests collected.
-``paritygate run`` returns what pytest returns.
+``paritygate run`` returns what pytest returns; ``paritygate replay`` its own (paritygate.cli.replay: 0 not
+reproduced, 1 reproduced, 2 usage, 3 the file, its config or a runtime could not be loaded).
+
+Every problem is one ``paritygate COMMAND: error:`` line on stderr; a bug of paritygate's is one line too
+(exit 3), whose traceback ``--debug`` shows.
 """
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +30,7 @@ def build_parser():
     parser = _Parser(prog="paritygate", description="TF -> ONNX -> TensorRT parity and Beam RunInference "
                      "conformance: the pytest suite and its tools.")
     parser.add_argument("--version", action="version", version=f"paritygate {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     init = sub.add_parser("init", help="inspect a model and write a starter config")
@@ -48,8 +52,15 @@ def build_parser():
     run.add_argument("config", metavar="CONFIG", help="the model config (TOML)")
     run.add_argument("--report", metavar="DIR", help="write parity-report.json/.md/.html into DIR")
 
-    replay = sub.add_parser("replay", help="replay a saved reproducer (.npz)")
+    from paritygate.cli.replay import REPLAYS, RUNTIMES
+
+    replay = sub.add_parser("replay", help="replay a saved reproducer (.npz)", epilog="exit status: 0 passes (not "
+                            "reproduced), 1 fails (reproduced), 2 usage, 3 error (the file, its config or a runtime "
+                            "could not be loaded)")
     replay.add_argument("file", metavar="FILE", help="a reproducer written by a failing property check")
+    replay.add_argument("--check", choices=sorted(REPLAYS), help="the check to replay (default: the one recorded "
+                        "in FILE)")
+    replay.add_argument("--runtime", choices=RUNTIMES, help="candidate runtime (default: the one recorded in FILE)")
 
     report = sub.add_parser("report", help="re-render parity-report.md and .html from a parity-report.json, or "
                             "merge shard reports into one", description="One JSON: re-render its Markdown and "
@@ -66,7 +77,19 @@ def main(argv=None):
     args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     if extra and args.command != "run":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return {"init": _init, "run": _run, "replay": _replay, "report": _report}[args.command](args, extra)
+    command = {"init": _init, "run": _run, "replay": _replay, "report": _report}[args.command]
+    try:
+        return command(args, extra)
+    except KeyboardInterrupt:
+        print(f"paritygate {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except Exception as err:
+        if args.debug:
+            raise
+        text = " ".join(str(err).split())[:500]
+        print(f"paritygate {args.command}: error: internal error {type(err).__name__}: {text} (a bug of "
+              "paritygate's: rerun with --debug for the traceback and report it)", file=sys.stderr)
+        return INTERNAL
 
 
 def _init(args, _extra):
@@ -93,9 +116,13 @@ def suite_args():
 def _run(args, extra):
     """pytest in a child process: this one has imported paritygate already, which pytest could then not
     assertion-rewrite (the plugin's modules are rewritten when pytest loads them through the entry point)."""
+    from paritygate.files import FileRefused, check_file
+
     config = Path(args.config)
-    if not config.is_file():
-        print(f"paritygate run: error: {config}: no such config file", file=sys.stderr)
+    try:
+        check_file(config, "config file", "config")
+    except FileRefused as err:
+        print(f"paritygate run: error: {err}", file=sys.stderr)
         return USAGE
     pytest_args = [*suite_args(), f"--parity-config={config}"]
     if args.report:
@@ -106,22 +133,21 @@ def _run(args, extra):
 def _replay(args, _extra):
     from paritygate.cli import replay
 
-    return int(replay.main([args.file]) or 0)
+    argv = [args.file] + [f"--{k}={v}" for k in ("check", "runtime") if (v := getattr(args, k))]
+    return int(replay.main(argv) or 0)
 
 
 def _report(args, _extra):
     from paritygate.report import render_html, render_markdown
+    from paritygate.report.merge import MergeError, read_report
 
     if len(args.json) > 1:
         return _merge(args)
     source = Path(args.json[0])
     try:
-        data = json.loads(source.read_text())
-    except (OSError, ValueError) as err:
-        print(f"paritygate report: error: {source}: cannot read a JSON report: {err}", file=sys.stderr)
-        return USAGE
-    if not isinstance(data, dict) or "checks" not in data:
-        print(f"paritygate report: error: {source}: not a parity report (no 'checks' key)", file=sys.stderr)
+        data = read_report(source)
+    except MergeError as err:
+        print(f"paritygate report: error: {err}", file=sys.stderr)
         return USAGE
     out = Path(args.out) if args.out else source.parent
     out.mkdir(parents=True, exist_ok=True)

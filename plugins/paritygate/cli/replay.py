@@ -17,6 +17,7 @@ from paritygate.inputs.reproducer import ReplayError, load_reproducer, save_repr
 from paritygate.result import CheckResult
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+RUNTIMES = ("onnxruntime", "tensorrt")
 
 
 def replayed(check, spec, precision, passed, lines, subject="the candidate"):
@@ -94,6 +95,7 @@ def replay(path, check=None, runtime=None):
     """Replay the check a reproducer was saved by (or ``check``) on its inputs; returns its ``CheckResult``."""
     from paritygate.backend.base import CandidateFault, RunnerError
     from paritygate.context import RunContext
+    from paritygate.inputs.sets import InputSetError, check_arrays
     from paritygate.models.config import ConfigError, load_config
     from paritygate.verdict import SuiteError
 
@@ -107,6 +109,15 @@ def replay(path, check=None, runtime=None):
         raise ReplayError(f"{path}: its config cannot be loaded: {err}") from err
     if spec is None:
         raise ReplayError(f"{path}: model '{meta['model']}' is not in {meta['config']} any more")
+    if meta["precision"] not in spec.precisions:
+        raise ReplayError(f"{path}: precision {meta['precision']!r} is not one of model '{spec.name}''s "
+                          f"precisions {list(spec.precisions)}")
+    try:  # the saved inputs as the config declares them: names, dtypes, shapes, finite values, ranges
+        check_arrays(spec, path, inputs, "reproducer")
+    except InputSetError as err:
+        raise ReplayError(str(err)) from err
+    if (runtime or meta["runtime"]) not in RUNTIMES:
+        raise ReplayError(f"{path}: runtime {meta['runtime']!r}: expected one of {list(RUNTIMES)}")
     keep = meta.get("fp16_keep_fp32")
     settings = RunContext(runtime=runtime or meta["runtime"], fp16_keep_fp32=tuple(keep) if keep is not None else None)
     try:
@@ -125,7 +136,7 @@ def parser():
     p.add_argument("file", metavar="FILE", help="a reproducer .npz (printed by the failing run)")
     p.add_argument("--check", choices=sorted(REPLAYS), default=None,
                    help="the check to replay (default: the one that failed, recorded in FILE)")
-    p.add_argument("--runtime", choices=("onnxruntime", "tensorrt"), default=None,
+    p.add_argument("--runtime", choices=RUNTIMES, default=None,
                    help="candidate runtime (default: the one recorded in FILE)")
     return p
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.common import commands
+from paritygate.files import check_version, present, read_bytes, read_json
 from paritygate.inputs.sets import (
     InputSetError,
     check_arrays,
@@ -56,7 +57,7 @@ def input_set_path(spec):
 
 
 def _sha256(path):
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return hashlib.sha256(read_bytes(path, "golden .npz", "npz", GoldenError)).hexdigest()
 
 
 def _array_sha(arr):
@@ -65,12 +66,11 @@ def _array_sha(arr):
 
 def read_manifest(spec):
     path = golden_dir(spec) / "manifest.json"
-    if not path.exists():
+    if not present(path):
         return {"schema": MANIFEST_SCHEMA, "models": {}}
-    try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise GoldenError(f"{path}: corrupt golden manifest: {err}") from err
+    doc = read_json(path, "golden manifest", error=GoldenError)
+    if isinstance(doc, dict):
+        check_version(path, "golden manifest", doc.get("schema"), (MANIFEST_SCHEMA,), GoldenError)
     models = doc.get("models") if isinstance(doc, dict) else None
     if not isinstance(models, dict) or not all(isinstance(e, dict) for e in models.values()):
         raise GoldenError(f"{path}: corrupt golden manifest: expected a JSON object whose 'models' maps each model "
@@ -91,7 +91,7 @@ def load_golden(spec):
     """Load ``goldens/<model>.npz`` after checking its sha256 and arrays against the manifest."""
     path = golden_path(spec)
     entry = read_manifest(spec)["models"].get(spec.name)
-    if entry is None or not path.exists():
+    if entry is None or not present(path):
         raise GoldenError(f"{path}: no golden for model '{spec.name}' (file or manifest entry missing); "
                           f"create it with `{commands.regenerate_goldens(spec.source, spec.name)}`")
     if not all(isinstance(entry.get(k), t) for k, t in (("sha256", str), ("inputs", dict), ("outputs", dict))):
@@ -167,7 +167,7 @@ def input_groups(spec, count=16, seed=0):
     from paritygate.inputs.sampling import sample_inputs
 
     path = input_set_path(spec)
-    groups = [(g.inputs, g.labels) for g in read_input_set(spec, path).groups] if path.exists() else []
+    groups = [(g.inputs, g.labels) for g in read_input_set(spec, path).groups] if present(path) else []
     have = {tuple(v.shape[1:] for v in inputs.values()) for inputs, _ in groups}
     dynamic = any(t.profile for t in spec.inputs.values())
     for corner in range(3) if dynamic else ([] if groups else [0]):

@@ -11,6 +11,8 @@ import numpy as np
 from paritygate.common.digest import digest as content_digest
 
 META = "__meta__"
+SCHEMA = 1  # the meta's "schema"; a reproducer written before the field is version 1
+FIELDS = ("config", "model", "precision", "check", "runtime")  # required in the meta, each a string
 MAX_VALUES = 16  # an input row up to this many values is shown whole; a longer one by its summary and head
 
 
@@ -25,7 +27,7 @@ def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, f
     folder.mkdir(parents=True, exist_ok=True)
     digest = content_digest(inputs)[:12]
     stem = folder / f"{spec.name}-{precision}-{check}-{digest}"
-    meta = {"config": str(spec.source), "model": spec.name, "precision": precision, "check": check,
+    meta = {"schema": SCHEMA, "config": str(spec.source), "model": spec.name, "precision": precision, "check": check,
             "runtime": runtime, "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,
             "failures": failures[:20]}
     npz = stem.with_suffix(".npz")
@@ -46,16 +48,30 @@ def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, f
 
 def load_reproducer(path):
     """(meta, inputs) of a saved reproducer; ReplayError naming the file when it is not one."""
+    from paritygate.files import check_version
+    from paritygate.inputs.sets import InputSetError, read_npz
+
+    expected = f"a paritygate reproducer (.npz with {META} and input:<name> arrays)"
     try:
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data[META]))
-            inputs = {k.split(":", 1)[1]: data[k] for k in data.files if k.startswith("input:")}
-    except (OSError, ValueError, KeyError) as err:
-        raise ReplayError(f"{path}: not a paritygate reproducer (.npz with {META} and input:<name> arrays): "
-                          f"{err}") from err
-    missing = sorted({"config", "model", "precision", "check", "runtime"} - set(meta))
+        data = read_npz(path, "reproducer")
+    except InputSetError as err:
+        why = str(err).removeprefix(f"{path}: ")
+        raise ReplayError(f"{path}: not a paritygate reproducer ({why}); expected {expected}") from None
+    try:
+        meta = json.loads(str(data[META]))
+    except (KeyError, ValueError, RecursionError):
+        raise ReplayError(f"{path}: not a paritygate reproducer (no readable {META} JSON array); expected "
+                          f"{expected}") from None
+    if not isinstance(meta, dict):
+        raise ReplayError(f"{path}: not a paritygate reproducer ({META} is no JSON object); expected {expected}")
+    check_version(path, "reproducer", meta.get("schema", 1), (SCHEMA,), ReplayError)
+    inputs = {k.split(":", 1)[1]: v for k, v in data.items() if k.startswith("input:")}
+    missing = sorted(set(FIELDS) - set(meta))
     if missing or not inputs:
         raise ReplayError(f"{path}: reproducer lacks {missing or 'input arrays'}")
+    wrong = [k for k in FIELDS if not isinstance(meta[k], str)]
+    if wrong:
+        raise ReplayError(f"{path}: reproducer's {META} key(s) {wrong}: expected strings")
     return meta, inputs
 
 

@@ -28,9 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.files import LIMITS, check_file, limit_bytes, limit_value
 from paritygate.verdict import SuiteError
 
 LABELS = "__labels__"
+MAX_ROWS = (10_000, "PARITYGATE_MAX_ROWS")  # rows of one set: every check runs each row through the reference and
+# the candidate, batch by batch; docs/limits.md has the measured cost per row and how to raise it
 
 
 class InputSetError(SuiteError):
@@ -52,14 +55,13 @@ class InputSet:
 
 def read_npz(path, what="input set"):
     """All arrays of the .npz at ``path``; any failure to open or read it is one InputSetError naming the file."""
-    if not Path(path).is_file():
-        raise InputSetError(f"{path}: cannot read {what}: file not found")
+    check_file(path, what, "npz", InputSetError)
     with open(path, "rb") as f:  # ours to close: np.load leaks the file it opened when the archive is corrupt
         head = f.read(6)
         f.seek(0)
         if not head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):  # zip (numpy.savez), .npy
-            seen = f"its first bytes are {head.hex()}" if head else "the file is empty"
-            raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays (no zip header: {seen})")
+            seen = "does not start with a zip header" if head else "is empty"
+            raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays (the file {seen})")
         try:
             data = np.load(f, allow_pickle=False)
         except Exception as err:
@@ -69,14 +71,29 @@ def read_npz(path, what="input set"):
                                 "an .npz archive of arrays keyed by input name")
         try:
             with data:
+                _check_unpacked(path, what, data)
                 return {k: data[k] for k in data.files}
+        except InputSetError:
+            raise
         except Exception as err:
             raise InputSetError(f"{path}: cannot read {what}: {_why(err)}") from err
 
 
+def _check_unpacked(path, what, data):
+    """The arrays' total size as the archive declares it (a compressed member can unpack to far more than the
+    file's size) within the npz limit: ``np.load`` reads a member no further than its declared size."""
+    unpacked, limit = sum(i.file_size for i in data.zip.infolist()), limit_bytes("npz")
+    if unpacked > limit:
+        raise InputSetError(f"{path}: {what} unpacks to {unpacked / 2**20:.1f} MB, over the {limit / 2**20:g} MB "
+                            f"limit for npz files; raise it with {LIMITS['npz'][1]}=<MB>")
+
+
 def _why(err):
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
+    """The failure's type and what numpy refused, never the error's text: numpy and zipfile quote the file's
+    bytes in it (headers, member names)."""
+    if "allow_pickle" in str(err):
+        return f"{type(err).__name__}: it holds object arrays, which are pickles and never loaded (allow_pickle=False)"
+    return type(err).__name__
 
 
 def read_input_set(spec, path, what="input set", labels="optional"):
@@ -84,11 +101,26 @@ def read_input_set(spec, path, what="input set", labels="optional"):
     ``__labels__`` array is then refused)."""
     arrays = read_npz(path, what)
     groups = split_shapes(spec, path, arrays, what)
-    if len(groups) > 1:
-        sets = [_read_group(spec, path, g, what, labels) for g in groups]
-        first = sets[0]
-        return InputSet(Path(path), first.inputs, first.labels, sum(s.rows for s in sets), sets)
-    return _read_group(spec, path, groups[0], what, labels)
+    sets = [_read_group(spec, path, g, what, labels) for g in groups]
+    found = sets[0] if len(sets) == 1 else InputSet(Path(path), sets[0].inputs, sets[0].labels,
+                                                    sum(s.rows for s in sets), sets)
+    _check_rows(path, what, found.rows)
+    return found
+
+
+def _check_rows(path, what, rows):
+    """At least one row, at most ``MAX_ROWS`` (or PARITYGATE_MAX_ROWS)."""
+    default, env = MAX_ROWS
+    try:
+        limit = limit_value(env, default)
+    except ValueError as err:
+        raise InputSetError(f"{path}: {err}") from None
+    if rows == 0:
+        raise InputSetError(f"{path}: {what} holds 0 rows; expected at least one row (or no file: the suite then "
+                            "draws its inputs from the config's ranges)")
+    if rows > limit:
+        raise InputSetError(f"{path}: {what} holds {rows} rows, over the limit of {limit:g} rows (default "
+                            f"{default}); keep a sample of it, or raise the limit with {env}=<rows>")
 
 
 def split_shapes(spec, path, arrays, what="input set"):
@@ -190,3 +222,13 @@ def check_labels(spec, path, labels, rows, what="input set"):
                                 f"'classification' of model '{spec.name}')")
         if labels.size and labels.min() < 0:
             raise InputSetError(f"{where} holds {labels.min()}, expected class indices >= 0")
+
+
+def check_class_labels(path, input_set, classes, output):
+    """Every ``__labels__`` of ``input_set`` a class index of a model whose ``output`` scores ``classes`` classes."""
+    for group in input_set.groups:
+        if group.labels is not None and group.labels.size and group.labels.max() >= classes:
+            bad = int(np.count_nonzero(group.labels >= classes))
+            raise InputSetError(f"{path}: array '{LABELS}' holds {group.labels.max()} ({bad} label(s) >= {classes}), "
+                                f"expected class indices 0..{classes - 1}: the reference's output '{output}' scores "
+                                f"{classes} classes")

@@ -34,6 +34,7 @@ import numpy as np
 
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
+from paritygate.files import present
 from paritygate.lazy import available, missing_reason
 from paritygate.verdict import SuiteError
 
@@ -48,6 +49,7 @@ class ModelValidation:
         self.notes = []
         self.checked = []
         self.io_mapping = None
+        self.classes = None  # (classes, output) of a classification model, once the reference ran a sample
 
     def problem(self, key, err):
         """One line: the config file, the model, the key (None: a data file the message names) and ``err``."""
@@ -161,10 +163,13 @@ def _task_outputs(spec, reference, v):
         v.problem("reference", f"the reference fails on a sample input within the config's ranges: {err}")
         return
     try:
-        (classification_outputs if spec.task == "classification" else detection_outputs)(spec, outputs)
+        names = (classification_outputs if spec.task == "classification" else detection_outputs)(spec, outputs)
     except TaskSpecError as err:
         v.problem("task", err)
         return
+    scored = [(int(np.shape(outputs[n])[-1]), n) for n in names if np.ndim(outputs[n]) > 1]
+    if spec.task == "classification" and scored:  # the data files' labels are checked against the fewest classes
+        v.classes = min(scored)
     v.checked.append("task outputs")
 
 
@@ -299,18 +304,20 @@ def _data_files(ctx, spec, v):
     """Every data file of the model through the one reader (paritygate.inputs.sets); the goldens also against their
     manifest (not under --update-goldens, which rewrites them)."""
     from paritygate.inputs import goldens
-    from paritygate.inputs.sets import InputSetError, read_input_set
+    from paritygate.inputs.sets import InputSetError, check_class_labels, read_input_set
     from paritygate.models.known import ExpectationError, known_failure_feeds
 
     files = [(None, goldens.input_set_path(spec), "input set"), (None, goldens.heldout_set_path(spec), "held-out set")]
     if spec.calibration is not None:
         files.append(("calibration", spec.calibration, "calibration set"))
     for key, path, what in files:
-        if not path.exists():
+        if not present(path):
             continue
         with v.guard(key, path):
             try:
-                read_input_set(spec, path, what)
+                found = read_input_set(spec, path, what)
+                if v.classes:
+                    check_class_labels(path, found, *v.classes)
             except InputSetError as err:
                 v.problem(key, err)
                 continue
@@ -323,10 +330,12 @@ def _data_files(ctx, spec, v):
             pass  # a malformed expectations.toml is one line already: the plugin reads it before any check
         except InputSetError as err:
             v.problem(None, err)
-    if goldens.golden_path(spec).exists() and not ctx.update_goldens:
+    if present(goldens.golden_path(spec)) and not ctx.update_goldens:
         with v.guard(None, goldens.golden_path(spec)):
             try:
-                goldens.load_golden(spec)
+                golden = goldens.load_golden(spec)
+                if v.classes:
+                    check_class_labels(goldens.golden_path(spec), golden, *v.classes)
             except SuiteError as err:  # GoldenError, InputSetError
                 v.problem(None, err)
                 return

@@ -6,6 +6,7 @@ weights, goldens, input sets and expectations ship as package data). In a checko
 ``PYTHONPATH=plugins`` (or the static editable install) they are the repository's own folders.
 """
 
+import functools
 import importlib
 import importlib.util
 import sys
@@ -42,6 +43,18 @@ def fixtures_dir():
 def conformance_dir():
     """The folder of the conformance tests (what ``pytest --pyargs paritygate.conformance`` collects)."""
     return _own("conformance", "test_parity.py") or _installed(CONFORMANCE_PACKAGE) or CHECKOUT / "conformance"
+
+
+@functools.lru_cache(maxsize=1)
+def check_names():
+    """The conformance suite's check names (its test functions without ``test_``), read from its source, not
+    imported; empty when the suite is not there."""
+    import re
+
+    found = set()
+    for path in sorted(conformance_dir().glob("test_*.py")):
+        found.update(re.findall(r"^def test_(\w+)", path.read_text(encoding="utf-8"), re.MULTILINE))
+    return frozenset(found)
 
 
 def zoo_module(name):

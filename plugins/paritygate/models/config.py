@@ -3,7 +3,9 @@
 Every error is a ``ConfigError`` whose one-line message names the file, the model and the key.
 """
 
+import functools
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.common.numerics import PRECISIONS
+from paritygate.files import FileRefused, check_file, limit_value, read_bytes
 from paritygate.models.bundled import fixtures_dir
 
 if sys.version_info >= (3, 11):
@@ -20,6 +23,9 @@ else:  # pragma: no cover
 
 SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
 BUNDLED_CONFIG = fixtures_dir() / "parity.toml"  # package data in a wheel, fixtures/ in a checkout
+MAX_FEED_MB = (1024, "PARITYGATE_MAX_FEED_MB")  # one batch of max_batch rows over all inputs: the suite holds a
+# few copies of it at once (reference, candidate, batch splits) on a CI runner (GitHub's standard Linux runner for
+# public repositories has 16 GB)
 
 
 class ConfigError(ValueError):
@@ -93,13 +99,17 @@ class ModelSpec:
         return f"{self.source}: model '{self.name}': key '{key}'"
 
 
+@functools.lru_cache(maxsize=1)
 def _schema_validator():
     import jsonschema
 
     schema = json.loads(SCHEMA_PATH.read_text())
     # JSON Schema counts 8.0 as an integer; TOML tells them apart, and a float max_batch or shape breaks numpy.
     base = jsonschema.Draft202012Validator
-    checker = base.TYPE_CHECKER.redefine("integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+    # TOML's nan and inf are no number a config means: every number of the schema is finite.
+    checker = base.TYPE_CHECKER.redefine_many({
+        "integer": lambda _, v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda _, v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)})
     return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
@@ -119,7 +129,17 @@ def _explain(error):
     if error.validator == "required":
         return error.message.replace("is a required property", "is required but missing")
     if error.validator == "type":
+        if error.validator_value == "number" and isinstance(error.instance, float):
+            return f"expected a finite number, got {error.instance}"
         return f"expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
+    if error.validator in ("maximum", "minimum", "exclusiveMinimum", "maxLength", "maxItems", "pattern"):
+        why = error.schema.get("description") if error.validator in ("maximum", "maxLength", "pattern") else None
+        bound = {"maximum": "at most", "minimum": "at least", "exclusiveMinimum": "more than",
+                 "maxLength": "at most", "maxItems": "at most", "pattern": "a value matching"}[error.validator]
+        unit = {"maxLength": " characters", "maxItems": " items"}.get(error.validator, "")
+        shown = error.instance if not isinstance(error.instance, str) or len(error.instance) <= 40 else \
+            f"{error.instance[:40]}... ({len(error.instance)} characters)"
+        return f"expected {bound} {error.validator_value}{unit}, got {shown!r}" + (f" ({why})" if why else "")
     if error.validator == "enum":
         return f"expected one of {error.validator_value}, got {error.instance!r}"
     if error.validator == "oneOf" and error.context:  # e.g. onnx: a path, or a table of paths per precision
@@ -136,7 +156,8 @@ def _format_schema_error(path, doc, error):
     if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int):
         entry = doc["models"][loc[1]]
         name = entry.get("name") if isinstance(entry, dict) else None
-        model = f" model '{name}'" if isinstance(name, str) else f" models[{loc[1]}]"
+        valid = isinstance(name, str) and check_model_value("name", name) is None
+        model = f" model '{name}'" if valid else f" models[{loc[1]}]"  # a bad name: named by its place
         key = ".".join(str(p) for p in loc[2:])
         if error.validator == "required":  # name the missing key itself, e.g. 'inputs.image.dtype'
             missing = error.message.split("'")[1]
@@ -146,12 +167,35 @@ def _format_schema_error(path, doc, error):
     return f"{path}: key '{_key_path(error)}': {_explain(error)}"
 
 
-def _resolve(base, value, spec_where, must_exist=True):
+def _resolve(base, value, spec_where, must_exist=True, kind="onnx", folder_ok=False):
+    """``value`` against the config's folder; with ``must_exist``, checked to be a regular file of ``kind``
+    within its size limit (or a folder where ``folder_ok``): a FIFO, a device or a symlink loop is one line."""
     p = Path(value)
     p = p if p.is_absolute() else (base / p)
-    if must_exist and not p.exists():
-        raise ConfigError(f"{spec_where}: file not found: {p}")
+    if must_exist:
+        try:
+            check_file(p, "the file this key names", kind, folder_ok=folder_ok)
+        except ValueError as err:
+            raise ConfigError(f"{spec_where}: {err}") from None
     return p
+
+
+def _check_feed_size(where, table):
+    """One batch of ``max_batch`` rows at the largest shapes, over all inputs, within PARITYGATE_MAX_FEED_MB."""
+    default, env = MAX_FEED_MB
+    row_bytes = 0
+    for t in table["inputs"].values():
+        dims = t["profile"]["max"][1:] if "profile" in t else t["shape"][1:]
+        row_bytes += math.prod(dims) * np.dtype(t["dtype"]).itemsize
+    try:
+        limit = limit_value(env, default) * 2**20
+    except FileRefused as err:
+        raise ConfigError(f"{where('max_batch')}: {err}") from None
+    size = row_bytes * table["max_batch"]
+    if size > limit:
+        raise ConfigError(f"{where('max_batch')}: {table['max_batch']} rows of {row_bytes} bytes each is "
+                          f"{size / 2**20:.0f} MB per batch, over the {limit / 2**20:g} MB limit (default {default}); "
+                          f"lower max_batch or raise it with {env}=<MB>")
 
 
 def _tensor_spec(where, name, table, max_batch=None):
@@ -247,7 +291,9 @@ def _model_spec(path, table, check_files):
         return f"{path}: model '{name}': key '{key}'"
 
     inputs = {n: _tensor_spec(where, n, t, table["max_batch"]) for n, t in table["inputs"].items()}
-    engines = {p: _resolve(base, v, where(f"engines.{p}"), check_files) for p, v in table.get("engines", {}).items()}
+    _check_feed_size(where, table)
+    engines = {p: _resolve(base, v, where(f"engines.{p}"), check_files, "model")
+               for p, v in table.get("engines", {}).items()}
     unknown = set(engines) - set(table["precisions"])
     if unknown:
         raise ConfigError(f"{where('engines')}: engines for {sorted(unknown)} but precisions are {table['precisions']}")
@@ -273,7 +319,7 @@ def _model_spec(path, table, check_files):
     return ModelSpec(
         name=name,
         source=path,
-        reference=_resolve(base, table["reference"], where("reference"), check_files),
+        reference=_resolve(base, table["reference"], where("reference"), check_files, "model", folder_ok=True),
         signature=table.get("signature", "serving_default"),
         onnx=onnx_files.get("fp32"),
         onnx_artifacts={p: v for p, v in onnx_files.items() if p != "fp32"},
@@ -283,7 +329,7 @@ def _model_spec(path, table, check_files):
         max_batch=table["max_batch"],
         task=table.get("task", "generic"),
         task_output=table.get("task_output"),
-        calibration=_resolve(base, calibration, where("calibration"), check_files) if calibration else None,
+        calibration=_resolve(base, calibration, where("calibration"), check_files, "npz") if calibration else None,
         inputs=inputs,
         outputs=dict(table.get("outputs", {})),
         tolerances=table.get("tolerances", {}),
@@ -296,13 +342,19 @@ def _model_spec(path, table, check_files):
     )
 
 
+def check_model_value(key, value):
+    """The schema's rule for the model key ``key`` (``name``, ``max_batch``) applied to ``value``: why it is
+    refused (one line), or None. ``paritygate init`` checks its options with it before it writes anything."""
+    schema = _schema_validator().schema
+    rule = {**schema["$defs"]["model"]["properties"][key], "$defs": schema["$defs"]}
+    error = next(iter(type(_schema_validator())(rule).iter_errors(value)), None)
+    return None if error is None else _explain(error)
+
+
 def load_config(path, check_files=True):
     """Read, validate and resolve a config file; returns a list of ModelSpec."""
+    raw = read_bytes(Path(path).absolute(), "config file", "config", ConfigError)  # the path as given
     path = Path(path).resolve()
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from err
     try:
         doc = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
@@ -315,6 +367,4 @@ def load_config(path, check_files=True):
         if table["name"] in seen:
             raise ConfigError(f"{path}: model '{table['name']}': key 'name': duplicate model name")
         seen.add(table["name"])
-    if str(path.parent) not in sys.path:  # handler modules live beside the config
-        sys.path.insert(0, str(path.parent))
     return [_model_spec(path, table, check_files) for table in doc["models"]]

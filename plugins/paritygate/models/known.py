@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from paritygate.files import present, read_text
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError, tomllib
 from paritygate.verdict import UPSTREAM_DEFECT_ATTR
 
@@ -48,10 +49,11 @@ class ExpectationError(ConfigError):
 def read_expectations(path):
     """table name -> its entries (dicts, each with ``source``: file and entry), validated against SCHEMA."""
     path = Path(path)
+    text = read_text(path, "expectations", "config", ExpectationError)
     try:
-        doc = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ExpectationError(f"{path}: cannot read expectations: {err}") from err
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ExpectationError(f"{path}: cannot read expectations: not valid TOML: {err}") from err
     unknown_tables = sorted(set(doc) - set(SCHEMA))
     if unknown_tables:
         raise ExpectationError(f"{path}: unknown table(s) {unknown_tables}; expected [[known_failures]] or "
@@ -80,14 +82,17 @@ def _checked(path, table, i, entry):
     return {**entry, "source": f"{path.name} {table}[{i}]", "path": str(path)}
 
 
-def load_known_failures(config_path):
+def load_known_failures(config_path, models=None):
     """The ``[[known_failures]]`` of the expectations.toml beside the config (none without one). An
-    ``upstream_defect`` must name an ``[[expectations]]`` id of that file or of the bundled one."""
-    path = Path(config_path).parent / "expectations.toml"
-    if not path.exists():
+    ``upstream_defect`` must name an ``[[expectations]]`` id of that file or of the bundled one; each entry's
+    ``check`` must be one of the suite's checks and, given the config's ``models`` (names), its ``model`` one
+    of them: an entry that could never match is an error, not silently ignored."""
+    path = Path(config_path).resolve().parent / "expectations.toml"
+    if not present(path):
         return []
     tables = read_expectations(path)
     entries = tables["known_failures"]
+    _check_names(path, entries, models)
     for e in entries:
         if "reproducer" in e:
             e["reproducer"] = _reproducer(path, e)
@@ -101,6 +106,20 @@ def load_known_failures(config_path):
                 raise ExpectationError(f"{path}: {e['source'].split(' ', 1)[1]}: key 'upstream_defect': "
                                        f"{e['upstream_defect']!r} is no known upstream defect; known: {sorted(ids)}")
     return entries
+
+
+def _check_names(path, entries, models):
+    from paritygate.models.bundled import check_names
+
+    known = check_names()
+    for e in entries:
+        where = f"{path}: {e['source'].split(' ', 1)[1]}"
+        if known and e["check"] not in known:
+            raise ExpectationError(f"{where}: key 'check': {e['check']!r} is no check of the suite; expected one of "
+                                   f"{', '.join(sorted(known))}")
+        if models is not None and e["model"] not in models:
+            raise ExpectationError(f"{where}: key 'model': {e['model']!r} is no model of the config beside it; "
+                                   f"expected one of {', '.join(models)}")
 
 
 def _reproducer(path, entry):

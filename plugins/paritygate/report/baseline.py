@@ -6,12 +6,13 @@ A drift line says a number moved past a threshold; it fails the run only when ``
 names that statistic. New failures always fail the run (they are failing checks).
 """
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from paritygate.files import FileRefused, check_version, read_json
+from paritygate.report import SCHEMA
 from paritygate.report.text import run_fails
 from paritygate.result import read_checks
 
@@ -114,11 +115,11 @@ def load_baseline(path):
     """The checks of a previous report, validated enough to compare against; BaselineError names the file."""
     path = Path(path)
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as err:
-        raise BaselineError(f"--parity-baseline={path}: cannot read it: {err.strerror or err}") from err
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BaselineError(f"--parity-baseline={path}: not JSON ({err}); expected a parity-report.json") from err
+        data = read_json(path, "--parity-baseline (a parity-report.json)")
+        if isinstance(data, dict):
+            check_version(path, "--parity-baseline (a parity-report.json)", data.get("schema"), (SCHEMA,))
+    except FileRefused as err:
+        raise BaselineError(f"--parity-baseline={err}") from None
     if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("checks"), list):
         raise BaselineError(f"--parity-baseline={path}: expected a parity-report.json of schema 1 with a "
                             f"'checks' list, got {_shape_of(data)}")

@@ -16,6 +16,7 @@ from paritygate.report.text import (
     counts,
     precision_label,
     run_fails,
+    stop_problems,
     upstream_note,
     worst_status,
 )
@@ -71,6 +72,8 @@ def _run_fails(data, checks):
 
 
 def _verdict_word(data, checks):
+    if stop_problems(data, checks):
+        return "STOPPED"
     if not checks:
         return "NO CHECKS RAN"
     return "FAIL" if _run_fails(data, checks) else "PASS"
@@ -80,7 +83,13 @@ def _banner(data, checks):
     n = counts(checks)
     word = _verdict_word(data, checks)
     colour = COLOURS["fail"] if word == "FAIL" else (COLOURS["pass"] if checks else COLOURS["skip"])
+    problems = stop_problems(data, checks)
     why = _why(data, checks) if checks else "no check was recorded"
+    if problems:
+        colour = COLOURS["error"]
+        why = (f"stopped before any check (exit code 4): {len(problems)} problem(s) in the input, each to fix "
+               "before the checks can run<ul class=problems>" + "".join(f"<li>{ESC(p)}</li>" for p in problems) +
+               "</ul>")
     base = data.get("baseline")
     if base:
         why += (f"<br>vs baseline: {len(base['new_failures'])} new failure(s), {len(base['fixed'])} fixed, "

@@ -13,6 +13,7 @@ from paritygate.report.text import (
     precision_label,
     run_fails,
     statistics_text,
+    stop_problems,
     tolerance_groups,
     tolerance_text,
     upstream_note,
@@ -62,16 +63,26 @@ def _fenced(text):
 
 
 def _environment_line(data):
-    env = data["environment"]
+    env = data.get("environment") or {}
     gpu = (env.get("gpu") or {}).get("name") or f"none ({env.get('gpu_unavailable_reason')})"
-    return (f"Runtime **{data['runtime']}** · device class `{data['device_class']}` · "
+    return (f"Runtime **{data.get('runtime')}** · device class `{data.get('device_class')}` · "
             f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
             f"TensorRT {env.get('tensorrt') or 'not installed'} · TensorRT-RTX builder "
             f"{env.get('tensorrt-rtx') or 'not installed'} · Beam {env.get('apache-beam')} · GPU: {gpu} · "
             f"CPU {', '.join(env.get('cpu_isa') or []) or 'unknown'}")
 
 
+def _escape_line(text):
+    """One problem line as Markdown text: backticks and the characters Markdown reads as markup, escaped."""
+    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", " ".join(text.split()))
+
+
 def _verdict(data, checks):
+    problems = stop_problems(data, checks)
+    if problems:
+        head = (f"**Verdict: STOPPED before any check** (exit code 4): {len(problems)} problem(s) in the input, "
+                "each to fix before the checks can run:")
+        return [head, "", *[f"- {_escape_line(p)}" for p in problems]]
     if not checks:
         return ["no checks ran"]
     n = counts(checks)

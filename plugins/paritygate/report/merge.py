@@ -7,9 +7,9 @@ the time line) are summed; the wall time is the longest shard's (shards run side
 environment is kept under ``shards``, and a difference between them is listed in ``environment_differs``.
 """
 
-import json
 from pathlib import Path
 
+from paritygate.files import check_version, read_json
 from paritygate.result import read_checks
 
 
@@ -18,14 +18,38 @@ class MergeError(ValueError):
 
 
 def read_report(path):
+    """A ``parity-report.json`` this paritygate reads (``paritygate.files``: a regular file within the JSON
+    limit), of schema version ``SCHEMA``, whose check records load; MergeError names the file and what is wrong."""
+    from paritygate.report import SCHEMA
+
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise MergeError(f"{path}: cannot read a JSON report: {err}") from err
+    data = read_json(path, "JSON report", error=MergeError)
     if not isinstance(data, dict) or not isinstance(data.get("checks"), list):
-        raise MergeError(f"{path}: not a parity report (no 'checks' list)")
+        raise MergeError(f"{path}: not a parity report (expected a JSON object with a 'checks' list)")
+    check_version(path, "parity report", data.get("schema"), (SCHEMA,), MergeError)
+    for key, kind in (("environment", dict), ("findings", list), ("validation", dict), ("time", dict)):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise MergeError(f"{path}: key '{key}': expected a JSON {'object' if kind is dict else 'array'}, got "
+                             f"{type(data[key]).__name__}")
+    try:
+        read_checks(data["checks"])
+    except ValueError as err:
+        raise MergeError(f"{path}: {err}") from err
+    _check_records(path, data)
     return data
+
+
+def _check_records(path, data):
+    """The findings (kind, model, precision, check, details) and the validation's problem lines, as a run
+    writes them."""
+    for i, f in enumerate(data.get("findings") or []):
+        if not (isinstance(f, dict) and {"kind", "model", "precision", "check"} <= set(f)
+                and isinstance(f.get("details") or {}, dict)):
+            raise MergeError(f"{path}: findings[{i}]: expected a finding record (a JSON object with kind, model, "
+                             "precision, check and details)")
+    problems = (data.get("validation") or {}).get("problems")
+    if problems is not None and not (isinstance(problems, list) and all(isinstance(p, str) for p in problems)):
+        raise MergeError(f"{path}: key 'validation.problems': expected a list of problem lines (strings)")
 
 
 def merge_reports(paths):

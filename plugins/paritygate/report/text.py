@@ -51,6 +51,15 @@ def counts(checks):
     return {s: sum(c.status == s for c in checks) for s in STATUSES}
 
 
+def stop_problems(data, checks):
+    """The problems that stopped a run before any check (the validation pass's lines, exit code 4): empty when
+    checks ran or nothing was recorded."""
+    if checks:
+        return []
+    validation = data.get("validation") if isinstance(data.get("validation"), dict) else {}
+    return [str(p) for p in validation.get("problems") or []]
+
+
 def run_fails(checks):
     """Whether these checks fail the run: a fail or error, or an inconclusive the model does not allow."""
     return any(c.status in ("fail", "error") or

@@ -27,6 +27,7 @@ from paritygate.backend.base import RunnerError
 from paritygate.backend.cache import cache_root, cached_file, hash_path, key_of, report_path
 from paritygate.backend.onnx import trt_lint, validate
 from paritygate.backend.onnx.validate import ArtifactError
+from paritygate.files import check_file
 from paritygate.lazy import dist_version as _version
 from paritygate.lazy import lazy_import
 
@@ -51,7 +52,7 @@ TF2ONNX = "tf2onnx"
 
 def load_checked(path):
     """onnx.load + checker, with errors naming the file."""
-    path = Path(path)
+    path = check_file(path, "ONNX model", "onnx", RunnerError)
     try:
         model = onnx.load(str(path))
         onnx.checker.check_model(model)

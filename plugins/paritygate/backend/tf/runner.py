@@ -44,6 +44,9 @@ class TfRunner(BaseRunner):
         if not (self.path / "saved_model.pb").exists():
             raise RunnerError(f"{self.path}: not a TensorFlow SavedModel (no saved_model.pb); expected "
                               f"{REFERENCE_KINDS}")
+        from paritygate.files import check_file
+
+        check_file(self.path / "saved_model.pb", "SavedModel graph", "onnx", RunnerError)  # a FIFO: no hang
         try:
             loaded = tf.saved_model.load(str(self.path))
         except Exception as err:  # TF raises many types for corrupt models
