@@ -54,7 +54,7 @@ def test_a_kind_of_error_without_its_section_fails_the_build():
 def test_messages_are_read_from_the_source_with_their_computed_parts_marked():
     generate = _generator()
     found = {(m.source, m.text) for m in generate.messages()}
-    assert ("ConfigError", "…: file not found: …") in found
+    assert ("FileRefused", "…: cannot read …: file not found") in found
     assert any(s == "validation" and "TensorRT engine file is empty" in t for s, t in found)
     assert any(s == "command" and t.startswith("paritygate report: error:") for s, t in found)
 

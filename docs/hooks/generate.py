@@ -27,7 +27,7 @@ MARKER = re.compile(r"<!-- paritygate:([a-z-]+)(?: ([A-Za-z.]+))? -->")
 # an ``error:`` line of the ``paritygate`` command; each has a section with its fix on troubleshooting.md.
 ERROR_SOURCES = ("ConfigError", "ExpectationError", "InputSetError", "GoldenError", "HandlerContractError",
                  "MappingError", "BindingsError", "TaskSpecError", "RunnerError", "BaselineError", "InitError",
-                 "MergeError", "ReplayError", "validation", "command", "options")
+                 "MergeError", "ReplayError", "FileRefused", "validation", "command", "options")
 
 
 def on_page_markdown(markdown, page, config, files):  # MkDocs calls it with these names
@@ -225,6 +225,8 @@ def _source_of(call, path):
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
     if name.endswith("Error") and name in ERROR_SOURCES and call.args:
         return name, call.args[0]
+    if name == "error" and path.name == "files.py" and call.args:  # files.py raises the caller's own class
+        return "FileRefused", call.args[0]
     if name == "problem" and len(call.args) == 2:
         return "validation", call.args[1]
     if name == "print" and call.args and "error:" in (template(call.args[0]) or ""):
