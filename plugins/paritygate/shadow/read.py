@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from paritygate.lazy import lazy_import
@@ -109,25 +108,27 @@ def example_values(example):
 
 
 def tfrecord_rows(path):
-    """(index, getter) per record of a TFRecord file; a record that does not frame or parse raises BadRecord."""
-    from apache_beam.io.tfrecordio import _TFRecordUtil
-
-    with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as handle:
-        index = 0
-        while True:
-            try:
-                raw = _TFRecordUtil.read_record(handle)
-            except Exception as err:  # noqa: BLE001 - a corrupt frame ends what can be read of the file
-                raise BadRecord("unreadable", f"{path}#{index}: {err} (the rest of the file cannot be framed)") from err
-            if raw is None:
-                return
-            try:
-                example = tf.train.Example.FromString(raw)
-            except Exception as err:  # noqa: BLE001 - protobuf's DecodeError: one bad record, not the file
-                yield index, BadRecord("unreadable", f"{path}#{index}: not a tf.train.Example: {err}")
-            else:
-                yield index, example_values(example)
-            index += 1
+    """(index, getter) per record of a TFRecord file (read by tf.data: local paths and TensorFlow's filesystems,
+    gzip by the ``.gz`` suffix); a record that does not frame ends the file with BadRecord, one that does not
+    parse is yielded as a BadRecord."""
+    compression = "GZIP" if str(path).endswith(".gz") else ""
+    records = iter(tf.data.TFRecordDataset([str(path)], compression_type=compression).as_numpy_iterator())
+    index = 0
+    while True:
+        try:
+            raw = next(records)
+        except StopIteration:
+            return
+        except tf.errors.OpError as err:  # DataLossError: a corrupt frame ends what can be read of the file
+            raise BadRecord("unreadable", f"{path}#{index}: {err.message} (the rest of the file cannot be "
+                            "framed)") from err
+        try:
+            example = tf.train.Example.FromString(raw)
+        except Exception as err:  # noqa: BLE001 - protobuf's DecodeError: one bad record, not the file
+            yield index, BadRecord("unreadable", f"{path}#{index}: not a tf.train.Example: {err}")
+        else:
+            yield index, example_values(example)
+        index += 1
 
 
 def npz_rows(path):
@@ -184,6 +185,8 @@ class ReadFile(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(DEAD, (err.category, f"{name}#{index}", str(err)))
         except BadRecord as err:
             yield beam.pvalue.TaggedOutput(DEAD, (err.category, name, str(err)))
+        except ImportError:
+            raise  # the environment's fault, not the record's
         except Exception as err:  # noqa: BLE001 - a file that cannot be read at all is a dead letter, named
             yield beam.pvalue.TaggedOutput(DEAD, ("unreadable", name, f"{path}: {type(err).__name__}: {err}"))
 
