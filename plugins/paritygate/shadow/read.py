@@ -85,7 +85,8 @@ def element(layout, get, default_key):
 
 def _scalar(value):
     value = np.asarray(value).ravel()
-    item = value[0].item() if value.size else ""
+    item = value[0] if value.size else ""
+    item = item.item() if isinstance(item, np.generic) else item
     return item.decode("utf-8", "replace") if isinstance(item, bytes) else item
 
 
