@@ -20,7 +20,7 @@ class FlippingHandler(serving.OnnxRuntimeHandler):
         results = super().run_inference(batch, model, inference_args)
         for result in results:
             if flipped(result.example):
-                for name, scores in result.inference.items():
+                for scores in result.inference.values():
                     top2 = np.argsort(scores)[-2:]
                     scores[top2] = scores[top2[::-1]]
         return results

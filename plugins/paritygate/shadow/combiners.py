@@ -93,15 +93,12 @@ class ShadowStats:
     """Everything a precision's verdicts need, mergeable; ``k`` worst examples kept whole (inputs included)."""
 
     def __init__(self, k):
-        self.k, self.examples, self.failing, self.errors = k, 0, 0, Counter()
+        self.k, self.examples, self.failing = k, 0, 0
         self.outputs, self.flips, self.per_class, self.slices = {}, None, {}, {}
         self.detection = None  # [reference detections, matched]
         self.worst = []  # min-heap of (score, key, record)
 
     def add(self, record):
-        if record.get("error"):  # the example could not be judged (a handler dropped it, a duplicate key)
-            self.errors[record["error"]] += 1
-            return self
         self.examples += 1
         self.failing += int(not record["passed"])
         for name, row in record["outputs"].items():
@@ -143,7 +140,6 @@ class ShadowStats:
     def merge(self, other):
         self.examples += other.examples
         self.failing += other.failing
-        self.errors.update(other.errors)
         for name, stats in other.outputs.items():
             self.outputs.setdefault(name, OutputStats()).merge(stats)
         if other.flips is not None:

@@ -29,7 +29,3 @@ def judge_example(spec, precision, key, slice_value, feed, ref, cand):
         record["detection"] = (task["reference_detections"], task["matched"])
     return record
 
-
-def unjudged(key, precision, error):
-    """The record of an example that could not be judged (no result, or more than one, for its key)."""
-    return {"key": key, "precision": precision, "error": error}
