@@ -35,8 +35,9 @@ def rate_result(spec, precision, check, gate, extra):
         result.inconclusive = {"message": gate["message"], "allowed": False}
         result.details["message"] = gate["message"]
     else:
-        result.details["message"] = (f"{gate['what']} {gate['events']}/{gate['examples']}, {gate['confidence']:.0%} "
-                                     f"upper bound {gate['upper']:.3g} <= budget {gate['budget']:g}")
+        result.details["message"] = (f"{gate['what']} {gate['events']}/{gate['examples']}: {gate['confidence']:.0%} "
+                                     f"interval [{gate['lower']:.3g}, {gate['upper']:.3g}] within the budget "
+                                     f"{gate['budget']:g} ({gate['budget_source']})")
     return result
 
 
