@@ -74,3 +74,22 @@ def test_flipper_fails_and_faithful_passes_at_100k(mobilenet_spec, mobilenet_out
     found = verdicts(spec, outcome, HIGH_ACCURACY_BUDGET)
     assert found["fp32", "shadow_top1"].status == "fail"
     assert found["fp16", "shadow_top1"].status == "pass"
+
+
+def test_detector_is_gated_on_missed_detections(tmp_path):
+    """The bundled SSD's fp16 candidate (the suite's ONNX Runtime handler): detection matches counted and gated."""
+    from paritygate.backend.tf.runner import TfRunner
+    from paritygate.models.bundled import fixtures_dir
+    from paritygate.models.config import load_config
+    from paritygate.shadow.synthetic import write_tfrecords
+
+    spec = next(m for m in load_config(fixtures_dir() / "parity.toml") if m.name == "ssd")
+    write_tfrecords(tmp_path, spec, fixtures_dir() / "inputs" / "ssd.npz", 24, shards=1)
+    names = list(TfRunner(spec.reference, spec.signature).activate().output_names)
+    outcome = run(Settings(spec, ("fp16",), f"{tmp_path}/*.tfrecord"), names)
+    found = verdicts(spec, outcome, FLIP_BUDGET)
+    detection = found["fp16", "shadow_detection"].details["shadow"]
+    total, matched = outcome.stats["fp16"].detection
+    assert total > 0 and detection["examples"] == total and detection["events"] == total - matched
+    assert found["fp16", "shadow_detection"].status == status(total - matched, total, FLIP_BUDGET)
+    assert ("fp16", "shadow_top1") not in found
