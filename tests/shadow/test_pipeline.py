@@ -70,7 +70,7 @@ def test_flipper_is_inconclusive_not_pass_at_200(mobilenet_spec, mobilenet_outpu
 @pytest.mark.slow
 def test_flipper_fails_and_faithful_passes_at_100k(mobilenet_spec, mobilenet_outputs, traffic):
     spec = dataclasses.replace(mobilenet_spec, beam={"handler": FLIPPER})
-    outcome = run(Settings(spec, ("fp32", "fp16"), traffic(100_000, shards=4), workers=2), mobilenet_outputs)
+    outcome = run(Settings(spec, ("fp32", "fp16"), traffic(100_000, shards=4)), mobilenet_outputs)
     found = verdicts(spec, outcome, HIGH_ACCURACY_BUDGET)
     assert found["fp32", "shadow_top1"].status == "fail"
     assert found["fp16", "shadow_top1"].status == "pass"
