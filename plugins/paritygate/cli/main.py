@@ -1,4 +1,4 @@
-"""The ``paritygate`` command: ``init``, ``run``, ``replay``, ``report``.
+"""The ``paritygate`` command: ``init``, ``run``, ``replay``, ``report``, ``shadow``.
 
 Exit codes are pytest's (``pytest.ExitCode``): 0 ok, 1 checks failed, 2 interrupted, 3 internal error,
 4 usage error (a wrong command line, a model or file that cannot be read), 5 no tests collected.
@@ -68,6 +68,10 @@ def build_parser():
                             "parity-report.json/.md/.html in --out and exit with the merged verdict (0 pass, 1 fail).")
     report.add_argument("json", metavar="JSON", nargs="+", help="a parity-report.json (several: shard reports)")
     report.add_argument("--out", metavar="DIR", help="where to write them (default: beside JSON; required to merge)")
+
+    from paritygate.cli import shadow
+
+    shadow.add_parser(sub)
     return parser
 
 
@@ -77,7 +81,7 @@ def main(argv=None):
     args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     if extra and args.command != "run":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    command = {"init": _init, "run": _run, "replay": _replay, "report": _report}[args.command]
+    command = {"init": _init, "run": _run, "replay": _replay, "report": _report, "shadow": _shadow}[args.command]
     try:
         return command(args, extra)
     except KeyboardInterrupt:
@@ -135,6 +139,12 @@ def _replay(args, _extra):
 
     argv = [args.file] + [f"--{k}={v}" for k in ("check", "runtime") if (v := getattr(args, k))]
     return int(replay.main(argv) or 0)
+
+
+def _shadow(args, _extra):
+    from paritygate.cli import shadow
+
+    return shadow.main(args)
 
 
 def _report(args, _extra):

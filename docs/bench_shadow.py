@@ -1,0 +1,96 @@
+"""Benchmark of ``paritygate shadow`` (docs/shadow.md, "Measured"): examples/s of the pipeline against a bare loop
+running the same two models on the same examples, 1 vs 2 DirectRunner worker processes, and peak memory at two N.
+
+    PYTHONPATH=plugins python docs/bench_shadow.py --n 10000 --modes bare pipeline1 pipeline2
+    PYTHONPATH=plugins python docs/bench_shadow.py --n 100000 --modes pipeline1
+    PYTHONPATH=plugins python docs/bench_shadow.py --model linear --n 1000000 --modes pipeline1
+
+Model: the bundled mobilenet (or ``--model linear``, y = 5x: Beam's and the judging's cost per example); reference: its TF SavedModel (TFNumpyHandler); candidate: the suite's fp16 artifact
+under strict numerics (OnnxRuntimeHandler), batches of the config's max_batch. Each mode runs in its own process;
+peak RSS is the largest of that process and its workers (getrusage RUSAGE_CHILDREN). One JSON line per mode.
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "parity.toml"
+
+
+def make_data(model, n, folder):
+    from paritygate.models.bundled import fixtures_dir, zoo_module
+    from paritygate.models.config import load_config
+    from paritygate.shadow.synthetic import write_tfrecords
+
+    zoo_module("build").ensure_built()
+    spec = next(m for m in load_config(CONFIG) if m.name == model)
+    inputs = fixtures_dir() / "inputs" / f"{model}_heldout.npz"
+    if not list(Path(folder).glob("*.tfrecord")):
+        write_tfrecords(folder, spec, inputs if inputs.exists() else inputs.with_name(f"{model}.npz"), n, shards=4)
+    return f"{folder}/*.tfrecord"
+
+
+def bare(model, pattern):
+    """TF reference and the strict fp16 ONNX Runtime candidate on the same examples, nothing else."""
+    import numpy as np
+
+    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnxrt.runner import OnnxrtRunner
+    from paritygate.backend.runtimes import computed_artifact
+    from paritygate.backend.tf.runner import TfRunner
+    from paritygate.models.config import load_config
+    from paritygate.shadow.read import Layout, element, match, tfrecord_rows
+
+    spec = next(m for m in load_config(CONFIG) if m.name == model)
+    (name,) = spec.inputs
+    ref = TfRunner(spec.reference, spec.signature).activate()
+    cand = OnnxrtRunner(computed_artifact(argparse.Namespace(numerics="strict"), onnx_artifact(spec, "fp16"))).activate()
+    (cand_input,) = cand.input_metadata()
+    layout, n, start, batch = Layout.of(spec), 0, time.perf_counter(), []
+    for path in match(pattern):
+        for i, get in tfrecord_rows(path):
+            batch.append(element(layout, get, i)[1][name])
+            if len(batch) == spec.max_batch:
+                x = np.stack(batch)
+                ref.infer({name: x}), cand.infer({cand_input: x})
+                n, batch = n + len(batch), []
+    return n, time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=("mobilenet", "linear"), default="mobilenet")
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--data", default="/tmp/paritygate-bench-shadow")
+    parser.add_argument("--modes", nargs="+", default=["bare", "pipeline1", "pipeline2"])
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    folder = f"{args.data}-{args.model}-{args.n}"
+    pattern = make_data(args.model, args.n, folder)
+    if args.child == "bare":
+        n, seconds = bare(args.model, pattern)
+        print(json.dumps({"n": n, "seconds": seconds}))
+        return
+    for mode in args.modes:
+        start = time.perf_counter()
+        if mode == "bare":
+            cmd = [sys.executable, __file__, "--model", args.model, "--n", str(args.n), "--data", args.data,
+                   "--child", "bare"]
+        else:
+            cmd = [sys.executable, "-m", "paritygate.cli.main", "shadow", str(CONFIG), "--model", args.model,
+                   "--data", pattern, "--precisions", "fp16", "--workers", mode[-1], "--report",
+                   f"{folder}-report-{mode}"]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - start
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        lines = [line for line in out.stdout.splitlines() if line.startswith(("{", "paritygate shadow: read"))]
+        print(json.dumps({"model": args.model, "mode": mode, "n": args.n, "wall_s": round(wall, 1), "peak_rss_mib_so_far": round(rss),
+                          "rc": out.returncode, "out": lines}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

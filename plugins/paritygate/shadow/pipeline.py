@@ -1,0 +1,218 @@
+"""One Beam pipeline per shadow run, with no shuffle of examples (memory does not grow with their number):
+
+    files -> ReadFile (dead letters apart) -> RunInference(reference) -> RunInference(candidate) per precision
+          -> judge each example (shadow.judge) -> CombinePerKey(precision, ShadowStatsFn) -> records to files
+
+The models run one after another on the same keyed element: each ``KeyedModelHandler`` carries the example's key,
+slice value and the outputs so far in its key, so the "join by key" is the chain itself (Beam's documented
+alternative, two RunInference branches and a CoGroupByKey, materialises every example in the shuffle). Work is
+spread by file: shard the data into at least as many files as workers. The combine is lifted (partial
+accumulators per bundle), so only one accumulator per precision and bundle crosses a shuffle.
+Imports apache_beam: import it on first use.
+"""
+
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import apache_beam as beam
+from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from paritygate.beam.contract import (
+    as_feed,
+    declared_precision,
+    element_of,
+    handler_path,
+    load_factory,
+    make_handler,
+    normalise_inference,
+)
+from paritygate.beam.pipeline import WriteRecords, make_pipeline, read_records, worker_import_path
+from paritygate.shadow.combiners import ShadowStatsFn
+from paritygate.shadow.judge import judge_example
+from paritygate.shadow.read import DEAD, Layout, ReadFile, match
+
+PROGRESS_SECONDS = 5.0  # a progress line per worker process at most this often
+DEAD_SAMPLES = 5  # dead letters kept per category for the report (all of them go to the dead-letter files)
+
+
+@dataclass
+class Settings:
+    spec: object
+    precisions: tuple
+    data: str  # a file pattern
+    fmt: str = "tfrecord"
+    runner: str = "DirectRunner"
+    options: tuple = ()  # Beam pipeline options, e.g. ("--direct_running_mode=multi_processing", ...)
+    workers: int = 1
+    worst: int = 10
+    key_feature: str = None
+    slice_feature: str = None
+    numerics: str = "strict"
+    dead_letter: str = None  # path prefix of the dead-letter files (JSON lines); None: counts and samples only
+
+
+@dataclass
+class Outcome:
+    settings: Settings
+    handlers: dict  # precision -> what served it ("reference" too)
+    stats: dict = field(default_factory=dict)  # precision -> combiners.ShadowStats
+    read: int = 0
+    dead: Counter = field(default_factory=Counter)
+    dead_samples: dict = field(default_factory=dict)  # category -> [(key, reason)]
+    seconds: float = 0.0
+
+
+def reference_handler(spec):
+    from paritygate.beam.tf_handler import TFNumpyHandler
+
+    return TFNumpyHandler(spec.reference, spec.signature, min_batch_size=1, max_batch_size=spec.max_batch)
+
+
+def candidate_handler(spec, precision, output_names, numerics="strict"):
+    """(handler, what it is): the team's ``[models.beam]`` handler where it declares ``precision``, else the suite's
+    ONNX Runtime handler over the candidate artifact at ``precision``, run as the checks run it (strict numerics:
+    ``backend.runtimes.computed_artifact``)."""
+    if handler_path(spec):
+        factory = load_factory(spec)
+        handler = make_handler(spec, factory, 1, spec.max_batch, output_names)
+        if declared_precision(spec, handler, factory) == precision:
+            return handler, handler_path(spec)
+    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.runtimes import computed_artifact
+    from paritygate.beam.serving import OnnxRuntimeHandler, bindings_for, output_names_for
+
+    artifact = onnx_artifact(spec, precision)
+    served = computed_artifact(SimpleNamespace(numerics=numerics), artifact)
+    handler = OnnxRuntimeHandler(served, bindings_for(spec, artifact), spec.max_batch,
+                                 output_names_for(spec, artifact, output_names), min_batch_size=1,
+                                 max_batch_size=spec.max_batch)
+    return handler, f"paritygate.beam.serving.OnnxRuntimeHandler({served})"
+
+
+class Carry:
+    """``((key, slice, outputs), PredictionResult)`` -> ``((key, slice, outputs + this model's), example)``."""
+
+    def __init__(self, spec, output_names, side):
+        self.spec, self.output_names, self.side = spec, list(output_names), side
+
+    def __call__(self, element):
+        (key, slice_value, outputs), result = element
+        inference = result.inference
+        if self.side == "reference":
+            got = dict(inference) if isinstance(inference, dict) else {self.output_names[0]: inference}
+        else:
+            got = normalise_inference(self.spec, self.output_names, inference)
+        return (key, slice_value, {**outputs, self.side: got}), result.example
+
+
+class Judge:
+    """``((key, slice, outputs), example)`` -> (precision, record) per candidate precision."""
+
+    def __init__(self, spec, precisions):
+        self.spec, self.precisions = spec, tuple(precisions)
+
+    def __call__(self, element):
+        (key, slice_value, outputs), example = element
+        feed = as_feed(self.spec, example)
+        for precision in self.precisions:
+            yield precision, judge_example(self.spec, precision, key, slice_value, feed, outputs["reference"],
+                                           outputs[precision])
+
+
+_COUNTS = Counter()  # this process's progress: examples read and judged
+_CLOCK = {}
+
+
+class Progress(beam.DoFn):
+    """Counts ``what`` in this process and prints one line at most every PROGRESS_SECONDS to stderr."""
+
+    def __init__(self, what):
+        self.what = what
+
+    def process(self, element):
+        _COUNTS[self.what] += 1
+        now = time.monotonic()
+        start = _CLOCK.setdefault("start", now)
+        if now - _CLOCK.setdefault("last", now) >= PROGRESS_SECONDS:
+            _CLOCK["last"] = now
+            rate = _COUNTS["judged"] / max(now - start, 1e-9)
+            print(f"paritygate shadow [pid {os.getpid()}]: read {_COUNTS['read']}, judged {_COUNTS['judged']} "
+                  f"({rate:.0f} examples/s)", file=sys.stderr, flush=True)
+        yield element
+
+
+def build(p, settings, output_names, handlers, folder):
+    """The pipeline's transforms on ``p``; every result goes to ``folder`` as records (beam.pipeline.WriteRecords)."""
+    spec = settings.spec
+    layout = Layout.of(spec, settings.key_feature, settings.slice_feature)
+    read = (p | "Files" >> beam.Create(match(settings.data))
+            | "Read" >> beam.ParDo(ReadFile(layout, settings.fmt)).with_outputs(DEAD, main="good"))
+    good = read.good | "Read progress" >> beam.ParDo(Progress("read"))
+    stream = good | "Element" >> beam.Map(lambda r: ((r[0], r[2], {}), element_of(spec, r[1])))
+    for side, handler in handlers.items():
+        stream = (stream | f"RunInference {side}" >> RunInference(KeyedModelHandler(handler))
+                  | f"Carry {side}" >> beam.Map(Carry(spec, output_names, side)))
+    judged = (stream | "Judged progress" >> beam.ParDo(Progress("judged"))
+              | "Judge" >> beam.FlatMap(Judge(spec, settings.precisions)))
+    records = [judged | "Stats" >> beam.CombinePerKey(ShadowStatsFn(settings.worst))
+               | "Stats record" >> beam.Map(lambda kv: ("stats", kv)),
+               good | "Count read" >> beam.combiners.Count.Globally() | "Read record" >> beam.Map(lambda n: ("read", n)),
+               read.dead | "Dead by kind" >> beam.Map(lambda d: (d[0], (d[1], d[2])))
+               | "Dead samples" >> beam.combiners.Sample.FixedSizePerKey(DEAD_SAMPLES)
+               | "Dead record" >> beam.Map(lambda kv: ("dead", kv)),
+               read.dead | "Dead kind" >> beam.Map(lambda d: d[0]) | "Dead count" >> beam.combiners.Count.PerElement()
+               | "Dead count record" >> beam.Map(lambda kv: ("dead_count", kv))]
+    if settings.dead_letter:
+        _ = (read.dead | "Dead JSON" >> beam.Map(_dead_json)
+             | "Dead letters" >> beam.io.WriteToText(settings.dead_letter, file_name_suffix=".jsonl"))
+    _ = records | beam.Flatten() | "Write" >> beam.ParDo(WriteRecords(folder))
+
+
+def _dead_json(dead):
+    import json
+
+    category, key, reason = dead
+    return json.dumps({"category": category, "key": key, "reason": reason})
+
+
+def output_folder(options):
+    """Where the records go: ``--temp_location`` when given (a remote runner's workers must reach it), else a local
+    temporary folder (this process's runners: DirectRunner, FnApiRunner, PortableRunner LOOPBACK)."""
+    temp = PipelineOptions(list(options)).get_all_options().get("temp_location")
+    if temp:
+        return f"{temp.rstrip('/')}/paritygate-shadow-{uuid.uuid4().hex}"
+    return tempfile.mkdtemp(prefix="paritygate-shadow-")
+
+
+def run(settings, output_names):
+    """Run the pipeline; the Outcome. ``output_names``: the reference's output names (TfRunner.output_names)."""
+    spec = settings.spec
+    handlers = {"reference": reference_handler(spec)}
+    served = {"reference": f"paritygate.beam.tf_handler.TFNumpyHandler({spec.reference})"}
+    for precision in settings.precisions:
+        handlers[precision], served[precision] = candidate_handler(spec, precision, output_names, settings.numerics)
+    folder = output_folder(settings.options)
+    start = time.perf_counter()
+    with worker_import_path(settings.workers):
+        p = make_pipeline(settings.runner, settings.options, settings.workers)
+        build(p, settings, output_names, handlers, folder)
+        p.run().wait_until_finish()
+    outcome = Outcome(settings, served, seconds=time.perf_counter() - start)
+    for kind, value in read_records(folder):
+        if kind == "stats":
+            precision, acc = value
+            outcome.stats[precision] = outcome.stats[precision].merge(acc) if precision in outcome.stats else acc
+        elif kind == "read":
+            outcome.read += value
+        elif kind == "dead":
+            outcome.dead_samples.setdefault(value[0], []).extend(value[1])
+        elif kind == "dead_count":
+            outcome.dead[value[0]] += value[1]
+    return outcome
