@@ -23,7 +23,7 @@ FLOORS = (
     ("paritygate.backend",),  # loaders and runners: reference, candidates, artifacts, caches
     ("paritygate.models",),  # the config and the known failures
     ("paritygate.beam", "paritygate.latency"),  # RunInference and latency checks
-    ("paritygate.judge",),  # the parity checks and the pass before any check
+    ("paritygate.judge", "paritygate.shadow"),  # the parity checks, the pass before any check, the shadow gate
     ("paritygate.context",),  # the run's options and what checks compute with
     ("paritygate.report",),  # JSON, Markdown, HTML, the terminal summary
     ("paritygate.cli", "paritygate.session"),  # the command line; the recorder
