@@ -21,8 +21,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _one_fail_per_faulty_file(request):
-    """A candidate file found wrong before it runs (``CandidateFault``: a team's fp16 file that rounds an index) is
-    one ``fail``, in the first check that met it; the later checks of that model x precision skip, naming it."""
+    """A candidate file found wrong before it runs (``CandidateFault``: a team's fp16 file that rounds an index, a
+    file TensorRT's builder rejects) is one ``fail``, in the first check that met it; the later checks of that
+    model x precision skip, naming it."""
     if "parity_case" not in request.fixturenames:
         yield
         return

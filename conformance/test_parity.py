@@ -11,7 +11,7 @@ def test_engine_builds(parity_context, parity_case, parity_result):
     suite's ``error`` for an artifact the suite built), and no numeric check of this precision can pass. The details
     hold what the engine runs: its kernels, the ONNX nodes fused into each, its tensors' datatypes and the
     engine-side precision coverage; the builder's warnings are findings."""
-    from paritygate.backend.base import RunnerError
+    from paritygate.backend.base import CandidateFault
     from paritygate.backend.engines import engine_build, engine_gate
     from paritygate.backend.onnx.loader import artifact_report
     from paritygate.backend.trt import aot, layers
@@ -34,7 +34,7 @@ def test_engine_builds(parity_context, parity_case, parity_result):
                                                  "builder": built["builder"], "message": warning})
     try:
         engine_gate(parity_context, spec, precision)  # a SuiteError (the suite's build) is the row's error
-    except RunnerError as err:
+    except CandidateFault as err:
         pytest.fail(str(err), pytrace=False)
 
 

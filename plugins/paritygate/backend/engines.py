@@ -2,7 +2,7 @@
 (``backend.trt.aot``), once per process, and the gate every numeric check passes through: no engine, no numeric
 verdict. Pure bookkeeping over ``aot`` and ``layers``; nothing heavy is imported until a build is asked for."""
 
-from paritygate.backend.base import RunnerError
+from paritygate.backend.base import CandidateFault, RunnerError
 from paritygate.verdict import SuiteError
 
 
@@ -45,11 +45,17 @@ def _engine_build(ctx, spec, precision):
 
 
 def engine_gate(ctx, spec, precision):
-    """Raise when TensorRT-RTX could not build the candidate at ``precision``: ``RunnerError`` (the candidate's
+    """Raise when TensorRT-RTX could not build the candidate at ``precision``: ``CandidateFault`` (the candidate's
     ``fail``) for the team's own file, ``SuiteError`` for an artifact the suite built, unless the suite built it from
     an fp32 ONNX the builder rejects too: then the rejection is inherited, and the fp32 file's blame (as the lint's
-    policy: a problem the source already had is the source's). Every numeric check of the precision passes through
-    here (``candidate_runner``): no engine, nothing to judge numerically."""
+    policy: a problem the source already had is the source's). Every check of the precision passes through here
+    (``engine_builds``, and the numeric ones through ``candidate_runner``): no engine, nothing to judge numerically.
+    The error is kept as the candidate's build failure (``ctx.failed_candidates``), so a file found wrong is one
+    ``fail``, in the first check that meets it, and the later checks of that model x precision skip naming it
+    (conformance/conftest.py)."""
+    key = (ctx.runtime, spec.name, precision)
+    if key in ctx.failed_candidates:
+        raise ctx.failed_candidates[key].with_traceback(None)
     rejected = cannot_build(spec, precision, engine_build(ctx, spec, precision))
     if not rejected:
         return
@@ -59,8 +65,11 @@ def engine_gate(ctx, spec, precision):
         if source:
             rejected, blamed = f"{rejected}; inherited: the fp32 ONNX it was built from is rejected too", "fp32"
     if suite_built(ctx, spec, blamed):
-        raise SuiteError(f"the {blamed} artifact the suite built for '{spec.name}': {rejected}")
-    raise RunnerError(rejected)
+        fault = SuiteError(f"the {blamed} artifact the suite built for '{spec.name}': {rejected}")
+    else:
+        fault = CandidateFault(rejected)
+    ctx.failed_candidates[key] = fault
+    raise fault
 
 
 def cannot_build(spec, precision, report):
