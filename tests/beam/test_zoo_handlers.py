@@ -19,7 +19,10 @@ def zoo(parity_options):
     if not parity_options.is_bundled:
         pytest.skip("the zoo handlers belong to the bundled config")
     specs = {m.name: m for m in parity_options.models}
-    import zoo_handlers  # beside fixtures/parity.toml: importable once the config is loaded
+    from paritygate.beam.contract import handler_import_path
+
+    with handler_import_path(parity_options.config_path.parent):  # as the config's named handlers are imported
+        import zoo_handlers  # beside fixtures/parity.toml
 
     return specs, zoo_handlers
 

@@ -130,7 +130,7 @@ def test_corrupt_onnx_file_is_a_runner_error_naming_the_file(tmp_path):
     bad.write_bytes(b"\x08\x07garbage that is not a ModelProto")
     with pytest.raises(RunnerError, match=rf"^{bad}: not a valid ONNX model"):
         loader.fp32_onnx(toy_spec(onnx=bad))
-    with pytest.raises(RunnerError, match=rf"^{tmp_path / 'missing.onnx'}: ONNX file not found"):
+    with pytest.raises(RunnerError, match=rf"^{tmp_path / 'missing.onnx'}: cannot read ONNX model: file not found"):
         loader.load_checked(tmp_path / "missing.onnx")
 
 
@@ -289,7 +289,7 @@ def test_int8_calibration_of_the_wrong_shape_or_dtype_names_the_file_and_the_arr
 def test_int8_calibration_that_pickles_is_refused(tmp_path):
     calib = tmp_path / "calib.npz"
     np.savez(calib, x=np.array([None, 1], dtype=object))
-    with pytest.raises(InputSetError, match=rf"^{calib}: cannot read calibration set: ValueError: Object arrays"):
+    with pytest.raises(InputSetError, match=rf"^{calib}: cannot read calibration set: ValueError: it holds object arrays, which are pickles"):
         loader.load_calibration(int8_spec(tmp_path, calib))
 
 
