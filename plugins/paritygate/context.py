@@ -37,6 +37,7 @@ class RunContext:
     references: dict = field(default_factory=dict)  # model -> backend.runtimes.ReferenceRunner
     live_references: dict = field(default_factory=dict)  # model -> the reference running TF, never the cache
     reference_processes: dict = field(default_factory=dict)  # model -> backend.tf.process.TfProcessRunner (goldens)
+    kernel_orders: dict = field(default_factory=dict)  # model -> the reference under its other oneDNN setting
     candidates: dict = field(default_factory=dict)  # (runtime, model, precision) -> the fed candidate runner
     failed_candidates: dict = field(default_factory=dict)  # (runtime, model, precision) -> the build's error
     mappings: dict = field(default_factory=dict)  # model -> the resolved input/output mapping (backend.iomap)
@@ -216,7 +217,11 @@ class RunOptions:
 
     def close(self):
         """End the processes the run's context started (``backend.tf.process``); makes no context."""
-        for child in (self._context.reference_processes.values() if self._context else ()):
+        if self._context is None:
+            return
+        children = list(self._context.reference_processes.values())
+        children += [r.process for r in self._context.kernel_orders.values() if r is not None]
+        for child in children:
             child.close()
 
 

@@ -1,0 +1,53 @@
+"""The TF reference under a second valid kernel order: the same model with oneDNN's kernels toggled.
+
+TensorFlow's CPU kernels are oneDNN's (``TF_ENABLE_ONEDNN_OPTS``, on by default on x86-64) or Eigen's; each picks
+its own blocking and vector width per instruction set, so each sums a convolution's or matmul's terms in its own
+order. Both are TensorFlow's own, valid implementations of the model: how far their FP32 outputs differ on an
+input is how far this model's outputs move when only the summation order changes, which is also what separates
+TensorFlow from ONNX Runtime on another CPU (``paritygate.judge.reference_noise.kernel_order_spread`` uses it).
+
+The variable is read once, when TensorFlow loads, so the second order runs in a child process
+(``backend.tf.process``) started on first need, behind the reference-output cache (its key names the setting),
+so a warm rerun starts no child.
+"""
+
+import os
+
+from paritygate.backend.runtimes import ReferenceRunner, reference_runner
+
+ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
+
+
+def alternate_setting():
+    """The TF_ENABLE_ONEDNN_OPTS value of the second order: the opposite of this process's (unset means on)."""
+    return "1" if os.environ.get(ONEDNN, "").strip() == "0" else "0"
+
+
+def describe_setting(value):
+    return f"{ONEDNN}={value} (oneDNN {'on' if value == '1' else 'off: Eigen kernels'})"
+
+
+class AlternateReference(ReferenceRunner):
+    """The reference (inputs cast as the config says) run with the other oneDNN setting; ``process``: its child."""
+
+    def __init__(self, runner, casts, process, setting):
+        super().__init__(runner, casts)
+        self.process, self.setting = process, setting
+
+
+def alternate_reference(ctx, spec):
+    """The model's reference under the other oneDNN setting (once per process, in ``ctx.kernel_orders``)."""
+    if spec.name not in ctx.kernel_orders:
+        from paritygate.backend.tf.process import TfProcessRunner
+
+        setting = alternate_setting()
+        process = TfProcessRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}:{ONEDNN}={setting}",
+                                  env={ONEDNN: setting}, lazy=True)
+        process.time_as = "reference"
+        runner = process
+        if ctx.reference_cache:
+            from paritygate.backend.reference_cache import CachedReference
+
+            runner = CachedReference(process, onednn=setting)
+        ctx.kernel_orders[spec.name] = AlternateReference(runner, reference_runner(ctx, spec).casts, process, setting)
+    return ctx.kernel_orders[spec.name]
