@@ -13,7 +13,9 @@ so a warm rerun starts no child.
 
 import os
 
+from paritygate.backend.base import RunnerError
 from paritygate.backend.runtimes import ReferenceRunner, reference_runner
+from paritygate.verdict import SuiteError
 
 ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
 
@@ -33,6 +35,14 @@ class AlternateReference(ReferenceRunner):
     def __init__(self, runner, casts, process, setting):
         super().__init__(runner, casts)
         self.process, self.setting = process, setting
+
+    def infer(self, feed):
+        if not self.is_active:  # loaded on first need: a warm rerun reads the cache and starts no child
+            try:
+                self.activate()
+            except RunnerError as err:
+                raise SuiteError(f"the TensorFlow reference under {ONEDNN}={self.setting} failed: {err}") from err
+        return super().infer(feed)
 
 
 def alternate_reference(ctx, spec):
