@@ -57,7 +57,7 @@ class TfProcessRunner(BaseRunner):
     def __init__(self, path, signature="serving_default", name=None, env=None, lazy=False):
         super().__init__(name or f"tf:{Path(path).name}")
         self.path, self.signature, self.env = Path(path), signature, dict(env or {})
-        self._child = self._log = self._meta = None
+        self._child = self._log = self._meta = self.output_names = None  # output names: read on activate
         if not lazy:
             self._start()
 
