@@ -8,14 +8,17 @@ from paritygate.backend.kernel_order import ONEDNN, alternate_setting, describe_
 from paritygate.backend.reference_cache import CachedReference, device
 from paritygate.backend.tf.process import TfProcessRunner
 
+AVX512_VNNI, HASWELL = {"avx2", "avx512f", "avx512_vnni"}, {"avx", "avx2", "fma"}
 
-@pytest.mark.parametrize("value, other", [(None, "0"), ("", "0"), ("1", "0"), ("0", "1"), (" 0 ", "1")])
-def test_the_second_order_is_the_other_onednn_setting(monkeypatch, value, other):
-    if value is None:
-        monkeypatch.delenv(ONEDNN, raising=False)
-    else:
-        monkeypatch.setenv(ONEDNN, value)
-    assert alternate_setting() == other  # unset means on (TensorFlow's default on x86-64)
+
+@pytest.mark.parametrize("value, flags, other", [
+    (None, AVX512_VNNI, "0"),  # TensorFlow's default there is oneDNN: the second order is Eigen's
+    (None, HASWELL, "1"),  # its default there is Eigen: the second order must switch oneDNN on, explicitly
+    ("", HASWELL, "1"), ("1", HASWELL, "0"), ("true", HASWELL, "0"), ("0", AVX512_VNNI, "1"), (" False ", AVX512_VNNI, "1"),
+])
+def test_the_second_order_is_the_other_onednn_setting(value, flags, other):
+    environ = {} if value is None else {ONEDNN: value}
+    assert alternate_setting(environ, flags) == other
     assert describe_setting(other).startswith(f"{ONEDNN}={other} (oneDNN {'on' if other == '1' else 'off'}")
 
 

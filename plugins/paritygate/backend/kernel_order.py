@@ -20,9 +20,34 @@ from paritygate.verdict import SuiteError
 ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
 
 
-def alternate_setting():
-    """The TF_ENABLE_ONEDNN_OPTS value of the second order: the opposite of this process's (unset means on)."""
-    return "1" if os.environ.get(ONEDNN, "").strip() == "0" else "0"
+# TensorFlow's default when the variable is unset (TF 2.9 release notes, "oneDNN CPU performance optimizations ...
+# enabled by default on Linux x86 packages and for CPUs with neural-network-focused hardware features such as
+# AVX512_VNNI, AVX512_BF16, AMX"; tensorflow/core/util/port.cc, IsMklEnabled). Measured: on this Xeon (avx512_vnni,
+# amx) TensorFlow reports oneDNN on; emulating Haswell (AVX2 only) its unset default computes Eigen's numbers.
+ONEDNN_CPU_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
+
+
+def effective_setting(environ=None, cpu_flags=None):
+    """"1" when TensorFlow in this process runs oneDNN's kernels, else "0": the variable when set (TensorFlow reads
+    it as a boolean), else TensorFlow's default for this CPU (``cpu_flags``: /proc/cpuinfo's, read when None)."""
+    value = (os.environ if environ is None else environ).get(ONEDNN, "").strip().lower()
+    if value:
+        return "0" if value in ("0", "false") else "1"
+    flags = _cpu_flags() if cpu_flags is None else set(cpu_flags)
+    return "1" if flags & set(ONEDNN_CPU_FLAGS) else "0"
+
+
+def alternate_setting(environ=None, cpu_flags=None):
+    """The TF_ENABLE_ONEDNN_OPTS of the second order, set explicitly: the opposite of ``effective_setting``."""
+    return "0" if effective_setting(environ, cpu_flags) == "1" else "1"
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return set(next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), []))
+    except OSError:
+        return set()
 
 
 def describe_setting(value):
