@@ -90,7 +90,6 @@ def test_a_third_party_model_runs_with_its_config_alone(name, thirdparty_config,
 def _assert_engine_rejects(by, known, said):
     """No engine, no numeric verdict: engine_builds fails quoting the parser, and so does every numeric check (a
     recorded fp32 known failure too: it records another failure, a numeric one, so this one is not it)."""
-    assert known  # nakdimon's recorded property_parity failure: not what fails here
     for (precision, check), c in by.items():
         if check != "task_on_heldout":
             assert c["status"] == "fail" and said in c["details"]["message"], (precision, check, c["status"])
