@@ -9,6 +9,7 @@ CPUs"). TensorFlow is slow emulated (about 10 minutes to load, minutes a row): r
     qemu-x86_64 -cpu Haswell .venv/bin/python docs/measure_fp32_isa.py run OUT/avx2-tf.npz tf 0,1,2   # likewise
     .venv/bin/python docs/measure_fp32_isa.py compare OUT/native-tf.npz OUT/native-tf-eigen.npz OUT/native-ort.npz
     .venv/bin/python docs/measure_fp32_isa.py mutants OUT/native-tf.npz OUT/native-tf-eigen.npz
+    .venv/bin/python docs/measure_fp32_isa.py run-nakdimon OUT/nak-tf.npz tf      # likewise with =0, and ort
 
 ``compare REF ALT CAND``: per row and output, max |CAND - REF| against the policy (atol = rtol = 1e-5) and against
 the FP32 bound max(policy, 2 x max|ALT - REF| over the row). ``mutants``: faulty copies of the ONNX (real fault
@@ -53,6 +54,26 @@ def run(out, which, rows=None, onnx_path=None):
         np.savez(out, **res)  # after each row: an emulated run stopped early keeps what it did
         print("row", i, f"{time.time() - t:.0f} s", flush=True)
     return res
+
+
+NAKDIMON = ROOT / ".thirdparty/nakdimon-0.1.2/nakdimon/Nakdimon.h5", ROOT / ".thirdparty/nakdimon-0.2.1/nakdimon/data/Nakdimon.onnx"
+NAKDIMON_LINE = ROOT / "tests/thirdparty/reproducers/nakdimon-fp32-property_parity.npz"  # its former known failure
+
+
+def run_nakdimon(out, which):
+    """nakdimon's Keras .h5 (TensorFlow) or its authors' ONNX on the reproducer line, saved as ``<output>/0``."""
+    x = np.load(NAKDIMON_LINE)["input:input_1"]
+    if which == "tf":
+        from paritygate.backend.tf.runner import TfRunner
+
+        with TfRunner(NAKDIMON[0]) as runner:
+            res = {f"{k}/0": np.asarray(v) for k, v in runner.infer({"input_1": x.astype(np.float32)}).items()}
+    else:
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(NAKDIMON[1]), providers=["CPUExecutionProvider"])
+        res = {f"{o.name}/0": v for o, v in zip(session.get_outputs(), session.run(None, {"input": x.astype(np.int32)}))}
+    np.savez(out, **res)
 
 
 def _load(path):
@@ -113,4 +134,5 @@ def mutants(ref, alt, folder="/tmp"):
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"run": lambda out, which, rows=None: run(out, which, rows), "compare": compare, "mutants": mutants}[command](*args)
+    {"run": lambda out, which, rows=None: run(out, which, rows), "compare": compare, "mutants": mutants,
+     "run-nakdimon": run_nakdimon}[command](*args)
