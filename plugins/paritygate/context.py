@@ -54,6 +54,13 @@ class RunContext:
     beam_expectations: list = None  # known upstream defects (beam.expectations), read once
     environment: dict = None  # versions and device (session.environment), read once
 
+    def close(self):
+        """End the TensorFlow child processes this context started (``backend.tf.process``: the goldens check's
+        reference, the second kernel order's)."""
+        children = list(self.reference_processes.values()) + [r.process for r in self.kernel_orders.values()]
+        for child in children:
+            child.close()
+
     def versions(self):
         """Versions and device (``environment()``), read once."""
         if self.environment is None:
@@ -217,12 +224,8 @@ class RunOptions:
 
     def close(self):
         """End the processes the run's context started (``backend.tf.process``); makes no context."""
-        if self._context is None:
-            return
-        children = list(self._context.reference_processes.values())
-        children += [r.process for r in self._context.kernel_orders.values() if r is not None]
-        for child in children:
-            child.close()
+        if self._context is not None:
+            self._context.close()
 
 
 def parse_shard(text):

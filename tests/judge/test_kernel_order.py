@@ -37,8 +37,7 @@ def _floors(spec, inputs, precision="fp32"):
     try:
         return kernel_order.floors(ctx, spec, precision, [Golden(inputs, None)])
     finally:
-        for alternate in ctx.kernel_orders.values():
-            alternate.process.close()
+        ctx.close()
 
 
 def test_a_deep_model_widens_by_twice_its_own_order_spread_per_row(deep_saved_model):

@@ -115,6 +115,8 @@ def replay(path, check=None, runtime=None):
         return REPLAYS[check](settings, spec, meta["precision"], inputs, meta)
     except (RunnerError, SuiteError, OSError) as err:
         raise ReplayError(f"{path}: {type(err).__name__}: {err}") from err
+    finally:
+        settings.close()
 
 
 def parser():
