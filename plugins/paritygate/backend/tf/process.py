@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,8 @@ class TfProcessRunner(BaseRunner):
         self._child = subprocess.Popen([sys.executable, "-m", "paritygate.backend.tf.process", str(self.path),
                                         self.signature], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=self._log, env={**os.environ, **self.env} if self.env else None)
+        # ended by close(), else when this runner is collected (a caller that never closes leaks no process)
+        self._end = weakref.finalize(self, _end, self._child, self._log)
 
     def _call(self, command, feed=None):
         try:
@@ -107,13 +110,16 @@ class TfProcessRunner(BaseRunner):
     def close(self):
         """End the child now: it holds no state worth a clean exit, and TensorFlow's own teardown took 0.6 s the
         run would wait for."""
-        if self._child is None:
-            return
-        if self._child.poll() is None:
-            self._child.kill()
-            self._child.wait()
-        for stream in (self._child.stdin, self._child.stdout, self._log):
-            stream.close()
+        if self._child is not None:
+            self._end()
+
+
+def _end(child, log):
+    if child.poll() is None:
+        child.kill()
+        child.wait()
+    for stream in (child.stdin, child.stdout, log):
+        stream.close()
 
 
 def main(path, signature):
