@@ -93,10 +93,11 @@ class ReferenceRuns:
     def __init__(self, outputs, configs, digest):
         self.outputs, self.configs, self.digest = outputs, configs, digest
 
-    def spread(self, which=None):
-        """Per output: max |configuration - outputs| over ``which`` configurations (default all) and over each
-        input's (batch row's) elements, broadcast to the output's shape."""
-        names = [which] if which else list(self.configs)
+    def spread(self, which=None, kernel_order=False):
+        """Per output: max |configuration - outputs| over ``which`` configurations (default all but TensorFlow's
+        other kernel order, which ``kernel_order`` adds: FP32 parity's, judge.kernel_order) and over each input's
+        (batch row's) elements, broadcast to the output's shape."""
+        names = [which] if which else [c for c in self.configs if kernel_order or c != "kernel_order"]
         out = {}
         for k, ref in self.outputs.items():
             diffs = [_difference(ref, self.configs[c][k]) for c in names if c in self.configs]
@@ -110,11 +111,12 @@ class ReferenceRuns:
         diffs = {c: float(np.max(_difference(self.outputs[name], o[name]), initial=0.0)) for c, o in self.configs.items()}
         return max(diffs, key=diffs.get) if diffs else None
 
-    def cosine_floors(self, k):
-        """Per output: 1 - k * (1 - the reference's lowest cosine with itself over its configurations)."""
+    def cosine_floors(self, k, kernel_order=False):
+        """Per output: 1 - k * (1 - the reference's lowest cosine with itself over its configurations, as
+        ``spread`` picks them)."""
         floors = {}
         for name, ref in self.outputs.items():
-            cosines = [_cosine(ref, c[name]) for c in self.configs.values()]
+            cosines = [_cosine(ref, c[name]) for n, c in self.configs.items() if kernel_order or n != "kernel_order"]
             floors[name] = 1.0 - k * (1.0 - min(cosines, default=1.0))
         return floors
 
