@@ -50,7 +50,7 @@ def floors(ctx, spec, precision, groups):
         for g in groups:
             default = run_batched(reference_runner(ctx, spec), g.inputs, spec.max_batch)
             other = run_batched(alternate, g.inputs, spec.max_batch)
-            spread = ReferenceRuns(_numpy(default), {CONFIGURATION: _numpy(other)}, None).spread()
+            spread = ReferenceRuns(_numpy(default), {CONFIGURATION: _numpy(other)}, None).spread(kernel_order=True)
             out.append({k: K_REFERENCE * s for k, s in spread.items()})
     except SuiteError as err:
         details["unavailable"] = str(err)
