@@ -37,6 +37,7 @@ class RunContext:
     references: dict = field(default_factory=dict)  # model -> backend.runtimes.ReferenceRunner
     live_references: dict = field(default_factory=dict)  # model -> the reference running TF, never the cache
     reference_processes: dict = field(default_factory=dict)  # model -> backend.tf.process.TfProcessRunner (goldens)
+    kernel_orders: dict = field(default_factory=dict)  # model -> the reference under its other oneDNN setting
     candidates: dict = field(default_factory=dict)  # (runtime, model, precision) -> the fed candidate runner
     failed_candidates: dict = field(default_factory=dict)  # (runtime, model, precision) -> the build's error
     mappings: dict = field(default_factory=dict)  # model -> the resolved input/output mapping (backend.iomap)
@@ -52,6 +53,13 @@ class RunContext:
     beam_subjects: dict = field(default_factory=dict)  # model -> beam.contract.HandlerUnderTest
     beam_expectations: list = None  # known upstream defects (beam.expectations), read once
     environment: dict = None  # versions and device (session.environment), read once
+
+    def close(self):
+        """End the TensorFlow child processes this context started (``backend.tf.process``: the goldens check's
+        reference, the second kernel order's)."""
+        children = list(self.reference_processes.values()) + [r.process for r in self.kernel_orders.values()]
+        for child in children:
+            child.close()
 
     def versions(self):
         """Versions and device (``environment()``), read once."""
@@ -223,8 +231,8 @@ class RunOptions:
 
     def close(self):
         """End the processes the run's context started (``backend.tf.process``); makes no context."""
-        for child in (self._context.reference_processes.values() if self._context else ()):
-            child.close()
+        if self._context is not None:
+            self._context.close()
 
 
 def parse_shard(text):

@@ -16,3 +16,12 @@ def test_the_spread_is_the_largest_drift_over_each_inputs_elements():
 def test_a_rank_one_output_keeps_its_elementwise_spread():
     spread = ReferenceRuns({"y": np.zeros(3)}, {"repeat": {"y": np.array([0.0, 0.1, 0.0])}}, "d").spread()["y"]
     np.testing.assert_array_equal(spread, [0.0, 0.1, 0.0])
+
+
+def test_the_kernel_order_counts_only_where_fp32_parity_asks_for_it():
+    outputs = {"y": np.array([[1.0, 2.0]])}
+    runs = ReferenceRuns(outputs, {"batch1": {"y": np.array([[1.0, 2.001]])},
+                                   "kernel_order": {"y": np.array([[1.0, 2.5]])}}, "d")
+    np.testing.assert_allclose(runs.spread()["y"], 0.001)  # batch and within-candidate checks: not their noise
+    np.testing.assert_allclose(runs.spread(kernel_order=True)["y"], 0.5)  # property_parity at fp32
+    assert runs.cosine_floors(2.0)["y"] > runs.cosine_floors(2.0, kernel_order=True)["y"]

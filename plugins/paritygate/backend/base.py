@@ -82,3 +82,10 @@ def _timed(part):
     from paritygate.common.timeline import spent
 
     return spent(part)
+
+
+def run_batched(runner, inputs, max_batch):
+    """Run ``inputs`` (arrays with a leading sample axis) in batches of at most ``max_batch``."""
+    n = len(next(iter(inputs.values())))
+    parts = [runner.infer({k: v[i:i + max_batch] for k, v in inputs.items()}) for i in range(0, n, max_batch)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

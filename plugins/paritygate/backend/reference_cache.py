@@ -48,16 +48,17 @@ def fingerprint(path):
     return _FILES[path]
 
 
-def device():
+def device(onednn=None):
     """Where the reference computes: the CPU model (TF's CPU kernels pick code paths per instruction set), and a
-    GPU when the installed TensorFlow can use one."""
+    GPU when the installed TensorFlow can use one. ``onednn``: the TF_ENABLE_ONEDNN_OPTS the reference runs under
+    when not this process's (a child's: paritygate.backend.kernel_order)."""
     cpu = platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
             cpu += ":" + next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
     except OSError:
         cpu += ":" + platform.processor()
-    cpu += f"|onednn={os.environ.get('TF_ENABLE_ONEDNN_OPTS', '')}"  # TF warns its oneDNN ops change round-off
+    cpu += f"|onednn={os.environ.get('TF_ENABLE_ONEDNN_OPTS', '') if onednn is None else onednn}"  # TF warns its oneDNN ops change round-off
     if dist_version("tensorflow") and not dist_version("tensorflow-cpu"):
         from paritygate.gpu import device as gpu
 
@@ -83,8 +84,9 @@ class CachedReference(BaseRunner):
     """The TF reference runner behind the cache. Nothing loads until a batch misses the cache (or a caller asks
     for ``live()``); the input metadata and output names come from the entry the first live load recorded."""
 
-    def __init__(self, runner):
+    def __init__(self, runner, onednn=None):
         super().__init__(runner.name)
+        self.onednn = onednn  # the reference's TF_ENABLE_ONEDNN_OPTS when it runs under another (device())
         self.runner = runner  # a TfRunner, activated on first need
         self.path, self.signature = runner.path, runner.signature
         self._base = None
@@ -94,7 +96,7 @@ class CachedReference(BaseRunner):
     def base_key(self):
         if self._base is None:
             self._base = dict(format=FORMAT, files=fingerprint(self.path), signature=self.signature,
-                              device=device(), **versions(self.path))
+                              device=device(self.onednn), **versions(self.path))
         return self._base
 
     def describe(self):

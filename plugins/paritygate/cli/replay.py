@@ -32,11 +32,14 @@ def replayed(check, spec, precision, passed, lines, subject="the candidate"):
 def _matches_reference(settings, spec, precision, inputs, meta):
     """The candidate vs the live TF reference on the saved inputs: the elementwise policy and the task metric."""
     from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
+    from paritygate.inputs.goldens import Golden
+    from paritygate.judge import kernel_order
     from paritygate.judge.parity import judge_outputs
 
     ref = reference_runner(settings, spec).infer(inputs)
     cand = candidate_runner(settings, spec, precision).infer(inputs)
-    outputs, task, failures = judge_outputs(resolved_spec(settings, spec), precision, ref, cand)
+    floors, _ = kernel_order.floors(settings, spec, precision, [Golden(inputs, ref)])  # as the check judged
+    outputs, task, failures = judge_outputs(resolved_spec(settings, spec), precision, ref, cand, floors=floors[0])
     lines = [("PASS " if o.passed else "FAIL ") + o.describe() for o in outputs]
     lines += [f"task: {task}"] if task else []
     return replayed("matches_reference", spec, precision, not failures, lines + failures)
@@ -126,6 +129,8 @@ def replay(path, check=None, runtime=None):
         return replayed(check, spec, meta["precision"], False, [f"FAIL the candidate: {err}"])
     except (RunnerError, SuiteError, OSError) as err:
         raise ReplayError(f"{path}: {type(err).__name__}: {err}") from err
+    finally:
+        settings.close()
 
 
 def parser():

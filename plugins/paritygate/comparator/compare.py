@@ -7,6 +7,8 @@ import numpy as np
 from paritygate.comparator.stats import p99
 from paritygate.comparator.tolerance import COSINE_MIN, tolerance_for
 
+HIST_BINS = np.concatenate([[0.0], np.logspace(-9, 2, 23)])  # |error| histogram edges for the report plots
+
 
 class OutputMismatchError(ValueError):
     """Reference and candidate outputs cannot be paired (missing name, different shape)."""
@@ -249,3 +251,24 @@ def compare_outputs(spec, precision, ref_outputs, cand_outputs, floors=None, cos
 def cosine_ok(comparison):
     """The comparison's cosine meets its budget (the tolerance's, else Polygraphy's default)."""
     return comparison.cosine >= (comparison.tolerance.get("cosine_min") or COSINE_MIN)
+
+
+def output_records(comparisons):
+    """The result's ``outputs``: each comparison's statistics plus compact data for the report's plots."""
+    return [_with_plot_data(o) for o in comparisons]
+
+
+def _with_plot_data(comparison, max_points=1500):
+    """The comparison's statistics plus compact data for the report's plots."""
+    d = comparison.as_dict()
+    ref, cand = getattr(comparison, "_plot", (None, None))
+    if ref is not None and ref.size:
+        r = ref.astype(np.float64).ravel()
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, dropped below as non-finite
+            err = np.abs(cand.astype(np.float64).ravel() - r)
+        ok = np.isfinite(err)
+        d["error_histogram"] = {"edges": HIST_BINS.tolist(),
+                                "counts": np.histogram(np.clip(err[ok], 0, 100), HIST_BINS)[0].tolist()}
+        pick = np.linspace(0, r.size - 1, min(max_points, r.size)).astype(int)
+        d["error_vs_magnitude"] = {"reference_abs": np.abs(r[pick]).tolist(), "abs_error": err[pick].tolist()}
+    return d

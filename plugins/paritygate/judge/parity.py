@@ -1,23 +1,15 @@
 """The checks the conformance tests run, returning results objects (the tests only assert on them)."""
 
-import numpy as np
 
+from paritygate.backend.base import run_batched
 from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
-from paritygate.comparator.compare import compare_outputs
+from paritygate.comparator.compare import compare_outputs, output_records
 from paritygate.comparator.task import summary, task_metrics
 from paritygate.comparator.tolerance import tolerance_for
 from paritygate.inputs import goldens
+from paritygate.judge import kernel_order
 from paritygate.result import CheckResult
 from paritygate.verdict import inconclusive
-
-HIST_BINS = np.concatenate([[0.0], np.logspace(-9, 2, 23)])  # |error| histogram edges for the report plots
-
-
-def run_batched(runner, inputs, max_batch):
-    """Run ``inputs`` (arrays with a leading sample axis) in batches of at most ``max_batch``."""
-    n = len(next(iter(inputs.values())))
-    parts = [runner.infer({k: v[i:i + max_batch] for k, v in inputs.items()}) for i in range(0, n, max_batch)]
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def reference_set(ctx, spec):
@@ -66,27 +58,6 @@ def compare(spec, precision, ref_outputs, cand_outputs, labels=None, compare_tas
     return CheckResult(spec.name, precision, check, outputs=output_records(outputs), task=task, failures=failures)
 
 
-def output_records(comparisons):
-    """The result's ``outputs``: each comparison's statistics plus compact data for the report's plots."""
-    return [_with_plot_data(o) for o in comparisons]
-
-
-def _with_plot_data(comparison, max_points=1500):
-    """The comparison's statistics plus compact data for the report's plots."""
-    d = comparison.as_dict()
-    ref, cand = getattr(comparison, "_plot", (None, None))
-    if ref is not None and ref.size:
-        r = ref.astype(np.float64).ravel()
-        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, dropped below as non-finite
-            err = np.abs(cand.astype(np.float64).ravel() - r)
-        ok = np.isfinite(err)
-        d["error_histogram"] = {"edges": HIST_BINS.tolist(),
-                                "counts": np.histogram(np.clip(err[ok], 0, 100), HIST_BINS)[0].tolist()}
-        pick = np.linspace(0, r.size - 1, min(max_points, r.size)).astype(int)
-        d["error_vs_magnitude"] = {"reference_abs": np.abs(r[pick]).tolist(), "abs_error": err[pick].tolist()}
-    return d
-
-
 def candidate_parity(ctx, spec, precision):
     """The candidate at ``precision`` on the model's reference set (goldens, or live TF), every shape of it:
     (CheckResult, the reference group it speaks for: the first failing shape's, else the first). A failing result
@@ -101,14 +72,16 @@ def candidate_parity(ctx, spec, precision):
     ref = reference_set(ctx, spec)
     runner = candidate_runner(ctx, spec, precision)
     resolved = resolved_spec(ctx, spec)
-    results = [compare(resolved, precision, g.outputs, run_batched(runner, g.inputs, spec.max_batch), g.labels)
-               for g in ref.groups]
+    floors, order = kernel_order.floors(ctx, spec, precision, ref.groups)  # FP32: the reference's own order spread
+    results = [compare(resolved, precision, g.outputs, run_batched(runner, g.inputs, spec.max_batch), g.labels,
+                       floors=f) for g, f in zip(ref.groups, floors)]
     for r, g in zip(results, ref.groups):
         if not r.passed:
             attach_worst_inputs(r.outputs, g.inputs)
     result, group = next(((r, g) for r, g in zip(results, ref.groups) if not r.passed), (results[0], ref.groups[0]))
     if len(results) > 1:
         result = merged(results, ref.groups, result)
+    kernel_order.record(result, order)
     result.inputs = {**describe_inputs(group.inputs, [group.source]), **({"shapes": shape_records(ref.groups, results)} if len(ref.groups) > 1 else {})}
     if not result.passed:
         result.reproducer = ctx.save_reproducer(resolved, precision, "matches_reference", group.inputs,

@@ -26,7 +26,7 @@ from paritygate.comparator.tolerance import (
     tolerance_for,
 )
 from paritygate.inputs.strategies import feeds, input_pool, with_corner_examples
-from paritygate.judge import vacuity
+from paritygate.judge import kernel_order, vacuity
 from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import judge_outputs, output_records
 from paritygate.judge.reference_noise import K_REFERENCE, Ledger, reference_noise
@@ -40,13 +40,15 @@ from paritygate.verdict import SuiteError, inconclusive
 # runs on every input (an AssertionError: the candidate is wrong); ``paritygate.cli.replay`` runs the same one on a
 # reproducer's inputs.
 def parity_check(spec, precision, candidate, ledger, task_rows=None):
+    order = kernel_order.applies(precision)  # FP32: TensorFlow's other kernel order is reference noise too
+
     def check(feed, profile):
-        floors = {k: K_REFERENCE * v for k, v in profile.spread().items()}
+        floors = {k: K_REFERENCE * v for k, v in profile.spread(kernel_order=order).items()}
         cand = candidate.infer(feed)
         if task_rows is not None:  # in-distribution rows: judged with the task metric too (paritygate.judge.task_rows)
             task_rows.add(feed, profile.outputs, cand)
         outputs, _, failures = judge_outputs(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
-                                             cosine_floors=profile.cosine_floors(K_REFERENCE))
+                                             cosine_floors=profile.cosine_floors(K_REFERENCE, order))
         ledger.keep_worst(outputs)
         ledger.note_unstable(feed, profile, lambda name, ref: _policy_limit(spec, precision, name, ref))
         assert not failures, _explain(spec, precision, feed, failures)

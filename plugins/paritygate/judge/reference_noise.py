@@ -1,7 +1,8 @@
 """The reference's own noise floor, and the ledger a property check keeps of its inputs.
 
 For every input a property check generates, the reference (TF) runs in the configurations the candidate is
-judged in: the whole batch, again (repeated), and each element alone (batch 1). Its spread per output element
+judged in: the whole batch, again (repeated), each element alone (batch 1) and, for a model judged at FP32, the
+whole batch under TensorFlow's other kernel order (``kernel_order``: oneDNN toggled, judge.kernel_order). Its spread per output element
 is the largest difference between those runs over that input's output elements (the issue's "on that input":
 where TF drifts at silence, it drifts by different amounts on neighbouring elements, and a candidate as good as
 the reference may drift where TF happened not to). The candidate is judged against max(policy limit,
@@ -21,7 +22,8 @@ import numpy as np
 
 from paritygate.backend.runtimes import reference_runner
 from paritygate.common.digest import digest
-from paritygate.comparator.compare import cosine_similarity, same_nonfinite
+from paritygate.comparator.compare import cosine_similarity, output_records, same_nonfinite
+from paritygate.verdict import SuiteError
 
 # K_REFERENCE = 2: if the reference's own configurations differ by s on an element, an implementation as good
 # as the reference may sit anywhere within s of one of them, and itself carries noise of the same size; by the
@@ -34,15 +36,21 @@ K_REFERENCE = 2.0
 def reference_noise(ctx, spec):
     """The model's reference in every configuration a property judges the candidate in (once per process)."""
     if spec.name not in ctx.noise:
-        ctx.noise[spec.name] = ReferenceNoise(reference_runner(ctx, spec))
+        alternate = None
+        if "fp32" in spec.precisions:  # FP32's second valid kernel order (judge.kernel_order explains it)
+            from paritygate.backend.kernel_order import alternate_reference
+
+            alternate = alternate_reference(ctx, spec)
+        ctx.noise[spec.name] = ReferenceNoise(reference_runner(ctx, spec), alternate)
     return ctx.noise[spec.name]
 
 
 class ReferenceNoise:
     """The reference's outputs for a feed in each configuration, cached per feed."""
 
-    def __init__(self, runner):
-        self.runner = runner
+    def __init__(self, runner, alternate=None):
+        self.runner, self.alternate = runner, alternate  # alternate: the reference under another kernel order
+        self.alternate_error = None
         self.feeds = {}
         self.singles = {}  # row digest -> outputs of that row alone (batch 1)
 
@@ -55,6 +63,11 @@ class ReferenceNoise:
             outputs = _numpy(self.runner.infer(arrays))
             again = getattr(self.runner, "again", self.runner.infer)  # the cache keeps a repeat as its own sample
             configs = {"repeat": _numpy(again(arrays))}
+            if self.alternate is not None:
+                try:
+                    configs["kernel_order"] = _numpy(self.alternate.infer(arrays))
+                except SuiteError as err:  # it cannot run here: the policy alone judges (judge.kernel_order)
+                    self.alternate, self.alternate_error = None, str(err)
             n = len(next(iter(arrays.values())))
             if n > 1:
                 rows = [self._single({k: v[i:i + 1] for k, v in arrays.items()}) for i in range(n)]
@@ -80,10 +93,11 @@ class ReferenceRuns:
     def __init__(self, outputs, configs, digest):
         self.outputs, self.configs, self.digest = outputs, configs, digest
 
-    def spread(self, which=None):
-        """Per output: max |configuration - outputs| over ``which`` configurations (default all) and over each
-        input's (batch row's) elements, broadcast to the output's shape."""
-        names = [which] if which else list(self.configs)
+    def spread(self, which=None, kernel_order=False):
+        """Per output: max |configuration - outputs| over ``which`` configurations (default all but TensorFlow's
+        other kernel order, which ``kernel_order`` adds: FP32 parity's, judge.kernel_order) and over each input's
+        (batch row's) elements, broadcast to the output's shape."""
+        names = [which] if which else [c for c in self.configs if kernel_order or c != "kernel_order"]
         out = {}
         for k, ref in self.outputs.items():
             diffs = [_difference(ref, self.configs[c][k]) for c in names if c in self.configs]
@@ -97,11 +111,12 @@ class ReferenceRuns:
         diffs = {c: float(np.max(_difference(self.outputs[name], o[name]), initial=0.0)) for c, o in self.configs.items()}
         return max(diffs, key=diffs.get) if diffs else None
 
-    def cosine_floors(self, k):
-        """Per output: 1 - k * (1 - the reference's lowest cosine with itself over its configurations)."""
+    def cosine_floors(self, k, kernel_order=False):
+        """Per output: 1 - k * (1 - the reference's lowest cosine with itself over its configurations, as
+        ``spread`` picks them)."""
         floors = {}
         for name, ref in self.outputs.items():
-            cosines = [_cosine(ref, c[name]) for c in self.configs.values()]
+            cosines = [_cosine(ref, c[name]) for n, c in self.configs.items() if kernel_order or n != "kernel_order"]
             floors[name] = 1.0 - k * (1.0 - min(cosines, default=1.0))
         return floors
 
@@ -136,9 +151,11 @@ class Ledger:
         self.feeds = []  # every distinct input, in order: what a repair plan must pass too (paritygate.judge.plans)
         self.unstable = []  # one entry per input where the reference's spread exceeded the check's limit
         self.shapes = Counter()  # the distinct feed shapes run: ((input, shape), ...) -> examples
+        self.kernel_order = False  # the reference also ran under its other kernel order (FP32: judge.kernel_order)
 
     def add(self, feed, profile):
         self.examples += 1
+        self.kernel_order = self.kernel_order or "kernel_order" in profile.configs
         self.shapes[tuple((k, tuple(np.shape(v))) for k, v in feed.items())] += 1
         if profile.digest not in self.seen:  # Hypothesis may replay an input: count its information once
             self.seen.add(profile.digest)
@@ -178,12 +195,11 @@ class Ledger:
                                                               for key, n in self.shapes.items()]}
         result.details["examples"] = self.examples
         if self.worst:
-            from paritygate.judge.parity import output_records
-
             result.outputs = output_records(self.worst.values())
             result.details["note"] = (f"{self.examples} examples run (corner and input-set batches included); "
                                       "statistics of the worst example per output")
-        result.details["reference_noise"] = {"k": K_REFERENCE, "configurations": ["batch", "repeat", "batch1"],
+        configurations = ["batch", "repeat", "batch1"] + (["kernel_order"] if self.kernel_order else [])
+        result.details["reference_noise"] = {"k": K_REFERENCE, "configurations": configurations,
                                              "unstable_inputs": len(self.unstable)}
 
     def record_findings(self, ctx, spec, precision, result):

@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -52,15 +53,23 @@ def _receive(stream):
 
 class TfProcessRunner(BaseRunner):
     """``TfRunner(path, signature)`` served by a child process, started by the constructor (it loads the model at
-    once); ``activate`` waits for it. Raises RunnerError with the child's own message."""
+    once; ``lazy``: by ``activate``); ``activate`` waits for it. Raises RunnerError with the child's own message."""
 
-    def __init__(self, path, signature="serving_default", name=None):
+    def __init__(self, path, signature="serving_default", name=None, env=None, lazy=False):
         super().__init__(name or f"tf:{Path(path).name}")
-        self.path, self.signature = Path(path), signature
+        self.path, self.signature, self.env = Path(path), signature, dict(env or {})
+        self._child = self._log = self._meta = self.output_names = None  # output names: read on activate
+        if not lazy:
+            self._start()
+
+    def _start(self):
+        """Start the child (``env``: variables set for it alone, e.g. another TF_ENABLE_ONEDNN_OPTS)."""
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr while it lives; close() closes it
-        self._child = subprocess.Popen([sys.executable, "-m", "paritygate.backend.tf.process", str(path), signature],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
-        self._meta = None
+        self._child = subprocess.Popen([sys.executable, "-m", "paritygate.backend.tf.process", str(self.path),
+                                        self.signature], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=self._log, env={**os.environ, **self.env} if self.env else None)
+        # ended by close(), else when this runner is collected (a caller that never closes leaks no process)
+        self._end = weakref.finalize(self, _end, self._child, self._log)
 
     def _call(self, command, feed=None):
         try:
@@ -78,6 +87,8 @@ class TfProcessRunner(BaseRunner):
         return reply
 
     def activate_impl(self):
+        if self._child is None:
+            self._start()
         self._meta = json.loads(str(self._call("meta")[_META]))
         self.output_names = list(self._meta["outputs"])
 
@@ -99,11 +110,16 @@ class TfProcessRunner(BaseRunner):
     def close(self):
         """End the child now: it holds no state worth a clean exit, and TensorFlow's own teardown took 0.6 s the
         run would wait for."""
-        if self._child.poll() is None:
-            self._child.kill()
-            self._child.wait()
-        for stream in (self._child.stdin, self._child.stdout, self._log):
-            stream.close()
+        if self._child is not None:
+            self._end()
+
+
+def _end(child, log):
+    if child.poll() is None:
+        child.kill()
+        child.wait()
+    for stream in (child.stdin, child.stdout, log):
+        stream.close()
 
 
 def main(path, signature):
