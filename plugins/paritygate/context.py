@@ -43,7 +43,7 @@ class RunContext:
     mappings: dict = field(default_factory=dict)  # model -> the resolved input/output mapping (backend.iomap)
     computed_dtypes: dict = field(default_factory=dict)  # (runtime, model, precision) -> float16 or None
     precision_coverage: dict = field(default_factory=dict)  # (model, precision) -> the artifact's coverage or None
-    engine_builds: dict = field(default_factory=dict)  # (model, precision) -> backend.runtimes.engine_build
+    engine_builds: dict = field(default_factory=dict)  # (model, precision) -> backend.engines.engine_build
     preflight_runners: dict = field(default_factory=dict)  # model -> a bare fp32 ONNX Runtime runner (preflight)
     reference_sets: dict = field(default_factory=dict)  # model -> inputs.goldens.Golden (goldens, or live TF)
     input_pools: dict = field(default_factory=dict)  # model -> inputs.strategies.InputPool
@@ -87,6 +87,7 @@ class RunContext:
 
 def environment():
     """Versions and device, read from package metadata: nothing heavy is imported."""
+    from paritygate.backend.trt import aot
     from paritygate.gpu import device as _gpu
 
     probe = _gpu.probe()
@@ -99,7 +100,7 @@ def environment():
         "tf2onnx": _version("tf2onnx"),
         "tensorrt": _version("tensorrt") or _version("tensorrt-cu12") or _version("tensorrt-cu13"),
         "apache-beam": _version("apache-beam"),
-        "tensorrt-rtx": _version("tensorrt-rtx-cu13-bindings") or _version("tensorrt-rtx-cu12-bindings"),
+        "tensorrt-rtx": aot.version(),
         "cpu_isa": cpu_isa(),
         "gpu": probe.describe() if probe.available else None,
         "gpu_unavailable_reason": probe.reason,

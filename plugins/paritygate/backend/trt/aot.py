@@ -44,11 +44,22 @@ def missing_reason():
     return f"{' and '.join(missing)} not installed (pip install 'paritygate[trt-rtx]')"
 
 
-def builder_name():
-    """'TensorRT-RTX 1.7.1.116' (the installed wheel's version; read without importing it)."""
+def version():
+    """The installed TensorRT-RTX wheel's version (read without importing it), or None."""
     from paritygate.lazy import dist_version
 
-    return f"TensorRT-RTX {dist_version('tensorrt_rtx') or dist_version('tensorrt-rtx')}"
+    return dist_version("tensorrt_rtx") or dist_version("tensorrt-rtx")
+
+
+def builder_name():
+    """'TensorRT-RTX 1.7.1.116'."""
+    return f"TensorRT-RTX {version()}"
+
+
+def _child(*args):
+    """Run this module in a child process bound to TensorRT-RTX (``ENV``); raises ``subprocess.TimeoutExpired``."""
+    return subprocess.run([sys.executable, "-m", "paritygate.backend.trt.aot", *args], check=False,
+                          env={**os.environ, ENV: "1"}, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 def engine_report(onnx_path, settings):
@@ -67,10 +78,8 @@ def engine_report(onnx_path, settings):
     request = folder / f".{key}-{os.getpid()}.request.json"
     request.write_text(json.dumps({"onnx": str(onnx_path), "settings": settings, "report": str(report_file),
                                    "plan": str(report_file.with_suffix(".plan"))}))
-    env = {**os.environ, ENV: "1"}
     try:
-        done = subprocess.run([sys.executable, "-m", "paritygate.backend.trt.aot", str(request)], check=False,
-                              env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        done = _child(str(request))
     except subprocess.TimeoutExpired as err:
         raise RuntimeError(f"{builder_name()} did not finish building {onnx_path} in {TIMEOUT_S} s") from err
     finally:
@@ -92,7 +101,7 @@ def _build(onnx_path, settings, plan):
 
     from paritygate.backend.trt import util
 
-    logger = util.trt_logger(keep_verbose=True)
+    logger = util.trt_logger(record=True)
     profile = pg_trt.Profile()
     for name, (low, opt, high) in settings["profile"].items():
         profile.add(name, min=tuple(low), opt=tuple(opt), max=tuple(high))
@@ -117,10 +126,8 @@ def runtime_refusal():
     """None when TensorRT-RTX's runtime accepts this machine's GPU, else its own words: a child process builds a
     one-layer engine and deserializes it (``--parity-runtime=tensorrt-rtx``; its runtime refuses compute capability
     9.0, the H100 and H200, for example)."""
-    env = {**os.environ, ENV: "1"}
     try:
-        done = subprocess.run([sys.executable, "-m", "paritygate.backend.trt.aot", "--probe"], check=False, env=env,
-                              capture_output=True, text=True, timeout=TIMEOUT_S)
+        done = _child("--probe")
     except subprocess.TimeoutExpired:
         return f"{builder_name()}'s runtime did not answer a one-layer engine in {TIMEOUT_S} s"
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -140,7 +147,7 @@ def _probe():
                                    [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
                                    [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8)
-    logger = util.trt_logger()
+    logger = util.trt_logger(record=True)
     builder = trt.Builder(logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     trt.OnnxParser(network, logger).parse(model.SerializeToString())

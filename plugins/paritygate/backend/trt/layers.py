@@ -61,11 +61,12 @@ def coverage(layers, precision):
     for dtype in tensors.values():
         counted[dtype] = counted.get(dtype, 0) + 1
     in_precision = [layer["name"] for layer in found if any(d in wanted for _, d in layer["inputs"])]
+    stored = sum(counted.get(d, 0) for d in wanted)
     return {"precision": precision, "datatypes": DATATYPES[precision][0], "kernels": len(found),
             "kernels_in_precision": len(in_precision),
             "kernel_share": round(len(in_precision) / len(found), 4) if found else None,
-            "tensors": len(tensors), "tensors_in_precision": sum(counted.get(d, 0) for d in wanted),
-            "tensor_share": round(sum(counted.get(d, 0) for d in wanted) / len(tensors), 4) if tensors else None,
+            "tensors": len(tensors), "tensors_in_precision": stored,
+            "tensor_share": round(stored / len(tensors), 4) if tensors else None,
             "tensor_datatypes": dict(sorted(counted.items()))}
 
 

@@ -191,20 +191,21 @@ def batch_range(info):
 _LOGGER = []  # the one logger of this process, created on first use
 
 
-def trt_logger(keep_verbose=False):
+def trt_logger(record=False):
     """The process's TensorRT logger: it forwards to Polygraphy's G_LOGGER and keeps the latest errors and
     warnings, so a failure can say what TensorRT said (``take_messages``).
 
     TensorRT keeps a single logger per process and ignores any later one while a builder, runtime or refitter
     lives (NVIDIA/TensorRT#1475), so this logger is also handed to Polygraphy's builders
-    (polygraphy/backend/trt/util.py: get_trt_logger returns the module's TRT_LOGGER when set). It also keeps every
-    error and warning in order (``errors``, ``warnings``), and with ``keep_verbose`` the builder's VERBOSE layer
-    report (``verbose``: the messages that start with "Layers:"; ``backend.trt.layers``).
+    (polygraphy/backend/trt/util.py: get_trt_logger returns the module's TRT_LOGGER when set). With ``record`` (a
+    process that builds one engine: ``backend.trt.aot``'s child) it also keeps every error and warning in order
+    (``errors``, ``warnings``) and the builder's VERBOSE layer report (``verbose``: the messages that start with
+    "Layers:"; ``backend.trt.layers``); without it those lists stay empty, so a long GPU run holds only ``recent``.
     """
     if not _LOGGER:
         from polygraphy.backend.trt import util as pg_util
 
-        _LOGGER.append(_make_logger(keep_verbose))
+        _LOGGER.append(_make_logger(record))
         if pg_util.TRT_LOGGER is None:
             pg_util.TRT_LOGGER = _LOGGER[0]
     return _LOGGER[0]
@@ -219,7 +220,7 @@ def take_messages(logger=None):
     return said[:800]
 
 
-def _make_logger(keep_verbose=False):
+def _make_logger(record=False):
     from polygraphy.logger import G_LOGGER, LogMode
 
     L = trt.Logger  # severities as Polygraphy's own TensorRT logger names them (backend/trt/util.py)
@@ -238,8 +239,9 @@ def _make_logger(keep_verbose=False):
             try:
                 if severity in keep:
                     self.recent.append(str(msg).strip())
-                    (self.warnings if severity == L.WARNING else self.errors).append(str(msg).strip())
-                elif keep_verbose and severity == L.VERBOSE and str(msg).startswith("Layers:"):
+                    if record:
+                        (self.warnings if severity == L.WARNING else self.errors).append(str(msg).strip())
+                elif record and severity == L.VERBOSE and str(msg).startswith("Layers:"):
                     self.verbose.append(str(msg))
                 forward.get(severity, G_LOGGER.super_verbose)(msg)
             except Exception:  # noqa: BLE001, S110 - TensorRT calls log() from C++ and expects no exception
