@@ -1,6 +1,6 @@
-"""paritygate.backend.onnx.artifacts.fp16 on graphs with subgraphs, made in code after nakdimon 0.2.1's LSTM ``Loop``: a body
-that ``Gather``\\ s one step of an outer-scope tensor each iteration, casts its int64 counter to float, and holds an
-``If`` whose branches read the same outer tensor. Whichever of the ``Loop`` and the ``If`` is kept in FP32, the
+"""paritygate.backend.onnx.artifacts.fp16 on graphs with subgraphs, made in code after nakdimon 0.2.1's LSTM ``Loop``:
+a body that ``Gather``\\ s one step of an outer-scope tensor each iteration, casts its int64 counter to float, and
+holds an ``If`` whose branches read the same outer tensor. Whichever of the ``Loop`` and the ``If`` is kept in FP32, the
 artifact must be valid and compute the same numbers."""
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""paritygate.backend.onnx.artifacts.int8: Q/DQ INT8 in the form TensorRT accepts (float bias, per-channel symmetric INT8
-weights, zero-point 0), and the shared-bias repair that basic-pitch 0.4.0 needed, on graphs made in code."""
+"""paritygate.backend.onnx.artifacts.int8: Q/DQ INT8 in the form TensorRT accepts (float bias, per-channel symmetric
+INT8 weights, zero-point 0), and the shared-bias repair that basic-pitch 0.4.0 needed, on graphs made in code."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
-"""paritygate.backend.onnx.diagnosis.localize / repair and paritygate.judge.divergence: precision breaks injected into ONNX graphs
-made in code are found at the right node, and the plan (keep in FP32 / leave unquantized) verifies."""
+"""paritygate.backend.onnx.diagnosis.localize / repair and paritygate.judge.divergence: precision breaks injected into
+ONNX graphs made in code are found at the right node, and the plan (keep in FP32 / leave unquantized) verifies."""
 
 import numpy as np
 import pytest

@@ -75,7 +75,8 @@ def test_the_evidence_table_agrees_as_recorded():
         warnings.simplefilter("ignore")  # indexing UserWarning on basic_pitch) are not what is judged here, and
         results, _ = evidence_module().measure(FOLDER, WHEELS, "cuda")  # pyproject's filterwarnings=error would fail them
     print(evidence_module().table(results))  # the re-measured table (-s shows it)
-    stale = {m: r.get("strict_build") for m, r in results.items() if "error" not in r and r.get("strict_build") != rewrite.BUILD}
+    stale = {m: r.get("strict_build") for m, r in results.items()
+             if "error" not in r and r.get("strict_build") != rewrite.BUILD}
     assert not stale, f"{FOLDER} holds strict outputs of another rewrite {stale}, not {rewrite.BUILD}: make it again"
     assert set(results) == set(recorded), (sorted(results), sorted(recorded))
     for model, got in results.items():

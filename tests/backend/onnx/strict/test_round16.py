@@ -1,6 +1,6 @@
-"""paritygate.backend.onnx.strict.round16: ``Round16`` gives ONNX Runtime's Cast pair values bit for bit (NaN where NaN),
-the probe catches a kernel that rounds otherwise, ``fuse`` replaces only the strict rewrite's roundings, and without
-a C compiler strict artifacts keep their Cast pairs."""
+"""paritygate.backend.onnx.strict.round16: ``Round16`` gives ONNX Runtime's Cast pair values bit for bit (NaN where
+NaN), the probe catches a kernel that rounds otherwise, ``fuse`` replaces only the strict rewrite's roundings, and
+without a C compiler strict artifacts keep their Cast pairs."""
 
 import os
 

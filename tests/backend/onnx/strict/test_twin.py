@@ -1,7 +1,7 @@
-"""paritygate.backend.onnx.strict.twin: what the runner runs for a strict artifact (its roundings moved into ONNX Runtime's
-blocked layout, ``nchwc``, and made ``Round16`` kernels, ``round16``) gives the strict artifact's values bit for bit,
-overflows included, at every session setting the suite uses, with and without ``Round16``; a tensor whose channels
-do not fill their blocks is not moved."""
+"""paritygate.backend.onnx.strict.twin: what the runner runs for a strict artifact (its roundings moved into ONNX
+Runtime's blocked layout, ``nchwc``, and made ``Round16`` kernels, ``round16``) gives the strict artifact's values bit
+for bit, overflows included, at every session setting the suite uses, with and without ``Round16``; a tensor whose
+channels do not fill their blocks is not moved."""
 
 import json
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from paritygate.backend.onnx.artifacts import index_paths, validate
 from paritygate.backend.onnx.graph import scopes
+from paritygate.backend.onnx.graph.dtypes import type_attribute
 from paritygate.backend.onnx.graph.names import fresh_name, tensor_names
 from paritygate.lazy import lazy_import
 
@@ -189,19 +190,15 @@ def route_captures(model):
     return routed, untyped
 
 
-# ops whose attribute names the type of their output (onnx/defs: Cast.to; the generators' and EyeLike's dtype)
-TYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
-              "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Bernoulli": "dtype"}
-
-
 def retarget_casts(model):
-    """In every graph, a node of ``TYPE_ATTRS`` that targets float32 while the graph declares its output float16
-    (the converter converted the graph around it) targets float16. Returns the names of the nodes retargeted."""
+    """In every graph, a node whose attribute names its output type (``dtypes.TYPE_ATTRS``) that targets float32
+    while the graph declares its output float16 (the converter converted the graph around it) targets float16.
+    Returns the names of the nodes retargeted."""
     retargeted = []
     for graph in scopes.graphs(model.graph):
         declared = {v.name: v.type.tensor_type.elem_type for v in [*graph.value_info, *graph.output]}
         for node in graph.node:
-            attr = next((a for a in node.attribute if a.name == TYPE_ATTRS.get(node.op_type)), None)
+            attr = type_attribute(node)
             if attr is not None and attr.i == onnx.TensorProto.FLOAT and node.output \
                     and declared.get(node.output[0]) == onnx.TensorProto.FLOAT16:
                 attr.i = onnx.TensorProto.FLOAT16

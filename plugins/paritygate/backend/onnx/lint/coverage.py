@@ -91,7 +91,8 @@ def coverage(model, precision, shapes):
     return {"precision": precision, "mac_share": inside / total if total else None,
             "node_share": nodes_in / nodes if nodes else None, "macs_total": total, "macs_in_precision": inside,
             "nodes_total": nodes, "nodes_in_precision": nodes_in, "unknown_shapes": unknown,
-            "rule": "MACs of Conv/ConvTranspose/MatMul/Gemm/Einsum at one sample batch; paritygate/backend/onnx/lint/coverage.py"}
+            "rule": "MACs of Conv/ConvTranspose/MatMul/Gemm/Einsum at one sample batch; "
+                    "paritygate/backend/onnx/lint/coverage.py"}
 
 
 def measure(path, precision, feed):

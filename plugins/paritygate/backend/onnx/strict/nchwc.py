@@ -10,8 +10,8 @@ A rounding (a Cast, or ``Round16``), and an Add of two tensors of one shape, are
 whose channels fill its blocks (nothing padded) they give the values they give in NCHW, only in another order. So
 ``move`` (after ONNX Runtime optimized the strict artifact, ``ORT_ENABLE_ALL``, saved) moves each rounding, and each
 such Add, that reads a reordered convolution output onto the blocked tensor, reads the blocked result where a
-ReorderInput read it back, and drops what nothing reads any more (tests/backend/onnx/strict/test_twin.py, at every session
-setting the suite uses, bit for bit against the strict artifact, on the overflow too).
+ReorderInput read it back, and drops what nothing reads any more (tests/backend/onnx/strict/test_twin.py, at every
+session setting the suite uses, bit for bit against the strict artifact, on the overflow too).
 
 A tensor whose channels do not fill their blocks stays in NCHW. Its padded channels hold a convolution's 0 x input,
 which is NaN where an input is inf; the next convolution, reading the blocked tensor directly, could carry that NaN

@@ -32,6 +32,7 @@ rounds inside a fused kernel can overflow where the engine (and the check) does 
 """
 
 from paritygate.backend.onnx.graph import scopes
+from paritygate.backend.onnx.graph.dtypes import type_attribute
 from paritygate.backend.onnx.graph.names import fresh_name, tensor_names
 from paritygate.backend.onnx.strict import fusion
 from paritygate.lazy import lazy_import
@@ -49,8 +50,6 @@ EXACT_OPS = {"Relu", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", 
 DEFER_OPS = {"Relu", "Clip"}
 BUILD = "strict-fp16-fused-v4"  # part of the cache key: bump when the rewrite changes
 ROUND = "__round_fp16"  # suffix of the Cast(to=FLOAT16) nodes the rewrite adds
-TYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
-              "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Bernoulli": "dtype"}
 
 
 def float16_tensors(model):
@@ -157,7 +156,7 @@ def _retype(infos):
 
 
 def _retarget(node):
-    attr = next((a for a in node.attribute if a.name == TYPE_ATTRS.get(node.op_type)), None)
+    attr = type_attribute(node)
     if attr is not None and attr.i == onnx.TensorProto.FLOAT16:
         attr.i = onnx.TensorProto.FLOAT
         return 1
