@@ -24,7 +24,7 @@ from paritygate.backend.onnx.strict import rewrite
 
 onnx = pytest.importorskip("onnx")
 pytestmark = [pytest.mark.gpu, pytest.mark.onnx]
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 FOLDER, WHEELS, RECORDED = ROOT / ".gpuev", ROOT / ".whl", ROOT / "docs" / "gpu_evidence.json"
 
 

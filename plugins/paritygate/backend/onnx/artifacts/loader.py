@@ -7,7 +7,7 @@ int8: explicit Q/DQ ONNX from onnxruntime.quantization.quantize_static, calibrat
       (``int8.py``).
 
 Every artifact the suite builds passes ``validate.py`` (checker, strict shape inference, an ONNX Runtime session,
-one smoke run) and the TensorRT lint (``trt_lint.py``) before it is cached; a build that fails raises
+one smoke run) and the TensorRT lint (``lint/trt_lint.py``) before it is cached; a build that fails raises
 ``ArtifactError`` (a ``SuiteError``: status ``error``, never the candidate's ``fail``) and leaves no file. Its
 build report (converter, settings, lint findings, blocked FP16 nodes, constants FP16 cannot hold) is cached beside
 it and read back by ``artifact_report``.
