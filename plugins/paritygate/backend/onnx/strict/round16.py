@@ -1,7 +1,7 @@
 """One-pass FP16 rounding for strict artifacts on ONNX Runtime's CPU provider (docs/numerics.md, "Cost").
 
 A strict artifact rounds a tensor to FP16 with a Cast pair, float -> float16 -> float. ONNX Runtime runs the pair as
-two kernels, the first on one thread, and mobilenet's 20 pairs took 44% of its FP32 time. ``Round16``
+two kernels, the first on one thread (what that costs is measured in docs/numerics.md, "What the cost is made of"). ``Round16``
 (``round16.c``, an ONNX Runtime custom-op library) gives the pair's values, bit for bit, in one kernel on the
 intra-op threads; ``fuse`` puts one in place of each pair.
 
