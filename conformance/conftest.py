@@ -29,13 +29,15 @@ def _one_fail_per_faulty_file(request):
         return
     ctx, (spec, precision) = request.getfixturevalue("parity_context"), request.getfixturevalue("parity_case")
     from paritygate.backend.base import CandidateFault
+    from paritygate.backend.engines import FAILED_CANDIDATES
+    from paritygate.common.memo import ArtifactKey
 
-    key = (ctx.runtime, spec.name, precision)
-    fault = ctx.failed_candidates.get(key)
+    key = ArtifactKey(ctx.runtime, spec.name, precision)
+    fault = FAILED_CANDIDATES.peek(ctx, key)
     if isinstance(fault, CandidateFault) and getattr(fault, "failed_check", None):
         pytest.skip(f"the {precision} candidate is wrong: {fault.failed_check} failed with it "
                     f"({str(fault).split(': ', 3)[-1][:160]}...)")
     yield
-    fault = ctx.failed_candidates.get(key)
+    fault = FAILED_CANDIDATES.peek(ctx, key)
     if isinstance(fault, CandidateFault) and not getattr(fault, "failed_check", None):
         fault.failed_check = request.node.originalname.removeprefix("test_")

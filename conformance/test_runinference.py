@@ -37,13 +37,14 @@ def beam_check(request, parity_options, beam_subject, parity_result):
     """Run a named check: apply its known upstream expectations as strict xfail, record details, assert."""
     from paritygate.beam.copies import model_copies
     from paritygate.beam.direct import DIRECT_CHECKS
-    from paritygate.beam.expectations import expectations_for, match, split
+    from paritygate.beam.expectations import match, run_expectations, split
     from paritygate.beam.judge import PIPELINE_CHECKS, batch_latency
     from paritygate.beam.multiprocess import multi_process
     from paritygate.beam.updates import model_update
 
     def run(name, **kwargs):
-        expected = match(name, beam_subject, _expectations(parity_options, expectations_for))
+        config = None if parity_options.is_bundled else parity_options.config_path
+        expected = match(name, beam_subject, run_expectations(parity_options.context, config))
         xfail, named = split(expected, parity_options.is_bundled)
         if xfail:
             reason = " | ".join(e.describe() for e in xfail)
@@ -66,12 +67,6 @@ def _named(expectation, model, check):
             "use a handler that does not (e.g. paritygate.beam.handlers:onnxruntime), or accept it in the "
             f"expectations.toml beside your config: [[known_failures]] model = \"{model}\" check = \"{check}\" "
             f"upstream_defect = \"{expectation.id}\" reason = \"...\"")
-
-
-def _expectations(options, load):
-    if options.context.beam_expectations is None:
-        options.context.beam_expectations = load(None if options.is_bundled else options.config_path)
-    return options.context.beam_expectations
 
 
 def test_beam_handler(parity_model):

@@ -48,7 +48,7 @@ def bare(model, pattern):
     spec = next(m for m in load_config(CONFIG) if m.name == model)
     (name,) = spec.inputs
     ref = TfRunner(spec.reference, spec.signature).activate()
-    cand = OnnxrtRunner(computed_artifact(argparse.Namespace(numerics="strict"), onnx_artifact(spec, "fp16"))).activate()
+    cand = OnnxrtRunner(computed_artifact(onnx_artifact(spec, "fp16"), "strict")).activate()
     (cand_input,) = cand.input_metadata()
     layout, n, start, batch = Layout.of(spec), 0, time.perf_counter(), []
     for path in match(pattern):

@@ -101,7 +101,8 @@ def prepare(out, name, options, spec, inputs):
     from paritygate import __version__ as paritygate_version
     from paritygate.backend.onnx.artifacts.loader import onnx_artifact
     from paritygate.backend.onnx.strict import rewrite
-    from paritygate.backend.runtimes import candidate_runner, recorded_mapping, reference_runner
+    from paritygate.backend.runtimes import CANDIDATES, candidate_runner, recorded_mapping, reference_runner
+    from paritygate.common.memo import ArtifactKey
     from paritygate.comparator.tolerance import tolerance_for
     from paritygate.judge.parity import run_batched
     from paritygate.lazy import dist_version
@@ -113,7 +114,7 @@ def prepare(out, name, options, spec, inputs):
     got = {}
     for numerics in ("strict", "ort"):
         options.numerics = options.context.numerics = numerics
-        options.context.candidates.pop((options.runtime, spec.name, "fp16"), None)
+        CANDIDATES.pop(options.context, ArtifactKey(options.runtime, spec.name, "fp16"))
         got[numerics] = run_batched(candidate_runner(options.context, spec, "fp16"), feed, spec.max_batch)
     mapping = recorded_mapping(options.context, spec)
     outputs = {r: m["candidate"] for r, m in mapping["outputs"].items()}

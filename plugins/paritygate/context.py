@@ -3,9 +3,10 @@
 ``RunOptions`` is the run's options as the plugin reads them from pytest's command line (config path, runtime
 choice, report folder, baseline, shard, ...): it resolves the models under test, the candidate runtime and the
 device class, and makes the run's ``RunContext``. ``RunContext`` holds the choices checks compute with (the
-candidate runtime, the ops the fp16 artifact keeps in FP32) and a typed cache of what is loaded or computed once
-per process. Backends take it, a spec and arrays; they never see the session (``paritygate.session``, which only
-records results and writes the report). ``replay`` builds a RunContext without pytest.
+candidate runtime, the ops the fp16 artifact keeps in FP32) and one ``Store`` of what is loaded or computed once
+per run: each cache is declared, with its typed key, by the module that computes it (``paritygate.common.memo``).
+Backends take it, a spec and arrays; they never see the session (``paritygate.session``, which only records
+results and writes the report). ``replay`` builds a RunContext without pytest.
 """
 
 import os
@@ -13,17 +14,20 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paritygate.common.memo import Memo, Once, Store
+from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.lazy import available
 from paritygate.lazy import dist_version as _version
 
 RUNTIMES = ("onnxruntime", "tensorrt", "tensorrt-rtx")  # --parity-runtime's choices
+ENVIRONMENT = Memo("environment", key=Once)  # versions and device (environment()), read once per run
 
 
 @dataclass
 class RunContext:
     runtime: str = "onnxruntime"  # the candidate runtime: onnxruntime | tensorrt | tensorrt-rtx
     fp16_keep_fp32: tuple = None  # ops kept in FP32 in the fp16 artifact (None: the loader's default list)
-    numerics: str = "strict"  # --parity-numerics: strict FP16 emulation on ONNX Runtime CPU, or ort
+    numerics: str = DEFAULT_NUMERICS  # --parity-numerics: strict FP16 emulation on ONNX Runtime CPU, or ort
     reference_cache: bool = False  # --parity-cache: TF outputs served from paritygate.backend.reference_cache (replay: live)
     beam_runner: str = None  # --parity-beam-runner (None: the local runners)
     beam_options: tuple = ()  # --parity-beam-option pass-through
@@ -33,39 +37,16 @@ class RunContext:
     serial: bool = True  # False on an xdist worker: latency is never measured beside other work
     spin: bool = None  # ONNX Runtime's candidate threads spin-wait (backend.onnxrt.runner); the plugin sets it
     update_goldens: bool = False  # --parity-update-goldens: the goldens are being rewritten, not read
-    # -- once per process, each keyed by what it depends on --------------------------------------------------
-    references: dict = field(default_factory=dict)  # model -> backend.runtimes.ReferenceRunner
-    live_references: dict = field(default_factory=dict)  # model -> the reference running TF, never the cache
-    reference_processes: dict = field(default_factory=dict)  # model -> backend.tf.process.TfProcessRunner (goldens)
-    kernel_orders: dict = field(default_factory=dict)  # model -> the reference under its other oneDNN setting
-    candidates: dict = field(default_factory=dict)  # (runtime, model, precision) -> the fed candidate runner
-    failed_candidates: dict = field(default_factory=dict)  # (runtime, model, precision) -> the build's error
-    mappings: dict = field(default_factory=dict)  # model -> the resolved input/output mapping (backend.iomap)
-    computed_dtypes: dict = field(default_factory=dict)  # (runtime, model, precision) -> float16 or None
-    precision_coverage: dict = field(default_factory=dict)  # (model, precision) -> the artifact's coverage or None
-    engine_builds: dict = field(default_factory=dict)  # (model, precision) -> backend.engines.engine_build
-    preflight_runners: dict = field(default_factory=dict)  # model -> a bare fp32 ONNX Runtime runner (preflight)
-    reference_sets: dict = field(default_factory=dict)  # model -> inputs.goldens.Golden (goldens, or live TF)
-    input_pools: dict = field(default_factory=dict)  # model -> inputs.strategies.InputPool
-    noise: dict = field(default_factory=dict)  # model -> judge.reference_noise.ReferenceNoise
-    reference_latency: dict = field(default_factory=dict)  # (model, batch, profile) -> the TF reference's row
-    plan_books: dict = field(default_factory=dict)  # (model, precision) -> plans.PlanBook (judge.divergence)
-    beam_subjects: dict = field(default_factory=dict)  # model -> beam.contract.HandlerUnderTest
-    beam_expectations: list = None  # known upstream defects (beam.expectations), read once
-    environment: dict = None  # versions and device (session.environment), read once
+    store: Store = field(default_factory=Store)  # what is computed once per run: each module's Memo (common.memo)
 
     def close(self):
         """End the TensorFlow child processes this context started (``backend.tf.process``: the goldens check's
-        reference, the second kernel order's)."""
-        children = list(self.reference_processes.values()) + [r.process for r in self.kernel_orders.values()]
-        for child in children:
-            child.close()
+        reference, the second kernel order's): each memo that holds one closes it (``Store.close``)."""
+        self.store.close()
 
     def versions(self):
-        """Versions and device (``environment()``), read once."""
-        if self.environment is None:
-            self.environment = environment()
-        return self.environment
+        """Versions and device (``environment()``), read once per run."""
+        return ENVIRONMENT.get(self, Once(), environment)
 
     def save_reproducer(self, spec, precision, check, inputs, failures):
         """Save ``inputs`` as a reproducer of ``check`` (paritygate.inputs.reproducer); returns its paths and the
@@ -75,14 +56,6 @@ class RunContext:
 
         folder = self.reproducer_dir or cache_root() / "reproducers"
         return save_reproducer(folder, spec, precision, check, self.runtime, inputs, failures, self.fp16_keep_fp32)
-
-    def output_names(self, spec):
-        """Reference output name -> candidate output name for ``spec``: the config's ``[models.outputs]`` completed
-        with the mapping resolved when the candidate was built (the spec itself is never written to)."""
-        mapping = self.mappings.get(spec.name)
-        if mapping is None:
-            return dict(spec.outputs)
-        return {**spec.outputs, **{r: m["candidate"] for r, m in mapping["outputs"].items() if m["rule"] != "name"}}
 
 
 def environment():
@@ -125,7 +98,8 @@ class RunOptions:
 
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False, update_goldens=False,
                  device_class=None, beam_runner=None, beam_options=(), fp16_keep_fp32=None, is_xdist_worker=False,
-                 localize=True, baseline=None, baseline_fail=(), numerics="strict", reference_cache=True, shard=None):
+                 localize=True, baseline=None, baseline_fail=(), numerics=DEFAULT_NUMERICS, reference_cache=True,
+                 shard=None):
         from paritygate.models.config import BUNDLED_CONFIG
 
         self.config_path = Path(config_path).absolute() if config_path else BUNDLED_CONFIG  # as given: a link is
@@ -220,7 +194,7 @@ class RunOptions:
     @property
     def context(self):
         """The run's ``RunContext`` (made on first use): the candidate runtime and the options checks compute with,
-        and the typed per-process cache of loaded runners and reference outputs."""
+        and the store of what the run computes once (``common.memo``)."""
         if self._context is None:
             self._context = RunContext(runtime=self.runtime, fp16_keep_fp32=self.fp16_keep_fp32, numerics=self.numerics,
                                        reference_cache=self.reference_cache, localize=self.localize,

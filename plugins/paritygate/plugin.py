@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from paritygate.common.numerics import DEFAULT_NUMERICS, NUMERICS
 from paritygate.context import RUNTIMES, RunOptions
 from paritygate.extras import require_extras, restore_importorskip
 from paritygate.gpu.device import pin_xdist_worker
@@ -71,11 +72,11 @@ def pytest_addoption(parser):
                     help="judge only the config's models K, K+N, K+2N, ... (1-based, in config order): shard K of N "
                          "of one run across CI machines; merge the shards' reports with `paritygate report` "
                          "(default: every model)")
-    group.addoption("--parity-numerics", metavar="strict|ort", choices=("strict", "ort"), default="strict",
+    group.addoption("--parity-numerics", metavar="|".join(NUMERICS), choices=NUMERICS, default=DEFAULT_NUMERICS,
                     help="how ONNX Runtime computes a candidate artifact that holds float16 tensors: strict (each "
                          "float16 tensor rounded to FP16 where produced, ops computed in FP32 from FP16 values, as "
                          "a strongly typed engine does; docs/numerics.md) or ort (its own numerics, mostly FP32) "
-                         "(default: strict)")
+                         f"(default: {DEFAULT_NUMERICS})")
     group.addoption("--parity-require-gpu", "--require-gpu", action="store_true", default=False, dest="require_gpu",
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT "
                          "(default: skip with the reason; --require-gpu is an alias)")

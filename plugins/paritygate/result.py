@@ -33,7 +33,7 @@ class CheckResult:
     failures: list = field(default_factory=list)  # why the candidate is wrong, one message each
     errors: list = None  # what could not be judged (a SuiteError's lines)
     numerics: str = None  # the numerics fp16/int8 outputs were computed with (--parity-numerics or the runtime)
-    coverage: dict = None  # the artifact's precision coverage (backend.runtimes.precision_coverage)
+    coverage: dict = None  # the artifact's precision coverage (backend.precision.precision_coverage)
     inputs: dict = None  # the inputs judged: names, shapes, dtypes, sources and their digest
     reproducer: dict = None  # the saved failing inputs: npz, Polygraphy inputs JSON, replay command
     findings: list = field(default_factory=list)  # facts for the model owner, no verdict: {kind, model, ...}

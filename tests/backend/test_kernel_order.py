@@ -43,3 +43,22 @@ def test_the_child_runs_under_the_setting_it_is_given(toy_saved_model):
     finally:
         child.close()
     assert "oneDNN custom operations are on" not in log  # TensorFlow says so on load when they are
+
+
+@pytest.mark.tf
+def test_the_run_context_ends_the_child_it_started_when_it_closes(toy_saved_model):
+    """The second order's child is kept by its owner's memo (KERNEL_ORDERS), which declares how to end it."""
+    pytest.importorskip("tensorflow")
+    from paritygate.backend.kernel_order import alternate_reference
+    from paritygate.context import RunContext
+    from tests.conftest import toy_spec
+
+    ctx = RunContext()
+    alternate = alternate_reference(ctx, toy_spec(toy_saved_model))
+    assert alternate_reference(ctx, toy_spec(toy_saved_model)) is alternate, "once per run"
+    x = np.linspace(-1, 1, 4, dtype=np.float32).reshape(-1, 1)
+    np.testing.assert_array_equal(alternate.infer({"x": x})["y"], 5 * x)
+    child = alternate.process._child
+    assert child.poll() is None, "the child serves the run until it ends"
+    ctx.close()
+    assert child.wait(timeout=30) is not None

@@ -1,5 +1,5 @@
 """paritygate.backend.runtimes.check_input_spec: the config's inputs must match the model's by name, rank, dtype and
-fixed dimensions; each error names the model and the input."""
+fixed dimensions; each error names the model and the input. computed_artifact: the file a numerics mode runs."""
 
 import json
 from pathlib import Path
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from paritygate.backend.base import RunnerError
-from paritygate.backend.runtimes import check_input_spec
+from paritygate.backend.runtimes import check_input_spec, computed_artifact
 from tests.conftest import make_onnx, scale, toy_spec, write_config
 
 SPEC = toy_spec(inputs={"image": ((-1, 8, 8, 3), "float32", (-1, 1)), "ids": ((-1, 16), "int32", (0, 9))})
@@ -123,3 +123,10 @@ def test_reference_and_tool_failures_are_errors_and_a_crashing_candidate_fails(p
     assert "the TensorFlow reference failed" in messages[("reference_fails", "property_parity")]
     assert "Zeta" in messages[("tool_fails", "matches_reference")]  # the converter's node, named
     assert "reproducer" not in json.dumps([c["details"] for c in checks if c["status"] == "error"])
+
+
+def test_the_artifact_runs_as_is_under_ort_numerics_and_an_unknown_mode_is_refused_naming_the_modes(tmp_path):
+    path = tmp_path / "model.onnx"
+    assert computed_artifact(path, "ort") == path
+    with pytest.raises(ValueError, match=r"numerics 'fast': expected one of strict, ort \(--parity-numerics\)"):
+        computed_artifact(path, "fast")

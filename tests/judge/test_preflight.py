@@ -13,6 +13,8 @@ pytest.importorskip("onnx")  # before pytester snapshots sys.modules: re-importi
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tensorflow")
 
+from paritygate.backend.runtimes import CANDIDATES, REFERENCES
+from paritygate.common.memo import ArtifactKey, ModelKey
 from paritygate.context import RunOptions
 from paritygate.judge.preflight import validate_models
 from paritygate.report.summary import summary_lines
@@ -70,7 +72,8 @@ def test_a_good_model_validates_records_the_mapping_and_leaves_runners_for_the_c
                                              "z": {"candidate": "out_z", "rule": "explicit"}}}
     assert got["checked"] == ["reference", "candidate inputs and outputs"]
     context = session.options.context
-    assert "m" in context.references and ("onnxruntime", "m", "fp32") in context.candidates
+    assert REFERENCES.peek(context, ModelKey("m")) is not None
+    assert CANDIDATES.peek(context, ArtifactKey("onnxruntime", "m", "fp32")) is not None
     assert "paritygate: m: mapped inputs x -> serving_default_x:0 (signature)" in summary_lines(session)[1]
 
 

@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 
 from paritygate.backend.base import BaseRunner
+from paritygate.backend.runtimes import CANDIDATES
+from paritygate.common.memo import ArtifactKey
 from paritygate.latency import (
     OVERHEAD_LIMIT,
     PROFILE_ENV,
     budgets_for,
 )
+from paritygate.latency.judge import REFERENCE_LATENCY, LatencyKey
 from tests.conftest import make_onnx, write_config
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
@@ -205,26 +208,26 @@ def test_each_bundled_budget_fails_a_candidate_slowed_by_its_margin(monkeypatch)
     for spec in session.models:
         budgets = budgets_for(spec, "cpu", "fp32")
         assert budgets.percentiles and budgets.speedups, f"{spec.name}: the bundled model has cpu budgets"
-        real = candidate_runner(session.context, spec, "fp32")
+        real, key = candidate_runner(session.context, spec, "fp32"), ArtifactKey("onnxruntime", spec.name, "fp32")
         kinds = {f"p{q}": {b.batch: b.limit_ms for b in budgets.percentiles if b.percentile == q} for q in (50, 90, 99)}
         kinds["speedup"] = None  # set from the reference rows the runs above measured (and cached)
         for kind, delay_ms in kinds.items():
             if kind == "speedup":
                 [minimum] = [b.minimum for b in budgets.speedups]
-                reference = {b: session.context.reference_latency[(spec.name, b, "quick")]["p50_ms"]
+                reference = {b: REFERENCE_LATENCY.peek(session.context, LatencyKey(spec.name, b, "quick"))["p50_ms"]
                              for b in (1, spec.max_batch)}
                 # the measured speedup divided by its margin, on top of the real call: S/2 of this run's reference
                 delay_ms = {b: ref / minimum for b, ref in reference.items()}
             if not delay_ms:
                 continue
-            session.context.candidates[("onnxruntime", spec.name, "fp32")] = SlowedRunner(real, delay_ms).activate()
+            CANDIDATES.put(session.context, key, SlowedRunner(real, delay_ms).activate())
             result = latency_check(session.context, spec, "fp32")
             text = "\n".join(result.failures)
             wanted = [b.key for b in budgets.speedups] if kind == "speedup" else \
                 [b.key for b in budgets.percentiles if f"p{b.percentile}" == kind]
             assert wanted and all(k in text for k in wanted), (spec.name, kind, wanted, result.failures)
             assert not result.errors
-        session.context.candidates[("onnxruntime", spec.name, "fp32")] = real
+        CANDIDATES.put(session.context, key, real)
 
 
 # -- a check without a budget is bounded --------------------------------------------------------------------
@@ -245,7 +248,8 @@ def test_an_unbudgeted_check_of_a_slow_model_costs_seconds_not_minutes(tmp_path,
     session = RunOptions(config_path=cfg, runtime="onnxruntime", device_class="cpu")
     [spec] = session.models
     real = candidate_runner(session.context, spec, "fp32")
-    session.context.candidates[("onnxruntime", spec.name, "fp32")] = SlowedRunner(real, {1: 200.0, 4: 200.0}).activate()
+    CANDIDATES.put(session.context, ArtifactKey("onnxruntime", spec.name, "fp32"),
+                   SlowedRunner(real, {1: 200.0, 4: 200.0}).activate())
     start = time.perf_counter()
     result = latency_check(session.context, spec, "fp32")
     took = time.perf_counter() - start

@@ -3,7 +3,13 @@
 verdict. Pure bookkeeping over ``aot`` and ``layers``; nothing heavy is imported until a build is asked for."""
 
 from paritygate.backend.base import CandidateFault, RunnerError
+from paritygate.common.memo import ArtifactKey, Memo, PrecisionKey
 from paritygate.verdict import SuiteError
+
+ENGINE_BUILDS = Memo("engine_builds", key=PrecisionKey)  # backend.trt.aot.engine_report with its coverage
+# The candidate's build failure, raised again to every later check of it: the engine gate's rejection, or the
+# error building the candidate raised (backend.runtimes.candidate_runner)
+FAILED_CANDIDATES = Memo("failed_candidates", key=ArtifactKey)
 
 
 def engine_build(ctx, spec, precision):
@@ -15,10 +21,7 @@ def engine_build(ctx, spec, precision):
 
     if ctx.runtime not in ("onnxruntime", "tensorrt-rtx") or precision in spec.engines or aot.missing_reason():
         return None
-    key = (spec.name, precision)
-    if key not in ctx.engine_builds:
-        ctx.engine_builds[key] = _engine_build(ctx, spec, precision)
-    return ctx.engine_builds[key]
+    return ENGINE_BUILDS.get(ctx, PrecisionKey(spec.name, precision), lambda: _engine_build(ctx, spec, precision))
 
 
 def _engine_build(ctx, spec, precision):
@@ -50,12 +53,13 @@ def engine_gate(ctx, spec, precision):
     an fp32 ONNX the builder rejects too: then the rejection is inherited, and the fp32 file's blame (as the lint's
     policy: a problem the source already had is the source's). Every check of the precision passes through here
     (``engine_builds``, and the numeric ones through ``candidate_runner``): no engine, nothing to judge numerically.
-    The error is kept as the candidate's build failure (``ctx.failed_candidates``), so a file found wrong is one
+    The error is kept as the candidate's build failure (``FAILED_CANDIDATES``), so a file found wrong is one
     ``fail``, in the first check that meets it, and the later checks of that model x precision skip naming it
     (conformance/conftest.py)."""
-    key = (ctx.runtime, spec.name, precision)
-    if key in ctx.failed_candidates:
-        raise ctx.failed_candidates[key].with_traceback(None)
+    key = ArtifactKey(ctx.runtime, spec.name, precision)
+    failed = FAILED_CANDIDATES.peek(ctx, key)
+    if failed is not None:
+        raise failed.with_traceback(None)
     rejected = cannot_build(spec, precision, engine_build(ctx, spec, precision))
     if not rejected:
         return
@@ -68,8 +72,7 @@ def engine_gate(ctx, spec, precision):
         fault = SuiteError(f"the {blamed} artifact the suite built for '{spec.name}': {rejected}")
     else:
         fault = CandidateFault(rejected)
-    ctx.failed_candidates[key] = fault
-    raise fault
+    raise FAILED_CANDIDATES.put(ctx, key, fault)
 
 
 def cannot_build(spec, precision, report):

@@ -15,9 +15,12 @@ import os
 
 from paritygate.backend.base import RunnerError
 from paritygate.backend.runtimes import ReferenceRunner, reference_runner
+from paritygate.common.memo import Memo, ModelKey
 from paritygate.verdict import SuiteError
 
 ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
+# The reference under the other oneDNN setting (an AlternateReference); its child process ends with the run
+KERNEL_ORDERS = Memo("kernel_orders", key=ModelKey, close=lambda alternate: alternate.process.close())
 
 
 # TensorFlow's default when the variable is unset (TF 2.9 release notes, "oneDNN CPU performance optimizations ...
@@ -71,8 +74,8 @@ class AlternateReference(ReferenceRunner):
 
 
 def alternate_reference(ctx, spec):
-    """The model's reference under the other oneDNN setting (once per process, in ``ctx.kernel_orders``)."""
-    if spec.name not in ctx.kernel_orders:
+    """The model's reference under the other oneDNN setting (once per run, ``KERNEL_ORDERS``)."""
+    def start():
         from paritygate.backend.tf.process import TfProcessRunner
 
         setting = alternate_setting()
@@ -84,5 +87,6 @@ def alternate_reference(ctx, spec):
             from paritygate.backend.reference_cache import CachedReference
 
             runner = CachedReference(process, onednn=setting)
-        ctx.kernel_orders[spec.name] = AlternateReference(runner, reference_runner(ctx, spec).casts, process, setting)
-    return ctx.kernel_orders[spec.name]
+        return AlternateReference(runner, reference_runner(ctx, spec).casts, process, setting)
+
+    return KERNEL_ORDERS.get(ctx, ModelKey(spec.name), start)

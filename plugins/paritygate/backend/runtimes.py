@@ -3,12 +3,23 @@
 The candidate runner is fed by reference input names (``MappedRunner`` renames them); its outputs keep the
 candidate's names, paired with the reference's through ``resolved_spec(ctx, spec).outputs``: the config's
 ``[models.outputs]`` completed with the mapping ``paritygate.backend.iomap`` resolved (explicit, name, signature,
-decorated or single), kept in the run's context (``paritygate.context.RunContext``); the spec is not written to."""
+decorated or single), kept in the run's context (``paritygate.context.RunContext``); the spec is not written to.
+Each runner is kept in this module's memos (``paritygate.common.memo``), once per run."""
 
 import numpy as np
 
 from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.backend.engines import FAILED_CANDIDATES
+from paritygate.common.memo import ArtifactKey, Memo, ModelKey
+from paritygate.common.numerics import NUMERICS
 from paritygate.verdict import SuiteError
+
+REFERENCES = Memo("references", key=ModelKey)  # the ReferenceRunner every check sees (behind the output cache)
+LIVE_REFERENCES = Memo("live_references", key=ModelKey)  # the reference running TensorFlow, never the cache
+# the goldens check's reference in a TensorFlow child process (backend.tf.process), ended with the run
+REFERENCE_PROCESSES = Memo("reference_processes", key=ModelKey, close=lambda child: child.close())
+CANDIDATES = Memo("candidates", key=ArtifactKey)  # the candidate runner, fed by reference input names
+MAPPINGS = Memo("mappings", key=ModelKey)  # the resolved input/output mapping (backend.iomap)
 
 
 def half_inputs(spec, precision, runner):
@@ -51,25 +62,27 @@ def check_input_spec(spec, metadata, what, side="candidate", half=()):
 
 
 def load_reference(ctx, spec):
-    """The TF reference, checked against the input spec (once per process, in ``ctx.references``). Raises
-    RunnerError: a SavedModel without the signature or a spec that does not fit it is a config problem, which the
-    validation pass (paritygate.judge.preflight) reports before any check runs. Behind the reference-output cache
+    """The TF reference, checked against the input spec (once per run, ``REFERENCES``). Raises RunnerError: a
+    SavedModel without the signature or a spec that does not fit it is a config problem, which the validation pass
+    (paritygate.judge.preflight) reports before any check runs. Behind the reference-output cache
     (paritygate.backend.reference_cache) unless the context turns it off: nothing loads until a batch misses it."""
-    if spec.name not in ctx.references:
-        from paritygate.backend.tf.runner import TfRunner
+    return REFERENCES.get(ctx, ModelKey(spec.name), lambda: _load_reference(spec, ctx.reference_cache))
 
-        runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}")
-        runner.time_as = "reference"
-        if ctx.reference_cache:
-            from paritygate.backend.reference_cache import CachedReference
 
-            runner, counted = CachedReference(runner), None
-        else:
-            counted = "computed"
-        runner.activate()
-        check_input_spec(spec, runner.input_metadata(), runner.describe(), side="reference")
-        ctx.references[spec.name] = ReferenceRunner(runner, _casts(spec, "reference"), counted=counted)
-    return ctx.references[spec.name]
+def _load_reference(spec, cached):
+    from paritygate.backend.tf.runner import TfRunner
+
+    runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}")
+    runner.time_as = "reference"
+    if cached:
+        from paritygate.backend.reference_cache import CachedReference
+
+        runner, counted = CachedReference(runner), None
+    else:
+        counted = "computed"
+    runner.activate()
+    check_input_spec(spec, runner.input_metadata(), runner.describe(), side="reference")
+    return ReferenceRunner(runner, _casts(spec, "reference"), counted=counted)
 
 
 def reference_runner(ctx, spec):
@@ -84,15 +97,16 @@ def reference_runner(ctx, spec):
 def live_reference(ctx, spec):
     """The reference running TensorFlow on every call, never the cache: for the checks whose point is running it
     (``goldens_reproduce``, latency). Its runs are counted as live in the summary."""
-    if spec.name not in ctx.live_references:
+    def live():
         cached = reference_runner(ctx, spec)
         inner = cached.runner.live() if hasattr(cached.runner, "live") else cached.runner
         try:
             inner.activate()
         except RunnerError as err:
             raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
-        ctx.live_references[spec.name] = ReferenceRunner(inner, cached.casts, counted="live")
-    return ctx.live_references[spec.name]
+        return ReferenceRunner(inner, cached.casts, counted="live")
+
+    return LIVE_REFERENCES.get(ctx, ModelKey(spec.name), live)
 
 
 def start_goldens_reference(ctx, spec):
@@ -109,7 +123,8 @@ def start_goldens_reference(ctx, spec):
     from paritygate.backend.tf.util import is_keras
     from paritygate.inputs.goldens import golden_path
 
-    if (spec.name in ctx.reference_processes or "tensorflow" in sys.modules or not ctx.reference_cache
+    key = ModelKey(spec.name)
+    if (REFERENCE_PROCESSES.peek(ctx, key) is not None or "tensorflow" in sys.modules or not ctx.reference_cache
             or not golden_path(spec).exists() or is_keras(spec.reference)):
         return False  # a Keras file may need custom objects a conftest registered in this process
     try:
@@ -117,8 +132,8 @@ def start_goldens_reference(ctx, spec):
     except OSError:
         return False  # an unreadable reference: the check reports it, in process
     if warm:
-        child = ctx.reference_processes[spec.name] = TfProcessRunner(spec.reference, spec.signature,
-                                                                     name=f"tensorflow:{spec.name}")
+        child = REFERENCE_PROCESSES.put(ctx, key, TfProcessRunner(spec.reference, spec.signature,
+                                                                  name=f"tensorflow:{spec.name}"))
         child.time_as = "reference"
     return warm
 
@@ -126,7 +141,7 @@ def start_goldens_reference(ctx, spec):
 def goldens_reference(ctx, spec):
     """The reference the goldens check runs: live TensorFlow, in the process ``start_goldens_reference`` started
     when there is one, else ``live_reference``."""
-    child = ctx.reference_processes.get(spec.name)
+    child = REFERENCE_PROCESSES.peek(ctx, ModelKey(spec.name))
     if child is None:
         return live_reference(ctx, spec)
     try:
@@ -138,7 +153,7 @@ def goldens_reference(ctx, spec):
 
 def recorded_mapping(ctx, spec):
     """The input/output mapping resolved for ``spec`` in this process (None before any candidate was built)."""
-    return ctx.mappings.get(spec.name)
+    return MAPPINGS.peek(ctx, ModelKey(spec.name))
 
 
 def candidate_runner(ctx, spec, precision, engine=True):
@@ -151,37 +166,47 @@ def candidate_runner(ctx, spec, precision, engine=True):
         from paritygate.backend.engines import engine_gate
 
         engine_gate(ctx, spec, precision)
-    key = (ctx.runtime, spec.name, precision)
-    failed = ctx.failed_candidates.get(key)
+    key = ArtifactKey(ctx.runtime, spec.name, precision)
+    failed = FAILED_CANDIDATES.peek(ctx, key)
     if failed is not None:
         raise failed.with_traceback(None)
-    if key not in ctx.candidates:
+
+    def build():
         try:
             runner = _build_candidate(ctx, spec, precision)
         except (SuiteError, RunnerError) as err:
-            ctx.failed_candidates[key] = err
+            FAILED_CANDIDATES.put(ctx, key, err)
             raise
         names = {r: m["candidate"] for r, m in io_mapping(ctx, spec, runner)["inputs"].items()}
-        casts = {**_casts(spec, "candidate"), **half_inputs(spec, precision, runner)}
-        ctx.candidates[key] = _fed(runner, names, casts)
-    return ctx.candidates[key]
+        return _fed(runner, names, {**_casts(spec, "candidate"), **half_inputs(spec, precision, runner)})
+
+    return CANDIDATES.get(ctx, key, build)
 
 
 def io_mapping(ctx, spec, runner):
-    """Resolve (once per model, in ``ctx.mappings``) which candidate tensor answers to which reference tensor;
-    ``ctx.output_names(spec)`` then pairs outputs for every comparison. The spec is not written to."""
+    """Resolve (once per model, ``MAPPINGS``) which candidate tensor answers to which reference tensor;
+    ``output_names(ctx, spec)`` then pairs outputs for every comparison. The spec is not written to."""
     from paritygate.backend import iomap
 
-    if spec.name not in ctx.mappings:
+    def resolve():
         ref_outputs = reference_output_names(ctx, spec)
         try:
-            mapping = iomap.resolve(spec, ref_outputs, list(runner.input_metadata()), list(runner.output_names))
+            return iomap.resolve(spec, ref_outputs, list(runner.input_metadata()), list(runner.output_names))
         except iomap.MappingError as err:
             raise RunnerError(str(err)) from None
         except iomap.BindingsError as err:
             raise RunnerError(f"{spec.where('reference')}: {err}") from err
-        ctx.mappings[spec.name] = mapping
-    return ctx.mappings[spec.name]
+
+    return MAPPINGS.get(ctx, ModelKey(spec.name), resolve)
+
+
+def output_names(ctx, spec):
+    """Reference output name -> candidate output name for ``spec``: the config's ``[models.outputs]`` completed
+    with the mapping resolved when the candidate was built (the spec itself is never written to)."""
+    mapping = recorded_mapping(ctx, spec)
+    if mapping is None:
+        return dict(spec.outputs)
+    return {**spec.outputs, **{r: m["candidate"] for r, m in mapping["outputs"].items() if m["rule"] != "name"}}
 
 
 def resolved_spec(ctx, spec):
@@ -190,7 +215,7 @@ def resolved_spec(ctx, spec):
     candidate was built or when the config's mapping is already complete."""
     import dataclasses
 
-    outputs = ctx.output_names(spec)
+    outputs = output_names(ctx, spec)
     return spec if outputs == spec.outputs else dataclasses.replace(spec, outputs=outputs)
 
 
@@ -334,62 +359,16 @@ def _build(ctx, spec, precision):
     return runner
 
 
-def computed_artifact(ctx, path):
-    """The file ONNX Runtime runs for the artifact ``path``: under strict numerics (``--parity-numerics``, the
-    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict.loader``;
-    the checks, localization and the repair search all run this one file: docs/numerics.md, "Fused kernels")."""
+def computed_artifact(path, numerics):
+    """The file ONNX Runtime runs for the artifact ``path`` under ``numerics`` (``--parity-numerics``, one of
+    ``common.numerics.NUMERICS``): under strict numerics (the default) an artifact with float16 tensors is run as its
+    strict FP16 emulation (``backend.onnx.strict.loader``; the checks, localization and the repair search all run this
+    one file: docs/numerics.md, "Fused kernels"); under ``ort``, ``path`` itself."""
+    if numerics not in NUMERICS:
+        raise ValueError(f"numerics {numerics!r}: expected one of {', '.join(NUMERICS)} (--parity-numerics)")
     from paritygate.backend.onnx.strict.loader import computed
 
-    return computed(path, getattr(ctx, "numerics", "strict")).artifact
-
-
-def computed_dtype(ctx, spec, precision):
-    """numpy.float16 when the candidate at ``precision`` computes float16 tensors (an ONNX artifact that holds
-    them, or a TensorRT fp16 engine), else None: the batch-invariance bound's unit roundoff comes from it."""
-    key = (ctx.runtime, spec.name, precision)
-    if key not in ctx.computed_dtypes:
-        if ctx.runtime == "tensorrt":
-            ctx.computed_dtypes[key] = np.float16 if precision == "fp16" else None
-        else:
-            import onnx
-
-            from paritygate.backend.onnx.artifacts.loader import onnx_artifact
-            from paritygate.backend.onnx.strict.rewrite import float16_tensors
-
-            path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
-            ctx.computed_dtypes[key] = np.float16 if float16_tensors(onnx.load(str(path))) else None
-    return ctx.computed_dtypes[key]
-
-
-def precision_coverage(ctx, spec, precision):
-    """``details.precision_coverage`` of the ONNX artifact at ``precision`` (paritygate.backend.onnx.lint.coverage),
-    measured once per process on one sample batch within the config's ranges; None for a prebuilt engine."""
-    key = (spec.name, precision)
-    if key not in ctx.precision_coverage:
-        if ctx.runtime == "tensorrt" and precision in spec.engines:
-            ctx.precision_coverage[key] = None
-            return None
-        import onnx
-
-        from paritygate.backend import iomap
-        from paritygate.backend.onnx.artifacts.loader import onnx_artifact
-        from paritygate.backend.onnx.lint import coverage
-        from paritygate.inputs.strategies import sample_inputs
-
-        path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
-        graph_inputs = onnx.load(str(path)).graph.input
-        names = iomap.input_map(spec, [i.name for i in graph_inputs])
-        types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in graph_inputs}
-        sample = sample_inputs(spec, 1, np.random.default_rng(0))
-        feed = {names.get(k, k): v.astype(types[names.get(k, k)]) for k, v in sample.items()}
-        found = coverage.measure(path, precision, feed)
-        minimum = spec.min_precision_coverage
-        found.update(minimum=coverage.MIN_MAC_SHARE if minimum is None else minimum,
-                     minimum_source="coverage.MIN_MAC_SHARE (docs/strict-numerics.md, 'Precision coverage')" if minimum is None
-                     else spec.where("min_precision_coverage"),
-                     artifact=str(path), judged="own" if precision in spec.onnx_artifacts else "suite-built")
-        ctx.precision_coverage[key] = found
-    return ctx.precision_coverage[key]
+    return computed(path, numerics).artifact
 
 
 def input_names(spec, runner):

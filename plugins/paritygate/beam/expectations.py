@@ -24,9 +24,11 @@ the team's own expectations.toml: an ``[[expectations]]`` entry there, or a ``[[
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
+from paritygate.common.memo import Memo
 from paritygate.files import present
 from paritygate.models.bundled import check_names
 from paritygate.models.known import BUNDLED_EXPECTATIONS, ExpectationError, read_expectations
@@ -137,6 +139,18 @@ def expectations_for(config_path=None):
         if present(beside) and beside != BUNDLED_EXPECTATIONS.resolve():
             paths.append(beside)
     return [e for i, p in enumerate(paths) if present(p) for e in load_expectations(p, own=i > 0)]
+
+
+class ConfigKey(NamedTuple):
+    config_path: object  # the --parity-config file (None: the bundled config, no expectations.toml of a team's)
+
+
+RUN_EXPECTATIONS = Memo("beam_expectations", key=ConfigKey)  # expectations_for(config_path)
+
+
+def run_expectations(ctx, config_path=None):
+    """``expectations_for(config_path)``, read once per run (``RUN_EXPECTATIONS``)."""
+    return RUN_EXPECTATIONS.get(ctx, ConfigKey(config_path), lambda: expectations_for(config_path))
 
 
 def beam_version():

@@ -28,10 +28,12 @@ from collections import Counter
 from dataclasses import asdict
 
 from paritygate.beam.contract import LOCAL_RUNNERS
+from paritygate.common.memo import Memo, ModelKey
 from paritygate.comparator.compare import OutputMismatchError, compare_outputs
 from paritygate.comparator.stats import PERCENTILE_METHOD, percentile
 from paritygate.result import CheckResult
 
+SUBJECTS = Memo("beam_subjects", key=ModelKey)  # the model's beam.contract.HandlerUnderTest (subject_for)
 MAX_LISTED = 8  # failures listed per check; the count says how many there were
 LATENCY_BATCHES = 40  # full batches timed by the latency check (nearest-rank p99 of 40 samples: the slowest)
 
@@ -43,14 +45,15 @@ def beam_result(check, subject, failures=(), info=None):
 
 
 def subject_for(ctx, spec):
-    """The model's HandlerUnderTest (memoised in the run's context), with its TF reference and the Beam runner."""
-    if spec.name not in ctx.beam_subjects:
+    """The model's HandlerUnderTest (once per run, ``SUBJECTS``), with its TF reference and the Beam runner."""
+    def subject():
         from paritygate.backend.runtimes import reference_runner, resolved_spec
         from paritygate.beam.contract import HandlerUnderTest
 
-        ctx.beam_subjects[spec.name] = HandlerUnderTest.from_spec(resolved_spec(ctx, spec), reference_runner(ctx, spec),
-                                                                  runner=ctx.beam_runner, options=ctx.beam_options)
-    return ctx.beam_subjects[spec.name]
+        return HandlerUnderTest.from_spec(resolved_spec(ctx, spec), reference_runner(ctx, spec),
+                                          runner=ctx.beam_runner, options=ctx.beam_options)
+
+    return SUBJECTS.get(ctx, ModelKey(spec.name), subject)
 
 
 def _listed(failures):

@@ -6,6 +6,8 @@ import sys
 import time
 from pathlib import Path
 
+from paritygate.common.numerics import DEFAULT_NUMERICS, NUMERICS
+
 FAILED, INTERNAL, USAGE = 1, 3, 4
 
 
@@ -36,7 +38,7 @@ def add_parser(sub):
                         "file name and record index)")
     shadow.add_argument("--slice-feature", metavar="NAME", help="the feature to slice the statistics by")
     shadow.add_argument("--worst", type=int, default=10, metavar="K", help="worst examples kept (default: %(default)s)")
-    shadow.add_argument("--numerics", choices=("strict", "ort"), default="strict", help="how ONNX Runtime computes "
+    shadow.add_argument("--numerics", choices=NUMERICS, default=DEFAULT_NUMERICS, help="how ONNX Runtime computes "
                         "float16 artifacts, as --parity-numerics (default: %(default)s)")
     return shadow
 

@@ -2,6 +2,8 @@
 computes (the strict rewrite itself is paritygate.backend.onnx.strict.rewrite; docs/numerics.md)."""
 
 PRECISIONS = ("fp32", "fp16", "int8")
+NUMERICS = ("strict", "ort")  # --parity-numerics' (and paritygate shadow --numerics') choices
+DEFAULT_NUMERICS = "strict"  # the default: the same verdicts on any instruction set (docs/numerics.md)
 DESCRIPTION = {
     "strict": "strict: every float16 tensor rounded to FP16 where it is produced, each op computed from FP16 "
               "values in FP32; Q/DQ run as fake quantization in FP32, never as ONNX Runtime's integer kernels "

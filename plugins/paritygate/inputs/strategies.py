@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.common.memo import Memo, ModelKey
 from paritygate.inputs.sampling import (
     FLOAT_PATTERNS,
     INT_PATTERNS,
@@ -25,6 +26,8 @@ from paritygate.inputs.sampling import (
     sample_inputs,
 )
 from paritygate.inputs.sets import check_arrays, read_input_set
+
+INPUT_POOLS = Memo("input_pools", key=ModelKey)  # the model's InputPool (input_pool)
 
 
 def register_profiles():
@@ -141,10 +144,8 @@ PERTURB_REDRAW = 0.05
 
 
 def input_pool(ctx, spec):
-    """``model_input_pool(spec)``, read once per process (``ctx.input_pools``, the run's context)."""
-    if spec.name not in ctx.input_pools:
-        ctx.input_pools[spec.name] = model_input_pool(spec)
-    return ctx.input_pools[spec.name]
+    """``model_input_pool(spec)``, read once per run (``INPUT_POOLS``)."""
+    return INPUT_POOLS.get(ctx, ModelKey(spec.name), lambda: model_input_pool(spec))
 
 
 def perturb(tensor, x, rng):

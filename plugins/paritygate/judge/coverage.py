@@ -13,9 +13,12 @@ def record_coverage(item, ctx, result):
             or "parity_candidate_available" not in getattr(item, "fixturenames", ()):
         return None
     spec, precision = callspec.params["parity_case"]
-    if precision not in ("fp16", "int8") or (ctx.runtime, spec.name, precision) not in ctx.candidates:
+    from paritygate.backend.precision import precision_coverage
+    from paritygate.backend.runtimes import CANDIDATES
+    from paritygate.common.memo import ArtifactKey
+
+    if precision not in ("fp16", "int8") or CANDIDATES.peek(ctx, ArtifactKey(ctx.runtime, spec.name, precision)) is None:
         return None
-    from paritygate.backend.runtimes import precision_coverage
 
     found = precision_coverage(ctx, spec, precision)
     if found is not None:

@@ -10,12 +10,16 @@ import dataclasses
 import json
 import time
 from contextlib import contextmanager
+from functools import cached_property
 
 import numpy as np
 
+from paritygate.common.memo import Memo, PrecisionKey
+from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
+PLAN_BOOKS = Memo("plan_books", key=PrecisionKey)  # the model+precision's plans.PlanBook (plan_book)
 
 PLAN_KEY = {"fp16": "fp16_keep_fp32", "int8": "int8_exclude"}
 PLAN_FIELD = {"fp16": "keep_fp32", "int8": "exclude_from_quantization"}
@@ -49,21 +53,20 @@ def localize_failure(ctx, spec, precision, feed, reference_outputs=None, labels=
 
 def plan_book(ctx, spec, precision):
     """The model+precision's one plan and its evidence, in this process (``paritygate.judge.plans.PlanBook``)."""
-    key = (spec.name, precision)
-    if key not in ctx.plan_books:
+    def open_book():
         from paritygate.inputs.strategies import input_pool
         from paritygate.judge import plans
         from paritygate.judge.parity import reference_set
         from paritygate.judge.reference_noise import reference_noise
 
-        evidence = plans.base_evidence(spec, precision, reference_noise(ctx, spec).profile,
-                                       reference_set(ctx, spec), input_pool(ctx, spec))
-        ctx.plan_books[key] = plans.PlanBook(evidence)
-    return ctx.plan_books[key]
+        return plans.PlanBook(plans.base_evidence(spec, precision, reference_noise(ctx, spec).profile,
+                                                  reference_set(ctx, spec), input_pool(ctx, spec)))
+
+    return PLAN_BOOKS.get(ctx, PrecisionKey(spec.name, precision), open_book)
 
 
 def localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops=None, labels=None, compare_task=False,
-                        numerics="strict", book=None, check="matches_reference"):
+                        numerics=DEFAULT_NUMERICS, book=None, check="matches_reference"):
     """Localize the break on the failing samples of ``feed``, search a plan, verify it; a dict for the report.
     Every artifact (the candidate and each plan's rebuild) is run with the check's ``numerics``. Without a
     ``book`` (no session) the evidence is ``feed`` as the reference set plus corners and the fresh sample, with
@@ -86,22 +89,22 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
     from paritygate.backend.onnx.diagnosis import localize
     from paritygate.comparator.tolerance import tolerance_for
 
-    ctx = _Context(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task, numerics)
-    book = book or _standalone_book(ctx)
+    failing = FailingCheck(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task, numerics)
+    book = book or _standalone_book(failing)
     fp32_model = localize.named_nodes(load_checked(fp32_onnx(spec)))
     base = list(precision_list(spec, PLAN_KEY[precision]))
     try:
-        result, _ = ctx.check(base)
+        result, _ = failing.check(base)
     except RunnerError as err:  # the candidate crashes on the failing inputs: the node, and the cause where known
-        return {**localize.crash_site(load_checked(ctx.built(base)), str(err)), "numerics": numerics}
+        return {**localize.crash_site(load_checked(failing.built(base)), str(err)), "numerics": numerics}
     if result.passed:
         return {"first_node": None, "verified": None,
                 "note": "the check passes when re-run here on ONNX Runtime's CPU provider with the configured "
                         "artifact: nothing to localize (the failure belongs to the candidate runtime)"}
     samples = _trigger(result, feed, spec.max_batch)
-    local_feed = ctx.onnx_feed({k: v[samples] for k, v in feed.items()})
+    local_feed = failing.onnx_feed({k: v[samples] for k, v in feed.items()})
     tol = tolerance_for(spec, precision)
-    first_div = localize.divergence(fp32_model, onnx.load(str(ctx.artifact(base))), local_feed, tol.atol, tol.rtol)
+    first_div = localize.divergence(fp32_model, onnx.load(str(failing.artifact(base))), local_feed, tol.atol, tol.rtol)
     if precision in spec.onnx_artifacts:  # the team's own file: the suite cannot rebuild it with a plan
         from paritygate.backend.onnx.diagnosis import repair
 
@@ -109,16 +112,16 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
         return {**found, "numerics": numerics, "note": "the artifact is the team's own file "
                 f"({spec.onnx_artifacts[precision]}): no plan searched (the suite cannot rebuild it); keep the node "
                 "adding the most error in FP32 / unquantized when rebuilding it, then re-run"}
-    plan = _plan(ctx, book, fp32_model, base, first_div, local_feed, tol)
+    plan = _plan(failing, book, fp32_model, base, first_div, local_feed, tol)
     found = {**_details(spec, precision, first_div, plan, base, samples, feed, tol), "numerics": numerics,
-             "coverage": ctx.plan_coverage(base + [n for n in plan.nodes if n not in base]),
+             "coverage": failing.plan_coverage(base + [n for n in plan.nodes if n not in base]),
              "verification": book.evidence.describe(),
              "verified_on": f"onnxruntime CPUExecutionProvider, {numerics} numerics: every failing check of this "
                             "artifact re-run on all its inputs plus a fresh seeded sample (paritygate/judge/plans.py)"}
     return book.publish(found, check)
 
 
-def _plan(ctx, book, fp32_model, base, first_div, local_feed, tol):
+def _plan(failing, book, fp32_model, base, first_div, local_feed, tol):
     """The artifact's plan: the one found earlier when it holds on the evidence grown by this check, else a
     search from it (``backend.onnx.diagnosis.repair``); every trial is judged on the whole evidence."""
     from paritygate.backend.onnx.artifacts.loader import INT8_OPS
@@ -126,24 +129,29 @@ def _plan(ctx, book, fp32_model, base, first_div, local_feed, tol):
     from paritygate.backend.onnx.lint import coverage
 
     prior = [n for n in book.nodes if n not in base]
-    if prior and ctx.verify(book.evidence, base + prior):
+    start, last = base + prior, []  # last: the failures of the last plan judged
+
+    def passes(nodes):
+        last[:] = failing.failures(book.evidence, start + nodes)
+        return not last or last[0][:300]
+
+    if prior and passes([]) is True:
         return repair.Plan(prior, True, [{"step": "reused", "nodes": prior, "passed": True}])
     if book.found is not None and book.found.get("verified") is False and book.found.get("trials"):
         # an earlier check of this artifact spent the budget on a subset of this evidence: no second search
-        failed = repair.Plan(list(book.found.get(PLAN_FIELD[ctx.precision]) or []), False, book.found["trials"])
+        failed = repair.Plan(list(book.found.get(PLAN_FIELD[failing.precision]) or []), False, book.found["trials"])
         failed.failures = [book.found.get("plan_failure") or "-"]
         return failed
-    start = base + prior
 
     def ranked(nodes):
         """Localize on the rows the last rejected trial failed (else the check's failing samples)."""
-        failing = book.evidence.failing_feed if nodes else None
+        rows = book.evidence.failing_feed if nodes else None
         div = first_div if not nodes and not prior else localize.divergence(
-            fp32_model, onnx.load(str(ctx.artifact(start + nodes))),
-            ctx.onnx_feed(failing) if failing is not None else local_feed, tol.atol, tol.rtol)
+            fp32_model, onnx.load(str(failing.artifact(start + nodes))),
+            failing.onnx_feed(rows) if rows is not None else local_feed, tol.atol, tol.rtol)
         return [r.node for r in div.ranked()]
 
-    if ctx.precision == "int8":
+    if failing.precision == "int8":
         def eligible(node):
             return node.op_type in INT8_OPS
     else:
@@ -153,19 +161,16 @@ def _plan(ctx, book, fp32_model, base, first_div, local_feed, tol):
             return node.name in floats
     order = [n.name for n in fp32_model.graph.node if eligible(n) and n.name not in start]
     mac_nodes = {n.name for n in fp32_model.graph.node if n.op_type in coverage.MAC_OPS}
-    def passes(nodes):
-        return ctx.verify(book.evidence, start + nodes) or (ctx.last_failures or ["failed"])[0][:300]
-
     plan = repair.search(ranked, passes, order,
                          lambda name, nodes: localize.upstream(fp32_model, name, eligible, set(start) | set(nodes)),
                          max_greedy=MAX_GREEDY, max_trials=MAX_TRIALS,
                          weight=lambda name: 1 if name in mac_nodes else 0)
     plan.nodes = prior + [n for n in plan.nodes if n not in prior]
-    plan.failures = ctx.last_failures if not plan.verified else []
+    plan.failures = list(last) if not plan.verified else []
     return plan
 
 
-def _standalone_book(ctx):
+def _standalone_book(failing):
     """Evidence without a session: ``feed`` as the reference set, corners and the fresh sample, the FP32 ONNX
     standing in for the reference (``localize_and_repair`` called directly)."""
     from paritygate.backend.onnx.artifacts.loader import fp32_onnx
@@ -174,10 +179,11 @@ def _standalone_book(ctx):
     from paritygate.judge import plans
     from paritygate.judge.reference_noise import ReferenceNoise
 
-    runner = OnnxrtRunner(fp32_onnx(ctx.spec), name=f"onnxruntime:{ctx.spec.name}:fp32:reference").activate()
-    noise = ReferenceNoise(_Renamed(runner, ctx.onnx_feed))
-    ref = Golden(ctx.feed, ctx.reference_outputs, ctx.labels, "the failing inputs")
-    return plans.PlanBook(plans.base_evidence(ctx.spec, ctx.precision, noise.profile, ref))
+    spec = failing.spec
+    runner = OnnxrtRunner(fp32_onnx(spec), name=f"onnxruntime:{spec.name}:fp32:reference").activate()
+    noise = ReferenceNoise(_Renamed(runner, failing.onnx_feed))
+    ref = Golden(failing.feed, failing.reference_outputs, failing.labels, "the failing inputs")
+    return plans.PlanBook(plans.base_evidence(spec, failing.precision, noise.profile, ref))
 
 
 class _Renamed:
@@ -193,15 +199,19 @@ MAX_TRIALS = 24
 MAX_GREEDY = 10
 
 
-class _Context:
-    """Builds an artifact with a plan and re-runs the failing check on it (ONNX Runtime, CPU)."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class FailingCheck:
+    """A failing fp16/int8 check as localization re-runs it (ONNX Runtime, CPU): ``built`` / ``artifact`` make its
+    artifact with a plan, ``check`` / ``failures`` judge that artifact. Exactly what it reads, no run context."""
 
-    def __init__(self, spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task, numerics="strict"):
-        self.spec, self.precision, self.feed, self.numerics = spec, precision, feed, numerics
-        self.reference_outputs, self.fp16_ops = reference_outputs, fp16_ops
-        self.labels, self.compare_task = labels, compare_task
-        self._inputs = None
-        self.last_failures = []
+    spec: object  # the ModelSpec, outputs resolved (backend.runtimes.resolved_spec)
+    precision: str  # fp16 | int8
+    feed: dict  # the check's failing inputs, by reference input name
+    reference_outputs: dict  # the reference's outputs on ``feed``
+    fp16_ops: tuple = None  # the ops the fp16 artifact keeps in FP32 (None: the loader's default)
+    labels: object = None
+    compare_task: bool = False
+    numerics: str = DEFAULT_NUMERICS  # --parity-numerics: every artifact is run as the check ran it
 
     def built(self, entries):
         """The fp16/int8 ONNX built with ``entries`` in the plan (as a TensorRT builder would read it)."""
@@ -217,7 +227,7 @@ class _Context:
     def artifact(self, entries):
         from paritygate.backend.runtimes import computed_artifact
 
-        return computed_artifact(self, self.built(entries))  # run as the check ran it: strict emulation or ORT's
+        return computed_artifact(self.built(entries), self.numerics)  # as the check ran it: strict or ORT's
 
     def plan_coverage(self, entries):
         """The precision coverage (backend/onnx/lint/coverage.py) of the artifact built with ``entries`` kept."""
@@ -237,14 +247,16 @@ class _Context:
                     f"{minimum:.0%} (a pass would be inconclusive)")
         return None
 
+    @cached_property
+    def _input_map(self):
+        from paritygate.backend import iomap
+        from paritygate.backend.onnx.artifacts.loader import fp32_onnx, load_checked
+
+        return iomap.input_map(self.spec, [i.name for i in load_checked(fp32_onnx(self.spec)).graph.input])
+
     def onnx_feed(self, feed):
         """Reference input names -> the ONNX graph's input names (tf2onnx may decorate them)."""
-        if self._inputs is None:
-            from paritygate.backend import iomap
-            from paritygate.backend.onnx.artifacts.loader import fp32_onnx, load_checked
-
-            self._inputs = iomap.input_map(self.spec, [i.name for i in load_checked(fp32_onnx(self.spec)).graph.input])
-        return {self._inputs.get(k, k): v for k, v in feed.items()}
+        return {self._input_map.get(k, k): v for k, v in feed.items()}
 
     def check(self, entries):
         """The failing check's own comparison on its failing inputs, with ``entries`` in the plan."""
@@ -255,16 +267,14 @@ class _Context:
             cand = run_batched(runner, self.onnx_feed(self.feed), self.spec.max_batch)
         return compare(self.spec, self.precision, self.reference_outputs, cand, self.labels, self.compare_task), path
 
-    def verify(self, evidence, entries):
-        """Whether the artifact built with ``entries`` keeps the precision coverage and passes the whole
-        ``evidence`` (``paritygate.judge.plans``)."""
+    def failures(self, evidence, entries):
+        """Why the artifact built with ``entries`` is no plan: it leaves too little in the precision, or fails the
+        ``evidence`` (``paritygate.judge.plans``); [] when it keeps the coverage and passes all of it."""
         short = self.coverage_shortfall(entries) if entries else None
         if short:
-            self.last_failures = [short]
-            return False
+            return [short]
         with self._runner(self.artifact(entries)) as runner:
-            self.last_failures = evidence.judge(lambda feed: runner.infer(self.onnx_feed(feed)))
-        return not self.last_failures
+            return list(evidence.judge(lambda feed: runner.infer(self.onnx_feed(feed))))
 
     @contextmanager
     def _runner(self, path):

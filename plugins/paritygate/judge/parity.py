@@ -3,6 +3,7 @@
 
 from paritygate.backend.base import run_batched
 from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
+from paritygate.common.memo import Memo, ModelKey
 from paritygate.comparator.compare import compare_outputs, output_records
 from paritygate.comparator.task import summary, task_metrics
 from paritygate.comparator.tolerance import tolerance_for
@@ -11,12 +12,13 @@ from paritygate.judge import kernel_order
 from paritygate.result import CheckResult
 from paritygate.verdict import inconclusive
 
+REFERENCE_SETS = Memo("reference_sets", key=ModelKey)  # the model's inputs.goldens.Golden (reference_set)
+
 
 def reference_set(ctx, spec):
     """Verified goldens when the model has them; else its input set run through the live TF reference: an
     ``inputs.goldens.Golden`` whose ``source`` says which, of the first shape, with every shape in ``groups``."""
-    memo = ctx.reference_sets
-    if spec.name not in memo:
+    def read():
         if goldens.golden_path(spec).exists():
             source = f"goldens {goldens.golden_path(spec)}"
             groups = [goldens.Golden(g.inputs, g.outputs, g.labels, source) for g in goldens.load_golden(spec).groups]
@@ -26,8 +28,9 @@ def reference_set(ctx, spec):
                                      "live TensorFlow reference (no goldens)")
                       for inputs, labels in goldens.input_groups(spec)]
         first = groups[0]
-        memo[spec.name] = goldens.Golden(first.inputs, first.outputs, first.labels, first.source, groups)
-    return memo[spec.name]
+        return goldens.Golden(first.inputs, first.outputs, first.labels, first.source, groups)
+
+    return REFERENCE_SETS.get(ctx, ModelKey(spec.name), read)
 
 
 def judge_outputs(spec, precision, ref_outputs, cand_outputs, labels=None, compare_task=True, floors=None,

@@ -21,7 +21,7 @@ What is checked, each part where its library is installed (else a note says what
     engines       a prebuilt engine's TensorRT version (its sidecar) matches the installed TensorRT
     beam.handler  the handler module imports and the factory returns an unkeyed Beam ModelHandler
 
-Runners are kept in the run's context (``RunContext``) (paritygate.backend.runtimes), so the checks reuse what this pass loaded. A tool
+Runners are kept in the run's context (``RunContext``, by paritygate.backend.runtimes), so the checks reuse what this pass loaded. A tool
 the suite drives that fails here (tf2onnx converting the reference) is not a config problem: it is noted, and
 the checks report it as ``error``. Anything else a file makes a library raise here (a truncated protobuf, bytes
 that are no archive) is one problem line too, under the key that names the file: never a crash of pytest.
@@ -32,11 +32,15 @@ from pathlib import Path
 
 import numpy as np
 
+from paritygate.backend import runtimes
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
+from paritygate.common.memo import Memo, ModelKey
 from paritygate.files import present
 from paritygate.lazy import available, missing_reason
 from paritygate.verdict import SuiteError
+
+BARE_RUNNERS = Memo("preflight_runners", key=ModelKey)  # a bare fp32 ONNX Runtime runner (_fp32_onnx_runner)
 
 
 class ModelValidation:
@@ -138,10 +142,8 @@ def _reference(ctx, spec, v):
     if not available("tensorflow"):
         v.note("reference", f"not checked: {missing_reason('tensorflow')}")
         return None
-    from paritygate.backend.runtimes import load_reference
-
     try:
-        runner = load_reference(ctx, spec)
+        runner = runtimes.load_reference(ctx, spec)
     except (RunnerError, SuiteError) as err:
         v.problem("signature" if "has no signature" in str(err) else "reference", err)
         return None
@@ -177,7 +179,6 @@ def _profile_corners(ctx, spec, v, reference):
     dynamic = [k for k, t in spec.inputs.items() if t.profile]
     if not dynamic:
         return
-    from paritygate.backend import runtimes
     from paritygate.inputs.sampling import sample_inputs
 
     runners = {"reference": reference} if reference is not None else {}
@@ -214,7 +215,7 @@ def _unlike_outputs(ctx, spec, outs, at):
     emitted one of HED's side outputs at rank 5, [1, 2, 320, 320, 1], for the reference's [2, 320, 320, 1])."""
     if len(outs) < 2:
         return None
-    pairs, ref, cand = ctx.output_names(spec), outs["reference"], outs["fp32 candidate"]
+    pairs, ref, cand = runtimes.output_names(ctx, spec), outs["reference"], outs["fp32 candidate"]
     for name, value in ref.items():
         other = cand.get(pairs.get(name, name))
         if other is not None and np.shape(other) != np.shape(value):
@@ -227,17 +228,13 @@ def _unlike_outputs(ctx, spec, outs, at):
 
 # -- candidate ------------------------------------------------------------------------------------------
 def _candidate(ctx, spec, v, reference_ok):
-    from paritygate.backend.runtimes import candidate_missing
-
-    missing = candidate_missing([spec], fp16=False)
+    missing = runtimes.candidate_missing([spec], fp16=False)
     if missing:
         v.note("onnx", "candidate not checked: " + missing)
         return
     if not reference_ok and spec.onnx is None:
         v.note("onnx", "candidate not checked: it is converted from the reference, which did not load")
         return
-    from paritygate.backend import runtimes
-
     try:
         runner = _fp32_onnx_runner(ctx, spec, reference_ok)
         if reference_ok:
@@ -258,12 +255,10 @@ def _fp32_onnx_runner(ctx, spec, reference_ok):
     """An ONNX Runtime runner over the fp32 ONNX, its inputs checked: the fp32 candidate itself when the
     checks will run it (cached, so they reuse it; it resolves the mapping, which needs the reference), else a
     bare one kept for this pass."""
-    from paritygate.backend import runtimes
-
     if reference_ok and ctx.runtime == "onnxruntime" and "fp32" in spec.precisions:
         return runtimes.candidate_runner(ctx, spec, "fp32", engine=False)
-    bare = ctx.preflight_runners
-    if spec.name not in bare:
+
+    def bare():
         from paritygate.backend.onnx.artifacts.loader import fp32_onnx
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
@@ -276,8 +271,9 @@ def _fp32_onnx_runner(ctx, spec, reference_ok):
             raise
         mapped = runtimes.MappedRunner(runner, runtimes.input_names(spec, runner))
         runtimes.check_input_spec(spec, mapped.input_metadata(), str(path))
-        bare[spec.name] = runner
-    return bare[spec.name]
+        return runner
+
+    return BARE_RUNNERS.get(ctx, ModelKey(spec.name), bare)
 
 
 def _own_artifacts(spec, v):

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from paritygate.backend.runtimes import candidate_runner, computed_dtype, resolved_spec
+from paritygate.backend.precision import computed_dtype
+from paritygate.backend.runtimes import candidate_runner, resolved_spec
 from paritygate.comparator.compare import compare_array
 from paritygate.comparator.tolerance import (
     DETERMINISM_SOURCE,

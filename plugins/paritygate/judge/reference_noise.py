@@ -22,6 +22,7 @@ import numpy as np
 
 from paritygate.backend.runtimes import reference_runner
 from paritygate.common.digest import digest
+from paritygate.common.memo import Memo, ModelKey
 from paritygate.comparator.compare import cosine_similarity, output_records, same_nonfinite
 from paritygate.verdict import SuiteError
 
@@ -31,18 +32,20 @@ from paritygate.verdict import SuiteError
 # would fail a candidate that is exactly as stable as the reference; a larger one would excuse more than the
 # reference's noise explains.
 K_REFERENCE = 2.0
+NOISE = Memo("noise", key=ModelKey)  # the model's ReferenceNoise (reference_noise)
 
 
 def reference_noise(ctx, spec):
     """The model's reference in every configuration a property judges the candidate in (once per process)."""
-    if spec.name not in ctx.noise:
+    def measure():
         alternate = None
         if "fp32" in spec.precisions:  # FP32's second valid kernel order (judge.kernel_order explains it)
             from paritygate.backend.kernel_order import alternate_reference
 
             alternate = alternate_reference(ctx, spec)
-        ctx.noise[spec.name] = ReferenceNoise(reference_runner(ctx, spec), alternate)
-    return ctx.noise[spec.name]
+        return ReferenceNoise(reference_runner(ctx, spec), alternate)
+
+    return NOISE.get(ctx, ModelKey(spec.name), measure)
 
 
 class ReferenceNoise:

@@ -4,9 +4,11 @@ plus any a budget names, measured serially, gated by the budgets of the run's de
 import functools
 import os
 from dataclasses import asdict
+from typing import NamedTuple
 
 import numpy as np
 
+from paritygate.common.memo import Memo
 from paritygate.latency.budgets import budgets_for, evaluate, unmeasurable
 from paritygate.latency.harness import (
     OVERHEAD_LIMIT,
@@ -24,6 +26,16 @@ from paritygate.lazy import available, missing_reason
 from paritygate.result import CheckResult
 from paritygate.verdict import inconclusive
 
+
+class LatencyKey(NamedTuple):
+    """A reference latency row's key: the TF reference's timing does not depend on the candidate's precision."""
+
+    model: str
+    batch: int
+    profile: str  # the latency profile's name
+
+
+REFERENCE_LATENCY = Memo("reference_latency", key=LatencyKey)  # the TF reference's row (latency_row)
 # Timings a runner may report about its last infer (backend/trt/runner.py does): name -> attribute.
 RUNNER_TIMINGS = {"compute": "last_compute_ms", "e2e": "last_e2e_ms"}
 WALL = "wall (time.perf_counter_ns around runner.infer)"
@@ -119,17 +131,17 @@ def _reference_rows(ctx, spec, batches, profile):
     from paritygate.backend.runtimes import live_reference
     from paritygate.inputs.strategies import sample_inputs
 
+    def measure(batch):
+        timing = measure_runner(live_reference(ctx, spec), sample_inputs(spec, batch, np.random.default_rng(0)), profile)
+        return latency_row("reference", "tensorflow", batch, timing)
+
     rows = []
     for batch in batches:
-        key = (spec.name, batch, profile.name)
-        if key not in ctx.reference_latency:
-            feed = sample_inputs(spec, batch, np.random.default_rng(0))
-            try:
-                timing = measure_runner(live_reference(ctx, spec), feed, profile)
-            except (RunnerError, OSError, ValueError) as err:
-                return [], f"{type(err).__name__}: {err}"
-            ctx.reference_latency[key] = latency_row("reference", "tensorflow", batch, timing)
-        rows.append(dict(ctx.reference_latency[key]))  # a copy: budgets annotate rows per check
+        try:
+            row = REFERENCE_LATENCY.get(ctx, LatencyKey(spec.name, batch, profile.name), functools.partial(measure, batch))
+        except (RunnerError, OSError, ValueError) as err:
+            return [], f"{type(err).__name__}: {err}"
+        rows.append(dict(row))  # a copy: budgets annotate rows per check
     return rows, None
 
 

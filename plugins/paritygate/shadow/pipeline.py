@@ -18,7 +18,6 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import apache_beam as beam
 from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
@@ -35,6 +34,7 @@ from paritygate.beam.contract import (
 )
 from paritygate.beam.pipeline import make_pipeline, worker_import_path
 from paritygate.beam.records import WriteRecords, read_records
+from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.shadow.combiners import ShadowStatsFn
 from paritygate.shadow.judge import judge_example
 from paritygate.shadow.read import DEAD, Layout, ReadFile, match
@@ -55,7 +55,7 @@ class Settings:
     worst: int = 10
     key_feature: str = None
     slice_feature: str = None
-    numerics: str = "strict"
+    numerics: str = DEFAULT_NUMERICS
     dead_letter: str = None  # path prefix of the dead-letter files (JSON lines); None: counts and samples only
 
 
@@ -76,7 +76,7 @@ def reference_handler(spec):
     return TFNumpyHandler(spec.reference, spec.signature, min_batch_size=1, max_batch_size=spec.max_batch)
 
 
-def candidate_handler(spec, precision, output_names, numerics="strict"):
+def candidate_handler(spec, precision, output_names, numerics=DEFAULT_NUMERICS):
     """(handler, what it is): the team's ``[models.beam]`` handler where it declares ``precision``, else the suite's
     ONNX Runtime handler over the candidate artifact at ``precision``, run as the checks run it (strict numerics:
     ``backend.runtimes.computed_artifact``)."""
@@ -90,7 +90,7 @@ def candidate_handler(spec, precision, output_names, numerics="strict"):
     from paritygate.beam.serving import OnnxRuntimeHandler, bindings_for, output_names_for
 
     artifact = onnx_artifact(spec, precision)
-    served = computed_artifact(SimpleNamespace(numerics=numerics), artifact)
+    served = computed_artifact(artifact, numerics)
     handler = OnnxRuntimeHandler(served, bindings_for(spec, artifact), spec.max_batch,
                                  output_names_for(spec, artifact, output_names), min_batch_size=1,
                                  max_batch_size=spec.max_batch)

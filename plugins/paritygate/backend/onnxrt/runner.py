@@ -6,6 +6,7 @@ import numpy as np
 
 from paritygate.backend.base import BaseRunner, CandidateFault, RunnerError
 from paritygate.backend.onnxrt.options import session_options
+from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.lazy import lazy_import
 
 ort = lazy_import("onnxruntime")
@@ -31,7 +32,7 @@ class OnnxrtRunner(BaseRunner):
     depend on the CPU's instruction set."""
 
     def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None,
-                 numerics="strict", level=None, library=None):
+                 numerics=DEFAULT_NUMERICS, level=None, library=None):
         super().__init__(name or f"onnxruntime:{Path(path).name}")
         self.path = Path(path)
         self.providers = list(providers)
