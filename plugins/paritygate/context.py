@@ -61,6 +61,17 @@ class RunContext:
         for child in children:
             child.close()
 
+    def start_goldens(self, checks, alone):
+        """Before the checks: start the TensorFlow reference of each goldens check in ``checks`` (key -> its
+        model's spec) in a process of its own (``backend.runtimes.start_goldens_reference``) when the run is
+        ``alone`` with its TensorFlow (serial, no Beam check) and neither rewrites goldens nor measures latency;
+        returns the keys whose reference started (their checks run last)."""
+        if self.update_goldens or self.spin or not alone:
+            return []
+        from paritygate.backend.runtimes import start_goldens_reference
+
+        return [key for key, spec in checks.items() if start_goldens_reference(self, spec)]
+
     def versions(self):
         """Versions and device (``environment()``), read once."""
         if self.environment is None:
