@@ -95,36 +95,8 @@ def live_reference(ctx, spec):
     return ctx.live_references[spec.name]
 
 
-def start_goldens_reference(ctx, spec):
-    """Start the reference of ``spec`` in a process of its own for its goldens check
-    (``paritygate.backend.tf.process``), when the model has goldens, its reference is a SavedModel and this run
-    is likely to need TensorFlow for nothing else: the reference-output cache holds what the reference declared
-    on an earlier run (so its outputs are likely cached too) and TensorFlow is not imported here yet. Returns
-    whether it started."""
-    import sys
-
-    from paritygate.backend.reference_cache import CachedReference
-    from paritygate.backend.tf.process import TfProcessRunner
-    from paritygate.backend.tf.runner import TfRunner
-    from paritygate.backend.tf.util import is_keras
-    from paritygate.inputs.goldens import golden_path
-
-    if (spec.name in ctx.reference_processes or "tensorflow" in sys.modules or not ctx.reference_cache
-            or not golden_path(spec).exists() or is_keras(spec.reference)):
-        return False  # a Keras file may need custom objects a conftest registered in this process
-    try:
-        warm = CachedReference(TfRunner(spec.reference, spec.signature)).has_metadata()
-    except OSError:
-        return False  # an unreadable reference: the check reports it, in process
-    if warm:
-        child = ctx.reference_processes[spec.name] = TfProcessRunner(spec.reference, spec.signature,
-                                                                     name=f"tensorflow:{spec.name}")
-        child.time_as = "reference"
-    return warm
-
-
 def goldens_reference(ctx, spec):
-    """The reference the goldens check runs: live TensorFlow, in the process ``start_goldens_reference`` started
+    """The reference the goldens check runs: live TensorFlow, in the process ``backend.tf.process.start_goldens_reference`` started
     when there is one, else ``live_reference``."""
     child = ctx.reference_processes.get(spec.name)
     if child is None:
