@@ -4,8 +4,9 @@ The runner is always named (Beam 2.77's default, Prism, downloads a binary; offl
 FnApiRunner or BundleBasedDirectRunner; ``--parity-beam-runner=DataflowRunner`` (or Flink, Spark) with
 ``--parity-beam-option=...`` runs the same pipeline there. Results, batch traces and dead letters come back
 through files written with Beam's FileSystems (a temporary folder locally, ``--temp_location`` elsewhere), and
-metrics through the runner's metrics API, so nothing relies on the pipeline running in this process. It imports
-apache_beam: import it on first use."""
+metrics through the runner's metrics API, so nothing relies on the pipeline running in this process.
+This module imports apache_beam: import it on first use.
+"""
 
 import contextlib
 import os
@@ -33,7 +34,14 @@ from paritygate.beam.contract import (
     handler_fns,
     normalise_inference,
 )
-from paritygate.beam.handlers import BatchTrace, TracedHandler, WithoutFns, count_loads, unkeyed, weight_batching
+from paritygate.beam.handlers import (
+    BatchTrace,
+    TracedHandler,
+    WithoutFns,
+    count_loads,
+    unkeyed,
+    weight_batching,
+)
 from paritygate.inputs.strategies import sample_inputs
 
 _RUNNER_PATHS = {"FnApiRunner": "apache_beam.runners.portability.fn_api_runner.FnApiRunner"}
@@ -100,8 +108,9 @@ def _key(kind, i):
 
 
 # Half the elements of a case come from the model's own input sets (golden / input set, held-out, calibration:
-# strategies.model_input_pool), half of those perturbed within the range, as the property checks draw them, so a
-# handler meets inputs like the model's data (ssd: scenes with detections); the rest are uniform samples.
+# strategies.model_input_pool), half of those perturbed within the range, as the property checks draw them: a
+# handler is then exercised on inputs like the model's data, not only on uniform noise (ssd: scenes with
+# detections). The rest stay uniform samples from the spec.
 POOL_SHARE = 0.5
 _POOLS = {}  # per process (workers included): (model, config, calibration) -> InputPool
 
@@ -110,7 +119,9 @@ def _pool(spec):
     from paritygate.inputs.strategies import model_input_pool
 
     key = (spec.name, str(spec.source), str(spec.calibration))
-    return _POOLS[key] if key in _POOLS else _POOLS.setdefault(key, model_input_pool(spec))
+    if key not in _POOLS:
+        _POOLS[key] = model_input_pool(spec)
+    return _POOLS[key]
 
 
 def case_arrays(spec, case):
