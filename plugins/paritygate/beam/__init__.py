@@ -4,6 +4,7 @@ real Beam pipelines and by direct calls.
     contract.py      the handler contract: load ``module:callable``, its precision, normalise results
     handlers.py      the suite's wrappers around the handler (timing, tracing, byte accounting)
     pipeline.py      one pipeline run of a ``Case`` on a pinned runner: results, dead letters, metrics
+    records.py       what a run sends back: each output as a record, written by the workers and read back
     cases.py         Hypothesis strategies of cases (element count, batch bounds, keys)
     judge.py         pipeline-level checks (exactly once, pairing, batch bounds, metric bytes, dead letter,
                      latency) returning a ``paritygate.result.CheckResult``

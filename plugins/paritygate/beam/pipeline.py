@@ -10,7 +10,6 @@ This module imports apache_beam: import it on first use.
 
 import contextlib
 import os
-import pickle
 import sys
 import tempfile
 import time
@@ -20,8 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.ml.inference.base import KeyedModelHandler, MaybeKeyedModelHandler, PredictionResult, RunInference
+from apache_beam.ml.inference.base import KeyedModelHandler, MaybeKeyedModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from paritygate.beam.contract import (
@@ -32,16 +30,14 @@ from paritygate.beam.contract import (
     digest,
     element_of,
     handler_fns,
-    normalise_inference,
 )
 from paritygate.beam.handlers import (
-    BatchTrace,
     TracedHandler,
     WithoutFns,
     count_loads,
-    unkeyed,
     weight_batching,
 )
+from paritygate.beam.records import ToRecord, WriteRecords, dead_record, read_records
 from paritygate.inputs.strategies import sample_inputs
 
 _RUNNER_PATHS = {"FnApiRunner": "apache_beam.runners.portability.fn_api_runner.FnApiRunner"}
@@ -66,21 +62,6 @@ class Case:
     weight: int = None  # max_batch_weight, in payload bytes (batch-weight check)
     workers: int = 1  # > 1: Beam's multi-process mode, each worker a process that unpickles the handler
     copies: int = None  # model_copies given to the factory (beam_model_copies); None: the factory's own default
-
-
-@dataclass
-class Emitted:
-    key: object
-    has_key: bool
-    digest: str
-    inference: dict = None  # candidate output name -> array
-    error: str = None  # why the output could not be read as a PredictionResult
-
-
-@dataclass
-class DeadBatch:
-    elements: list  # (key, has_key, digest)
-    error: str
 
 
 @dataclass
@@ -286,15 +267,15 @@ def _build_and_run(subject, case, handler, folder):
     pcoll = case_elements(p, subject.spec, case)
     if case.exceptions:
         out, dlq = pcoll | "RunInference" >> transform.with_exception_handling()
-        _ = dlq.failed_inferences | "DeadRecords" >> beam.Map(_dead_record) | "WriteDead" >> beam.ParDo(
+        _ = dlq.failed_inferences | "DeadRecords" >> beam.Map(dead_record) | "WriteDead" >> beam.ParDo(
             WriteRecords(folder))
         # an element a preprocess / postprocess function fails on lands in its step's own dead-letter output
         for i, bad in enumerate([*dlq.failed_preprocessing, *dlq.failed_postprocessing]):
-            _ = (bad | f"DeadElements{i}" >> beam.Map(lambda dead: _dead_record(([dead[0]], dead[1])))
+            _ = (bad | f"DeadElements{i}" >> beam.Map(lambda dead: dead_record(([dead[0]], dead[1])))
                  | f"WriteDeadElements{i}" >> beam.ParDo(WriteRecords(folder)))
     else:
         out = pcoll | "RunInference" >> transform
-    _ = (out | "Records" >> beam.Map(_ToRecord(subject.spec, subject.output_names, case.keys != "none"))
+    _ = (out | "Records" >> beam.Map(ToRecord(subject.spec, subject.output_names, case.keys != "none"))
          | "WriteRecords" >> beam.ParDo(WriteRecords(folder)))
     result = p.run()
     result.wait_until_finish()
@@ -332,67 +313,6 @@ class Element:
         key, keyed, _, example = self._inputs[i]
         example = beam_decoded(example)
         return (key, example) if keyed else example
-
-class _ToRecord:
-    def __init__(self, spec, output_names, keyed):
-        self.spec, self.output_names, self.keyed = spec, output_names, keyed
-
-    def __call__(self, output):
-        if isinstance(output, BatchTrace):
-            return "trace", output
-        key, has_key = None, False
-        if self.keyed and isinstance(output, tuple) and len(output) == 2 and not isinstance(output, PredictionResult):
-            (key, output), has_key = output, True
-        if not isinstance(output, PredictionResult):
-            return "result", Emitted(key, has_key, None, error=f"output is a {type(output).__name__}, "
-                                                              "not a PredictionResult")
-        try:
-            inference = normalise_inference(self.spec, self.output_names, output.inference)
-            return "result", Emitted(key, has_key, digest(output.example), inference)
-        except HandlerContractError as err:
-            return "result", Emitted(key, has_key, digest(output.example), error=str(err))
-
-
-def _dead_record(dead):
-    batch, (exc_type, exc_repr, _) = dead
-    elements = [(e[0], True, digest(unkeyed(e))) if isinstance(e, tuple) else (None, False, digest(e))
-                for e in batch]
-    return "dead", DeadBatch(elements, f"{getattr(exc_type, '__name__', exc_type)}: {exc_repr[:300]}")
-
-
-class WriteRecords(beam.DoFn):
-    """Each bundle's records to one pickle file under ``folder`` (Beam FileSystems: local, gs://, ...)."""
-
-    def __init__(self, folder):
-        self.folder = folder
-
-    def start_bundle(self):
-        self.records = []
-
-    def process(self, record):
-        self.records.append(record)
-
-    def finish_bundle(self):
-        if self.records:
-            with FileSystems.create(f"{self.folder}/{uuid.uuid4().hex}.pkl") as f:
-                f.write(pickle.dumps(self.records))
-
-
-def read_records(folder):
-    """The (kind, record) pairs written under ``folder`` (``WriteRecords``, ``handlers.CountedLoad``); the folder
-    is deleted."""
-    try:
-        files = FileSystems.match([f"{folder}/*.pkl"])[0].metadata_list
-    except Exception:  # noqa: BLE001 - nothing was written (the pipeline failed before a bundle finished)
-        files = []
-    records = []
-    for meta in files:
-        with FileSystems.open(meta.path) as f:
-            records.extend(pickle.loads(f.read()))
-    with contextlib.suppress(Exception):  # best effort: the folder is ours and nobody else reads it
-        FileSystems.delete([m.path for m in files] + ([folder] if FileSystems.exists(folder) else []))
-    return records
-
 
 def _metrics(result, namespace):
     """Counters and distributions of the handler's namespace and the suite's, by metric name."""

@@ -119,15 +119,8 @@ def run_update(subject, case, target):
     import apache_beam as beam
     from apache_beam.ml.inference.base import ModelMetadata, RunInference
 
-    from paritygate.beam.pipeline import (
-        WriteRecords,
-        case_elements,
-        failure_text,
-        handler_stack,
-        make_pipeline,
-        output_folder,
-        read_records,
-    )
+    from paritygate.beam.pipeline import case_elements, failure_text, handler_stack, make_pipeline, output_folder
+    from paritygate.beam.records import WriteRecords, read_records
 
     folder, error = output_folder(case.runner, subject.options), None
     with warnings.catch_warnings():  # a leaked file is reported by handler_load_model, not here

@@ -33,7 +33,8 @@ from paritygate.beam.contract import (
     make_handler,
     normalise_inference,
 )
-from paritygate.beam.pipeline import WriteRecords, make_pipeline, read_records, worker_import_path
+from paritygate.beam.pipeline import make_pipeline, worker_import_path
+from paritygate.beam.records import WriteRecords, read_records
 from paritygate.shadow.combiners import ShadowStatsFn
 from paritygate.shadow.judge import judge_example
 from paritygate.shadow.read import DEAD, Layout, ReadFile, match
@@ -149,7 +150,7 @@ class Progress(beam.DoFn):
 
 
 def build(p, settings, output_names, handlers, folder):
-    """The pipeline's transforms on ``p``; every result goes to ``folder`` as records (beam.pipeline.WriteRecords)."""
+    """The pipeline's transforms on ``p``; every result goes to ``folder`` as records (beam.records.WriteRecords)."""
     spec = settings.spec
     layout = Layout.of(spec, settings.key_feature, settings.slice_feature)
     read = (p | "Files" >> beam.Create(match(settings.data))
