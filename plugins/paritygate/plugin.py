@@ -159,9 +159,9 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_collection_finish(session):
     """Validate every model once, before any check runs, when the conformance suite's checks over models were
-    collected (not on xdist workers: the controller does it, in pytest_xdist_node_collection_finished), and let
-    the run's context prepare for what was collected (``RunContext.start_goldens``): a goldens check whose TensorFlow
-    started in a process of its own runs last."""
+    collected (not on xdist workers: the controller does it, in pytest_xdist_node_collection_finished). ONNX
+    Runtime's candidate threads spin-wait only in a run that measures latency (``RunContext.spin``); a goldens
+    check whose TensorFlow the context started in a process of its own (``RunContext.start_goldens``) runs last."""
     config, items = session.config, session.items
     if hasattr(config, "workerinput") or config.stash[SESSION_KEY].validation is not None:
         return  # a worker; or a run stopped in modifyitems (a bad expectations.toml), after which pytest calls this
