@@ -5,7 +5,8 @@ recorder (``paritygate.session``) keeps, and what the report, the baseline diff,
 ``check``, ``status`` and ``details``, where each typed field below sits under its key in ``details``
 (``DETAIL_KEYS``) and ``details`` (free-form: the message, the reference used, the divergence, ...) holds the rest.
 ``from_dict`` reads such a record back; ``from_dict(r.to_dict()) == r`` for every result. A typed field that is
-None (or an empty list) is absent from the record.
+None (or an empty list) is absent from the record. JSON is for the edges (the report file, the xdist hand-over):
+inside a run one CheckResult goes from the judge to the report, ``settle()``d in place by the recorder.
 """
 
 import math
