@@ -20,7 +20,7 @@ def test_engine_builds(parity_context, parity_case, parity_result):
 def _engine_builds(ctx, spec, precision, result):
     from paritygate.backend.base import CandidateFault
     from paritygate.backend.engines import engine_build, engine_gate
-    from paritygate.backend.onnx.loader import artifact_report
+    from paritygate.backend.onnx.artifacts.loader import artifact_report
     from paritygate.backend.trt import aot, layers
 
     if ctx.runtime == "tensorrt" or precision in spec.engines:
@@ -139,9 +139,10 @@ def _task_on_heldout(ctx, spec, precision, result):
 
 def _describe_candidate(ctx, spec, precision):
     """What ran as the candidate: runtime, artifact, for fp16 the ops kept in FP32, and the ONNX artifact's report
-    (TensorRT lint findings, FP16 nodes blocked, constants FP16 cannot hold: paritygate.backend.onnx.loader)."""
+    (TensorRT lint findings, FP16 nodes blocked, constants FP16 cannot hold:
+    paritygate.backend.onnx.artifacts.loader)."""
     from paritygate.backend.engines import engine_build
-    from paritygate.backend.onnx.loader import FP16_KEEP_FP32, artifact_report
+    from paritygate.backend.onnx.artifacts.loader import FP16_KEEP_FP32, artifact_report
     from paritygate.backend.runtimes import candidate_runner
 
     runner = candidate_runner(ctx, spec, precision)

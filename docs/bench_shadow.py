@@ -38,7 +38,7 @@ def bare(model, pattern):
     """TF reference and the strict fp16 ONNX Runtime candidate on the same examples, nothing else."""
     import numpy as np
 
-    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
     from paritygate.backend.onnxrt.runner import OnnxrtRunner
     from paritygate.backend.runtimes import computed_artifact
     from paritygate.backend.tf.runner import TfRunner

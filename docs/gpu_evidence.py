@@ -203,8 +203,8 @@ def table(results):
 
 def measure(folder, wheels=".whl", device="cuda"):
     """({model: compare()'s result, or {"error": ...}}, torchvision stubbed) for every model folder under
-    ``folder`` that docs/gpu_evidence_prep.py made: the table's computation (main, tests/backend/onnx/
-    test_strict_gpu.py)."""
+    ``folder`` that docs/gpu_evidence_prep.py made: the table's computation (main, tests/backend/onnx/strict/
+    test_gpu.py)."""
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False  # the kept-FP32 ops stay FP32 (TF32 would round their inputs)

@@ -5,7 +5,7 @@ For each model, under ``OUT/<model>/`` (default OUT: ``.gpuev`` at the repositor
 - ``fp16.onnx``   the fp16 artifact the suite judges (the suite's own builder, default keep-FP32 list);
 - ``inputs.npz``  the inputs, keyed by the artifact's graph input names, in its graph input dtypes;
 - ``ref.npz``     the TensorFlow reference outputs on them;
-- ``strict.npz``  strict FP16 numerics (paritygate.backend.onnx.strict, ONNX Runtime CPU; its ``BUILD`` is
+- ``strict.npz``  strict FP16 numerics (paritygate.backend.onnx.strict.rewrite, ONNX Runtime CPU; its ``BUILD`` is
   ``strict_build`` in meta.json: a folder made before a change of the rewrite must be made again);
 - ``ort.npz``     ONNX Runtime CPU's own numerics on the same file;
 - ``meta.json``   the output names (reference -> artifact), the checks (rows of the inputs), each output's fp16
@@ -99,8 +99,8 @@ def prepare(out, name, options, spec, inputs):
     import onnx
 
     from paritygate import __version__ as paritygate_version
-    from paritygate.backend.onnx import strict
-    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
+    from paritygate.backend.onnx.strict import rewrite
     from paritygate.backend.runtimes import candidate_runner, recorded_mapping, reference_runner
     from paritygate.comparator.tolerance import tolerance_for
     from paritygate.judge.parity import run_batched
@@ -136,7 +136,7 @@ def prepare(out, name, options, spec, inputs):
     meta = {"model": name, "outputs": outputs, "checks": checks, "tolerance": tolerances,
             "rule": "an element fails when |x - ref| > atol + rtol * |ref|, or when x is not finite where ref is "
                     "(numpy.isclose; the check's cosine criterion is left out)",
-            "artifact": str(artifact.name), "strict_build": strict.BUILD, "made_with": {
+            "artifact": str(artifact.name), "strict_build": rewrite.BUILD, "made_with": {
                 "paritygate": paritygate_version, "onnxruntime": dist_version("onnxruntime"),
                 "tensorflow": dist_version("tensorflow"), "onnx": dist_version("onnx"),
                 "onnxconverter-common": dist_version("onnxconverter-common")}}

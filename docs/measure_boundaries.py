@@ -5,7 +5,7 @@ Strict numerics round every float16 tensor where it is produced, except inside t
 ``fusion.py``. TensorRT-RTX's builder fuses more (its layer report lists each kernel's ONNX nodes), and its build log
 does not say whether a kernel keeps its intermediates in FP32 or rounds them. The two emulations bracket the engine:
 
-- ``every op``: the suite's strict artifact (``strict.emulate``);
+- ``every op``: the suite's strict artifact (``strict.rewrite.emulate``);
 - ``builder boundaries``: the same rewrite, with every float16 tensor whose producer and readers all sit in one
   builder kernel left unrounded (FP32 inside the kernel, FP16 where a kernel stores its output).
 
@@ -26,8 +26,8 @@ import onnx
 
 from paritygate.backend.base import run_batched
 from paritygate.backend.engines import engine_build
-from paritygate.backend.onnx import fusion, strict
-from paritygate.backend.onnx.loader import onnx_artifact
+from paritygate.backend.onnx.artifacts.loader import onnx_artifact
+from paritygate.backend.onnx.strict import fusion, rewrite
 from paritygate.backend.onnxrt.runner import OnnxrtRunner
 from paritygate.backend.runtimes import MappedRunner, _casts, candidate_runner, input_names, resolved_spec
 from paritygate.backend.trt import layers
@@ -64,7 +64,7 @@ def emulated(path, folder, kernels=None):
     if kernels is not None:
         fusion.interior = boundary_interior(kernels)
     try:
-        model, report = strict.emulate(onnx.load(str(path)))
+        model, report = rewrite.emulate(onnx.load(str(path)))
     finally:
         fusion.interior = saved
     out = Path(folder) / f"{'boundaries' if kernels else 'every-op'}-{Path(path).name}"
@@ -73,7 +73,7 @@ def emulated(path, folder, kernels=None):
 
 
 def judged(ctx, spec, path):
-    runner = OnnxrtRunner(path, strict=False)
+    runner = OnnxrtRunner(path)
     runner.activate()
     fed = MappedRunner(runner, input_names(spec, runner), _casts(spec, "candidate"))
     results, outputs = [], []

@@ -1,8 +1,8 @@
 """Two tables of docs/engine.md, measured with TensorRT-RTX's real parser and builder (CPU-only AOT):
 
-1. ``lint``: the suite's static lint (``backend/onnx/trt_lint.py``) against the parser, on every ONNX file given:
+1. ``lint``: the suite's static lint (``backend/onnx/lint/trt_lint.py``) against the parser, on every ONNX file given:
    does the lint find a problem, did the parser/builder reject the file, and why.
-2. ``fusion``: the kernel boundaries of the strict FP16 engine model (``backend/onnx/fusion.py``: which chains
+2. ``fusion``: the kernel boundaries of the strict FP16 engine model (``backend/onnx/strict/fusion.py``: which chains
    strict numerics computes as one kernel, rounding only their output) against the kernels the builder reports for
    the same fp16 file (each kernel's ONNX nodes): how many of the model's fused chains the builder also computes in
    one kernel, and how many FP16 roundings strict numerics makes that the builder does not (a tensor strict numerics
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import onnx
 
-from paritygate.backend.onnx import trt_lint
+from paritygate.backend.onnx.lint import trt_lint
 from paritygate.backend.trt import aot, layers
 
 
@@ -54,7 +54,8 @@ def lint_table(paths):
 
 
 def fusion_table(paths):
-    from paritygate.backend.onnx import fusion, scopes
+    from paritygate.backend.onnx.graph import scopes
+    from paritygate.backend.onnx.strict import fusion
 
     print("| file | strict chains (>1 node) | in one builder kernel | strict roundings inside a builder kernel "
           "| builder kernels | builder fusions (>1 node) |")

@@ -21,7 +21,7 @@ import numpy as np
 def prepare(plan_path, *extra):
     """{model: {"int8": artifact, "fp32": artifact, "inputs": npz}} for the bundled models (TensorFlow needed), and
     for each ``NAME=INT8.onnx:FP32.onnx:INPUTS.npz`` given (a model with one input: the npz's first array feeds it)."""
-    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
     from paritygate.context import RunOptions
     from paritygate.inputs.goldens import load_golden
 

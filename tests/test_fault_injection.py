@@ -32,7 +32,7 @@ SECRET = b"root:*:19000:0:99999:7:::\n"  # the start of /etc/shadow: a reader mu
 
 
 def _onnx(path):
-    from paritygate.backend.onnx.loader import load_checked
+    from paritygate.backend.onnx.artifacts.loader import load_checked
 
     return load_checked(path)
 

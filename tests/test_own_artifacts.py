@@ -158,7 +158,7 @@ def test_a_team_fp16_file_that_rounds_token_ids_fails_with_one_line_naming_the_n
     """SentiToolKit's case: the team's fp16 file casts float32 token ids to FP16 before the Embedding's Gather
     (id 4999 -> 5000). A static look at the graph makes it the candidate's fail, naming the node and the cause,
     before any run could crash or silently pick wrong rows."""
-    from paritygate.backend.onnx import fp16, index_paths
+    from paritygate.backend.onnx.artifacts import fp16, index_paths
 
     saved, fp32_path = embedding_model
     with monkeypatch.context() as patch:  # the suite's own build without its index-path rule: the team's file

@@ -1,5 +1,5 @@
 """paritygate.backend.cache: content keys change exactly when what they hash changes; a warm call builds nothing; a
-failed build leaves nothing behind. (The ONNX artifacts per precision: tests/backend/onnx/test_loader.py.)"""
+failed build leaves nothing behind. (The ONNX artifacts per precision: tests/backend/onnx/artifacts/test_loader.py.)"""
 
 from pathlib import Path
 

@@ -7,7 +7,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from paritygate.backend.onnx.loader import load_calibration
+from paritygate.backend.onnx.artifacts.loader import load_calibration
 from paritygate.inputs import goldens
 from paritygate.inputs.sets import InputSetError, check_arrays, read_input_set
 from paritygate.inputs.strategies import model_input_pool

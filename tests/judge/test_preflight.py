@@ -240,7 +240,7 @@ def test_conversions_of_several_references_run_at_once_before_validation(tmp_pat
     import threading
     import time
 
-    from paritygate.backend.onnx import loader
+    from paritygate.backend.onnx.artifacts import loader
     from tests.conftest import save_toy_model
 
     if (os.cpu_count() or 1) < 2:

@@ -27,7 +27,7 @@ class FlippingHandler(serving.OnnxRuntimeHandler):
 
 
 def flipper(min_batch_size, max_batch_size, model, reference_outputs=None):
-    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
 
     path = onnx_artifact(model, "fp32")
     return FlippingHandler(path, serving.bindings_for(model, path), model.max_batch,

@@ -197,7 +197,7 @@ def test_onnx_matches_tensorflow(built, onnx_models, name, batch):
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5, err_msg=key)
 
 
-# The ops paritygate's FP16 ONNX keeps in FP32 (plugins/paritygate/backend/onnx/loader.py, FP16_KEEP_FP32).
+# The ops paritygate's FP16 ONNX keeps in FP32 (plugins/paritygate/backend/onnx/artifacts/loader.py, FP16_KEEP_FP32).
 FP16_KEEP_FP32 = ["LayerNormalization", "Softmax", "Exp", "Pow", "Sqrt", "ReduceMean", "ReduceSum", "Erf"]
 
 

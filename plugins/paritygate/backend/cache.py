@@ -59,7 +59,7 @@ def key_of(**parts):
 
 def cpu_flags():
     """This CPU's feature flags (Linux ``/proc/cpuinfo``), else what ``platform`` says of it: part of the key of an
-    artifact built for this CPU (``backend.onnx.twin``, ``backend.onnx.round16``)."""
+    artifact built for this CPU (``backend.onnx.strict.twin``, ``backend.onnx.strict.round16``)."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:

@@ -25,7 +25,7 @@ def _engine_build(ctx, spec, precision):
     import onnx
 
     from paritygate.backend import iomap
-    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
     from paritygate.backend.trt import aot, layers
     from paritygate.backend.trt.util import build_settings
 

@@ -262,8 +262,8 @@ def _build_candidate(ctx, spec, precision):
 
 
 def _build(ctx, spec, precision):
-    from paritygate.backend.onnx.index_paths import check_own
-    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnx.artifacts.index_paths import check_own
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
 
     if precision in spec.onnx_artifacts and not (ctx.runtime == "tensorrt" and precision in spec.engines):
         check_own(spec, precision)  # a static fault of the team's own file: the candidate's fail
@@ -292,15 +292,15 @@ def _build(ctx, spec, precision):
         runner.time_as = "candidate"
         runner.activate()
     else:
+        from paritygate.backend.onnx.strict.loader import computed
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
-        artifact = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
-        path = computed_artifact(ctx, artifact)
-        runner = OnnxrtRunner(path, name=f"onnxruntime:{spec.name}:{precision}", spin=ctx.spin, strict=path != artifact,
-                              numerics=ctx.numerics)
+        run = computed(onnx_artifact(spec, precision, ctx.fp16_keep_fp32), ctx.numerics, twin=True)
+        runner = OnnxrtRunner(run.path, name=f"onnxruntime:{spec.name}:{precision}", spin=ctx.spin,
+                              numerics=ctx.numerics, level=run.level, library=run.library)
         runner.time_as = "candidate"
         runner.activate()
-        what = str(path)
+        what = str(run.artifact)
     check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate",
                      half=half_inputs(spec, precision, runner))
     return runner
@@ -308,13 +308,11 @@ def _build(ctx, spec, precision):
 
 def computed_artifact(ctx, path):
     """The file ONNX Runtime runs for the artifact ``path``: under strict numerics (``--parity-numerics``, the
-    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict``; the
-    checks, localization and the repair search all run this one file: docs/numerics.md, "Fused kernels")."""
-    if getattr(ctx, "numerics", "strict") != "strict":
-        return path
-    from paritygate.backend.onnx.strict import strict_onnx
+    default) an artifact with float16 tensors is run as its strict FP16 emulation (``backend.onnx.strict.loader``;
+    the checks, localization and the repair search all run this one file: docs/numerics.md, "Fused kernels")."""
+    from paritygate.backend.onnx.strict.loader import computed
 
-    return strict_onnx(path)
+    return computed(path, getattr(ctx, "numerics", "strict")).artifact
 
 
 def computed_dtype(ctx, spec, precision):
@@ -327,8 +325,8 @@ def computed_dtype(ctx, spec, precision):
         else:
             import onnx
 
-            from paritygate.backend.onnx.loader import onnx_artifact
-            from paritygate.backend.onnx.strict import float16_tensors
+            from paritygate.backend.onnx.artifacts.loader import onnx_artifact
+            from paritygate.backend.onnx.strict.rewrite import float16_tensors
 
             path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
             ctx.computed_dtypes[key] = np.float16 if float16_tensors(onnx.load(str(path))) else None
@@ -336,7 +334,7 @@ def computed_dtype(ctx, spec, precision):
 
 
 def precision_coverage(ctx, spec, precision):
-    """``details.precision_coverage`` of the ONNX artifact at ``precision`` (paritygate.backend.onnx.coverage),
+    """``details.precision_coverage`` of the ONNX artifact at ``precision`` (paritygate.backend.onnx.lint.coverage),
     measured once per process on one sample batch within the config's ranges; None for a prebuilt engine."""
     key = (spec.name, precision)
     if key not in ctx.precision_coverage:
@@ -346,8 +344,8 @@ def precision_coverage(ctx, spec, precision):
         import onnx
 
         from paritygate.backend import iomap
-        from paritygate.backend.onnx import coverage
-        from paritygate.backend.onnx.loader import onnx_artifact
+        from paritygate.backend.onnx.artifacts.loader import onnx_artifact
+        from paritygate.backend.onnx.lint import coverage
         from paritygate.inputs.strategies import sample_inputs
 
         path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)

@@ -247,7 +247,7 @@ def onnxruntime(min_batch_size, max_batch_size, model, reference_outputs=None, *
     """OnnxRuntimeHandler over the model's own fp32 candidate ONNX (the config's ``onnx``, else the suite's
     conversion), results by the reference's output names when given. ``kwargs``: Beam's ModelHandler arguments
     (``model_copies``, ``large_model``, ...)."""
-    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
 
     path = onnx_artifact(model, "fp32")
     return OnnxRuntimeHandler(path, bindings_for(model, path), model.max_batch,
@@ -257,7 +257,7 @@ def onnxruntime(min_batch_size, max_batch_size, model, reference_outputs=None, *
 
 def tensorrt(min_batch_size, max_batch_size, model, reference_outputs=None, **kwargs):
     """TensorRTHandler over an fp32 engine the suite builds from the candidate ONNX (profile 1..max_batch)."""
-    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
     from paritygate.backend.trt.loader import EngineFromOnnx
 
     onnx_path = onnx_artifact(model, "fp32")

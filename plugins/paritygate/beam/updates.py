@@ -68,7 +68,7 @@ def update_target(spec):
             raise HandlerContractError(f"{spec.where('beam.update_model')}: {err}") from None
         return str(path.resolve())
     from paritygate.backend.cache import cached_file, hash_path, key_of
-    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
 
     source = onnx_artifact(spec, "fp32")
     key = key_of(source=hash_path(source), offset=UPDATE_OFFSET, build="update-1")

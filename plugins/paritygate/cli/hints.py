@@ -68,7 +68,7 @@ def onnx_hints(path):
 
 def _roots(graph, tensor):
     """The graph inputs whose value reaches ``tensor`` through ops that carry it (index_paths.CARRY)."""
-    from paritygate.backend.onnx.index_paths import CARRY
+    from paritygate.backend.onnx.artifacts.index_paths import CARRY
 
     producer = {o: n for n in graph.node for o in n.output}
     inputs, roots, stack, seen = {i.name for i in graph.input}, set(), [tensor], set()

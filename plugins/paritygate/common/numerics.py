@@ -1,5 +1,5 @@
 """The names the floors above share: the precisions a config may list, and what each ``--parity-numerics`` mode
-computes (the strict rewrite itself is paritygate.backend.onnx.strict; docs/numerics.md)."""
+computes (the strict rewrite itself is paritygate.backend.onnx.strict.rewrite; docs/numerics.md)."""
 
 PRECISIONS = ("fp32", "fp16", "int8")
 DESCRIPTION = {

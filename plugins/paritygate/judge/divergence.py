@@ -1,5 +1,5 @@
-"""A failing fp16/int8 check, explained and repaired: where precision breaks (``backend.onnx.localize``) and a
-verified plan of nodes to keep in FP32 / leave unquantized (``backend.onnx.repair``), as the check's
+"""A failing fp16/int8 check, explained and repaired: where precision breaks (``backend.onnx.diagnosis.localize``) and a
+verified plan of nodes to keep in FP32 / leave unquantized (``backend.onnx.diagnosis.repair``), as the check's
 ``details["divergence"]``.
 
 Runs on ONNX Runtime's CPU provider whatever the candidate runtime: the FP16/INT8 candidates are ONNX artifacts
@@ -21,7 +21,7 @@ PLAN_KEY = {"fp16": "fp16_keep_fp32", "int8": "int8_exclude"}
 PLAN_FIELD = {"fp16": "keep_fp32", "int8": "exclude_from_quantization"}
 RULE = ("an intermediate element fails when |cand - ref| > atol * max|ref| + rtol * |ref|, with the check's own "
         "atol/rtol (numpy.isclose with the absolute term scaled to the tensor's magnitude; "
-        "paritygate/backend/onnx/localize.py)")
+        "paritygate/backend/onnx/diagnosis/localize.py)")
 
 
 def localize_failure(ctx, spec, precision, feed, reference_outputs=None, labels=None, compare_task=False,
@@ -82,8 +82,8 @@ def localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops=None,
 def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task, numerics, book,
                          check):
     from paritygate.backend.base import RunnerError
-    from paritygate.backend.onnx import localize
-    from paritygate.backend.onnx.loader import fp32_onnx, load_checked, precision_list
+    from paritygate.backend.onnx.artifacts.loader import fp32_onnx, load_checked, precision_list
+    from paritygate.backend.onnx.diagnosis import localize
     from paritygate.comparator.tolerance import tolerance_for
 
     ctx = _Context(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task, numerics)
@@ -103,7 +103,7 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
     tol = tolerance_for(spec, precision)
     first_div = localize.divergence(fp32_model, onnx.load(str(ctx.artifact(base))), local_feed, tol.atol, tol.rtol)
     if precision in spec.onnx_artifacts:  # the team's own file: the suite cannot rebuild it with a plan
-        from paritygate.backend.onnx import repair
+        from paritygate.backend.onnx.diagnosis import repair
 
         found = _details(spec, precision, first_div, repair.Plan([], False, []), base, samples, feed, tol)
         return {**found, "numerics": numerics, "note": "the artifact is the team's own file "
@@ -120,9 +120,10 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
 
 def _plan(ctx, book, fp32_model, base, first_div, local_feed, tol):
     """The artifact's plan: the one found earlier when it holds on the evidence grown by this check, else a
-    search from it (``backend.onnx.repair``); every trial is judged on the whole evidence."""
-    from paritygate.backend.onnx import coverage, localize, repair
-    from paritygate.backend.onnx.loader import INT8_OPS
+    search from it (``backend.onnx.diagnosis.repair``); every trial is judged on the whole evidence."""
+    from paritygate.backend.onnx.artifacts.loader import INT8_OPS
+    from paritygate.backend.onnx.diagnosis import localize, repair
+    from paritygate.backend.onnx.lint import coverage
 
     prior = [n for n in book.nodes if n not in base]
     if prior and ctx.verify(book.evidence, base + prior):
@@ -167,7 +168,7 @@ def _plan(ctx, book, fp32_model, base, first_div, local_feed, tol):
 def _standalone_book(ctx):
     """Evidence without a session: ``feed`` as the reference set, corners and the fresh sample, the FP32 ONNX
     standing in for the reference (``localize_and_repair`` called directly)."""
-    from paritygate.backend.onnx.loader import fp32_onnx
+    from paritygate.backend.onnx.artifacts.loader import fp32_onnx
     from paritygate.backend.onnxrt.runner import OnnxrtRunner
     from paritygate.inputs.goldens import Golden
     from paritygate.judge import plans
@@ -204,7 +205,7 @@ class _Context:
 
     def built(self, entries):
         """The fp16/int8 ONNX built with ``entries`` in the plan (as a TensorRT builder would read it)."""
-        from paritygate.backend.onnx.loader import FP16_KEEP_FP32, fp16_onnx, int8_onnx
+        from paritygate.backend.onnx.artifacts.loader import FP16_KEEP_FP32, fp16_onnx, int8_onnx
 
         spec = dataclasses.replace(self.spec, precision={**self.spec.precision, PLAN_KEY[self.precision]: list(entries)})
         if self.precision in self.spec.onnx_artifacts:
@@ -219,15 +220,15 @@ class _Context:
         return computed_artifact(self, self.built(entries))  # run as the check ran it: strict emulation or ORT's
 
     def plan_coverage(self, entries):
-        """The precision coverage (backend/onnx/coverage.py) of the artifact built with ``entries`` kept."""
-        from paritygate.backend.onnx import coverage
+        """The precision coverage (backend/onnx/lint/coverage.py) of the artifact built with ``entries`` kept."""
+        from paritygate.backend.onnx.lint import coverage
 
         row = self.onnx_feed({k: v[:1] for k, v in self.feed.items()})
         return coverage.measure(self.built(entries), self.precision, row)
 
     def coverage_shortfall(self, entries):
         """Why a plan leaves too little in the precision (a pass would be inconclusive), or None."""
-        from paritygate.backend.onnx import coverage
+        from paritygate.backend.onnx.lint import coverage
 
         minimum = coverage.MIN_MAC_SHARE if self.spec.min_precision_coverage is None else self.spec.min_precision_coverage
         share = self.plan_coverage(entries)["mac_share"]
@@ -240,7 +241,7 @@ class _Context:
         """Reference input names -> the ONNX graph's input names (tf2onnx may decorate them)."""
         if self._inputs is None:
             from paritygate.backend import iomap
-            from paritygate.backend.onnx.loader import fp32_onnx, load_checked
+            from paritygate.backend.onnx.artifacts.loader import fp32_onnx, load_checked
 
             self._inputs = iomap.input_map(self.spec, [i.name for i in load_checked(fp32_onnx(self.spec)).graph.input])
         return {self._inputs.get(k, k): v for k, v in feed.items()}

@@ -98,7 +98,7 @@ def _convert_ahead(models):
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    from paritygate.backend.onnx import loader
+    from paritygate.backend.onnx.artifacts import loader
 
     todo = {}
     for spec in models:
@@ -263,7 +263,7 @@ def _fp32_onnx_runner(ctx, spec, reference_ok):
         return runtimes.candidate_runner(ctx, spec, "fp32", engine=False)
     bare = ctx.preflight_runners
     if spec.name not in bare:
-        from paritygate.backend.onnx.loader import fp32_onnx
+        from paritygate.backend.onnx.artifacts.loader import fp32_onnx
         from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
         try:
@@ -281,13 +281,13 @@ def _fp32_onnx_runner(ctx, spec, reference_ok):
 
 def _own_artifacts(spec, v):
     """The team's own fp16/int8 ONNX (``onnx = { fp16 = ..., int8 = ... }``): each is what its key says and pairs
-    with the reference (paritygate.backend.onnx.own)."""
+    with the reference (paritygate.backend.onnx.artifacts.own)."""
     if not spec.onnx_artifacts:
         return
     if not (available("onnx") and available("onnxruntime")):
         v.note("onnx", "own fp16/int8 artifacts not checked: " + missing_reason("onnxruntime"))
         return
-    from paritygate.backend.onnx import own
+    from paritygate.backend.onnx.artifacts import own
 
     outputs = [m["candidate"] for m in ((v.io_mapping or {}).get("outputs") or {}).values()]
     for precision in sorted(spec.onnx_artifacts):

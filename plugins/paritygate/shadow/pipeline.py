@@ -85,7 +85,7 @@ def candidate_handler(spec, precision, output_names, numerics="strict"):
         handler = make_handler(spec, factory, 1, spec.max_batch, output_names)
         if declared_precision(spec, handler, factory) == precision:
             return handler, handler_path(spec)
-    from paritygate.backend.onnx.loader import onnx_artifact
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
     from paritygate.backend.runtimes import computed_artifact
     from paritygate.beam.serving import OnnxRuntimeHandler, bindings_for, output_names_for
 

@@ -65,7 +65,7 @@ def test_keras_file_exports_once_to_a_saved_model_with_its_own_names(keras_file,
 def test_keras_file_converts_to_onnx_with_the_same_names(keras_file, parity_cache):
     import onnx
 
-    from paritygate.backend.onnx import loader
+    from paritygate.backend.onnx.artifacts import loader
 
     path = loader.fp32_onnx(keras_spec(keras_file))
     model = onnx.load(str(path))

@@ -11,7 +11,7 @@ ort = lazy_import("onnxruntime")
 def session_options(threads=None, spin=None, level=None, library=None, fake_quant=True):
     """Warnings off (errors are raised), and the threading policy of ``OnnxrtRunner`` (``runner.py`` says why): in
     an xdist worker the intra-op threads do not spin. ``level``: the graph optimization level (None: ONNX Runtime's
-    default, all of them); ``library``: a custom-op library to register (``backend.onnx.round16``).
+    default, all of them); ``library``: a custom-op library to register (``backend.onnx.strict.round16``).
 
     ``fake_quant`` (strict INT8 numerics, docs/numerics.md "INT8"): Q/DQ nodes run as themselves, quantize then
     dequantize in FP32 (``session.disable_quant_qdq``), never fused into ONNX Runtime's integer kernels (QLinearConv,

@@ -24,32 +24,28 @@ class OnnxrtRunner(BaseRunner):
     depend on pytest's ``-n``. The latency checks never run in a worker, so they measure the default. A candidate
     of the conformance checks spins only in a run that measures latency (``RunContext.spin``, set by the plugin).
     Both choices were measured: docs/measured.md, "ONNX Runtime's threads in the candidate".
-    ``strict``: ``path`` is a strict FP16 artifact; on the CPU provider alone it runs as its twin
-    (``backend.onnx.twin``: the same values, fewer and cheaper kernels).
+    ``level``, ``library``: the graph optimization level (None: ONNX Runtime's default) and a custom-op library to
+    register, as ``backend.onnx.strict.loader.computed`` gives them for the file it made (a strict artifact's twin).
     ``numerics``: ``strict`` runs Q/DQ as fake quantization in FP32, the engine's INT8 arithmetic on any CPU
     (``options.session_options``); ``ort`` lets ONNX Runtime fuse them into its integer kernels, whose results
     depend on the CPU's instruction set."""
 
-    def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None, strict=False,
-                 numerics="strict"):
+    def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None,
+                 numerics="strict", level=None, library=None):
         super().__init__(name or f"onnxruntime:{Path(path).name}")
         self.path = Path(path)
         self.providers = list(providers)
-        self.threads, self.spin, self.strict, self.numerics = threads, spin, strict, numerics
+        self.threads, self.spin, self.numerics = threads, spin, numerics
+        self.level, self.library = level, library
         self._sess = None
 
     def activate_impl(self):
-        path, level, library = self.path, None, None
-        if self.strict and self.providers == ["CPUExecutionProvider"]:
-            from paritygate.backend.onnx import twin
-
-            path, level, library = twin.runnable(self.path)
-        options = session_options(self.threads, self.spin, level, library, fake_quant=self.numerics == "strict")
+        options = session_options(self.threads, self.spin, self.level, self.library,
+                                  fake_quant=self.numerics == "strict")
         try:
-            self._sess = ort.InferenceSession(str(path), sess_options=options, providers=self.providers)
+            self._sess = ort.InferenceSession(str(self.path), sess_options=options, providers=self.providers)
         except Exception as err:
-            twin = f" (its twin {path})" if path != self.path else ""
-            raise RunnerError(f"{self.path}{twin}: ONNX Runtime cannot load the model: {str(err)[:400]}") from err
+            raise RunnerError(f"{self.path}: ONNX Runtime cannot load the model: {str(err)[:400]}") from err
         self.output_names = [o.name for o in self._sess.get_outputs()]
 
     def infer_impl(self, feed):

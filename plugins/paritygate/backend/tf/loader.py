@@ -64,7 +64,7 @@ def export_keras(path, out):
             archive.add_endpoint("serve", serve, input_signature=specs)
             archive.write_out(str(out))
     except Exception as err:  # tracing a Keras model raises many types
-        from paritygate.backend.onnx.validate import ArtifactError
+        from paritygate.backend.onnx.artifacts.validate import ArtifactError
 
         raise ArtifactError(tool, f"SavedModel export of {path} ({keras_name(path)})",
                             " ".join(str(err).strip().splitlines()[:3])[:600]) from err

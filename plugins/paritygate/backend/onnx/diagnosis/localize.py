@@ -1,0 +1,304 @@
+"""Where precision breaks: the FP32 ONNX and its FP16/INT8 artifact run on one input with every intermediate
+tensor exposed (Polygraphy's ``--onnx-outputs mark all``), compared node by node in topological order.
+
+Matching. Both artifacts derive from the same FP32 graph and keep its node names: onnxconverter-common adds
+``Cast`` nodes (``<node>_input_castN`` / ``<node>_output_castN``, renaming a kept node's output to
+``<node>_output_cast_N``) and quantize_static adds ``QuantizeLinear``/``DequantizeLinear`` nodes (renaming a
+quantized graph output to ``<out>_QuantizeLinear_Input``). So an FP32 node is paired with the candidate node
+of the same name and op type, output by output position; the inserted Cast and Q/DQ nodes have no FP32
+counterpart and are not compared themselves (their effect shows in the consumer's output). A node without a
+same-named counterpart is paired by output tensor name.
+
+Tolerance per tensor (``tensor_tolerance``): an element fails when
+``|cand - ref| > atol * max|ref| + rtol * |ref|``, with atol/rtol the failing check's own tolerance
+(``comparator.tolerance.tolerance_for``: TF-TRT's 1e-2 for FP16, 3e-1/1e-1 for INT8). It is the check's
+``numpy.isclose`` rule with the absolute term scaled to the tensor's magnitude: floating-point and
+quantization errors are relative to the values (FP16 rounds each value to 2^-11 of itself; a symmetric INT8
+tensor steps by max|x|/127), so an intermediate of magnitude 1e3 may carry 1e3 times the absolute error of an
+O(1) output, and the normwise (max) scale rather than a purely elementwise one tolerates the cancellation
+near zero where elementwise relative error is unbounded (Higham, *Accuracy and Stability of Numerical
+Algorithms*, 2nd ed., section 1.2 and 7.1: normwise vs componentwise error).
+
+Ranking (``added_errors``): the first tensor out of tolerance is often not where the error comes from (a final
+Softmax only propagates its logits' error). Each FP32 node is therefore also run alone on the candidate's own
+values of its inputs (one graph holding every node, each fed from graph inputs), and its candidate output is
+compared with that: the error the node adds itself, given what it was fed, as a multiple of the same
+magnitude-scaled bound (``added_ratio``; above 1, the node alone leaves the tolerance). Nodes are ranked by it.
+For INT8 the candidate's input values are taken before the Q/DQ pair its consumer reads, so the rounding of a
+quantized activation is added by the node that reads it: the node ``int8_exclude`` leaves unquantized.
+"""
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paritygate.backend.onnxrt.options import session_options
+from paritygate.lazy import lazy_import
+
+onnx = lazy_import("onnx")
+ort = lazy_import("onnxruntime")
+
+
+def named_nodes(model):
+    """Give unnamed nodes the names the fp16 loader gives them (``<op>__<index>``), in place; returns model."""
+    for i, node in enumerate(model.graph.node):
+        node.name = node.name or f"{node.op_type}__{i}"
+    return model
+
+
+def depths(model):
+    """Node name -> depth: 1 + the deepest producer of its inputs (graph inputs and initializers are 0).
+    ONNX requires graph.node in topological order (IR spec, "Graphs"), so one pass suffices."""
+    tensor_depth, out = {}, {}
+    for node in model.graph.node:
+        d = 1 + max((tensor_depth.get(i, 0) for i in node.input if i), default=0)
+        out[node.name] = d
+        for o in node.output:
+            tensor_depth[o] = d
+    return out
+
+
+def pair_tensors(fp32_model, cand_model):
+    """FP32 tensor name -> candidate tensor name, for every FP32 node output that has a counterpart."""
+    cand_nodes = {n.name: n for n in cand_model.graph.node if n.name}
+    cand_tensors = {o for n in cand_model.graph.node for o in n.output} | {i.name for i in cand_model.graph.input}
+    pairs = {}
+    for node in fp32_model.graph.node:
+        twin = cand_nodes.get(node.name)
+        if twin is not None and twin.op_type == node.op_type and len(twin.output) == len(node.output):
+            pairs.update({o: c for o, c in zip(node.output, twin.output) if o and c})
+        else:
+            pairs.update({o: o for o in node.output if o in cand_tensors})
+    return pairs
+
+
+def run_marked(model, feed, names):
+    """Run ``model`` (a ModelProto) on ``feed`` with the tensors ``names`` exposed as graph outputs."""
+    marked = onnx.ModelProto()
+    marked.CopyFrom(model)
+    have = {o.name for o in marked.graph.output}
+    for name in names:
+        if name not in have:
+            marked.graph.output.append(onnx.ValueInfoProto(name=name))  # type left to ONNX Runtime's inference
+    options = session_options()
+    sess = ort.InferenceSession(marked.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+    wanted = [o.name for o in sess.get_outputs() if o.name in set(names)]
+    return dict(zip(wanted, sess.run(wanted, feed)))
+
+
+def tensor_error(ref, cand, atol, rtol):
+    """(max abs error, max rel error, passed) of one tensor under the magnitude-scaled rule (module doc)."""
+    r, c = np.asarray(ref, np.float64), np.asarray(cand, np.float64)
+    if r.shape != c.shape:
+        return float("inf"), float("inf"), False
+    if r.size == 0:
+        return 0.0, 0.0, True
+    finite = np.isfinite(r)
+    scale = float(np.abs(r[finite]).max()) if finite.any() else 0.0
+    same_nonfinite = (r == c) | (np.isnan(r) & np.isnan(c))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # inf - inf, x / 0: handled below
+        err = np.where(same_nonfinite, 0.0, np.abs(c - r))
+        err = np.where(np.isnan(err), np.inf, err)
+        rel = np.where(err == 0, 0.0, err / np.abs(r))
+    bound = atol * scale + rtol * np.abs(r)
+    return float(err.max()), float(rel.max()), bool(np.all(err <= bound))
+
+
+@dataclass
+class NodeError:
+    node: str
+    op_type: str
+    depth: int
+    tensor: str
+    max_abs: float
+    max_rel: float
+    passed: bool
+    added_abs: float = None  # the error this node adds given the candidate's own inputs (module doc, Ranking)
+    added_ratio: float = None  # added_abs as a multiple of the magnitude-scaled bound (> 1: out of tolerance)
+
+    def as_dict(self):
+        return {"node": self.node, "op_type": self.op_type, "depth": self.depth, "tensor": self.tensor,
+                "max_abs": self.max_abs, "max_rel": self.max_rel, "passed": self.passed,
+                "added_abs": self.added_abs, "added_ratio": self.added_ratio}
+
+
+@dataclass
+class Divergence:
+    rows: list = field(default_factory=list)  # NodeError per compared node output, topological order
+    unmatched: list = field(default_factory=list)  # FP32 node outputs with no candidate counterpart
+
+    @property
+    def first(self):
+        return next((r for r in self.rows if not r.passed), None)
+
+    ranking_error: str = None  # why the added-error ranking could not be computed (then: first out of tolerance)
+
+    def failing(self):
+        return [r for r in self.rows if not r.passed]
+
+    def ranked(self):
+        """Node outputs that add error, most first (ties: shallower first); without a ranking, the failing ones
+        in topological order."""
+        if self.ranking_error is not None:
+            return self.failing()
+        adding = [r for r in self.rows if r.added_ratio]
+        return sorted(adding, key=lambda r: (-r.added_ratio, r.depth))
+
+    @property
+    def top(self):
+        ranked = self.ranked()
+        return ranked[0] if ranked else self.first
+
+
+def _is_float(arr):
+    return np.asarray(arr).dtype.kind == "f"
+
+
+def divergence(fp32_model, cand_model, feed, atol, rtol):
+    """Compare every matched float intermediate of ``cand_model`` with ``fp32_model``'s on ``feed``."""
+    from paritygate.backend.onnx.strict.rewrite import rounded_of
+
+    fp32_model = named_nodes(_copy(fp32_model))
+    rounded = rounded_of(cand_model)  # a strict artifact: compare the FP16-rounded value its readers see
+    pairs = {k: rounded.get(v, v) for k, v in pair_tensors(fp32_model, cand_model).items()}
+    ref = run_marked(fp32_model, feed, [o for n in fp32_model.graph.node for o in n.output if o])
+    cand = run_marked(cand_model, feed, sorted(set(pairs.values())))
+    depth = depths(fp32_model)
+    result = Divergence()
+    values = {**feed, **{t: cand[c] for t, c in pairs.items() if c in cand}}  # the candidate's, by FP32 names
+    try:
+        added = added_errors(fp32_model, ref, values, atol, rtol)
+    except Exception as err:  # noqa: BLE001 - ONNX Runtime refusing the per-node graph: rank by first failure
+        added, result.ranking_error = {}, f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+    for node in fp32_model.graph.node:
+        for out in node.output:
+            if not out or out not in ref or not _is_float(ref[out]):
+                continue
+            if pairs.get(out) not in cand:
+                result.unmatched.append(out)
+                continue
+            max_abs, max_rel, ok = tensor_error(ref[out], cand[pairs[out]], atol, rtol)
+            result.rows.append(NodeError(node.name, node.op_type, depth[node.name], out, max_abs, max_rel, ok,
+                                         *added.get(out, (None, None))))
+    return result
+
+
+LOCAL = "__paritygate_local"
+
+
+def _local_graph(fp32_model, values):
+    """(model, feed): every node of ``fp32_model`` whose inputs have candidate values, each computing alone from
+    graph inputs carrying those values; node outputs renamed ``<name>__paritygate_local``."""
+    model = _copy(fp32_model)
+    g = model.graph
+    inits = {i.name for i in g.initializer}
+    constants = {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    nodes, fed = [], {}
+    for node in g.node:
+        if node.op_type == "Constant":
+            nodes.append(node)
+            continue
+        outer = [i for i in node.input if i and i not in inits and i not in constants]
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute) \
+                or not all(i in values for i in outer):
+            continue  # a control-flow node, or one fed by a tensor the candidate does not expose
+        fed.update({i: values[i] for i in outer})
+        local = onnx.NodeProto()
+        local.CopyFrom(node)
+        del local.output[:]
+        local.output.extend(o + LOCAL if o else "" for o in node.output)
+        nodes.append(local)
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.input[:], g.output[:], g.value_info[:]
+    g.input.extend(onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), None)
+                   for n, v in fed.items())
+    g.output.extend(onnx.ValueInfoProto(name=o) for n in nodes if n.op_type != "Constant" for o in n.output if o)
+    return model, fed
+
+
+def added_errors(fp32_model, ref, values, atol, rtol):
+    """FP32 tensor -> (max abs error, ratio to the magnitude-scaled bound) that its node adds: the candidate's
+    value against the FP32 node run alone on the candidate's values of its inputs (module doc, Ranking)."""
+    values = {k: np.asarray(v).astype(ref[k].dtype) if k in ref else np.asarray(v) for k, v in values.items()}
+    model, fed = _local_graph(fp32_model, values)
+    options = session_options()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # each node as written
+    sess = ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    local = dict(zip(names, sess.run(names, fed)))
+    out = {}
+    for name, alone in local.items():
+        tensor = name[:-len(LOCAL)]
+        if tensor in ref and tensor in values and _is_float(ref[tensor]):
+            out[tensor] = _added(ref[tensor], alone, values[tensor], atol, rtol)
+    return out
+
+
+def _added(ref, alone, cand, atol, rtol):
+    """(max |cand - alone|, max of that over atol * max|ref| + rtol * |alone|): the bound of ``tensor_error``
+    around the node's own FP32 result, its absolute term scaled by the reference tensor's magnitude."""
+    r, a, c = (np.asarray(x, np.float64) for x in (ref, alone, cand))
+    if a.shape != c.shape or a.size == 0:
+        return (float("inf"), float("inf")) if a.shape != c.shape else (0.0, 0.0)
+    finite = np.isfinite(r)
+    scale = float(np.abs(r[finite]).max()) if finite.any() else 0.0
+    same = (a == c) | (np.isnan(a) & np.isnan(c))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        err = np.where(same, 0.0, np.abs(c - a))
+        err = np.where(np.isnan(err), np.inf, err)
+        bound = atol * scale + rtol * np.nan_to_num(np.abs(a), posinf=0.0)
+        ratio = np.where(err == 0, 0.0, err / bound)
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    return float(err.max()), float(ratio.max())
+
+
+def _copy(model):
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def upstream(model, node_name, eligible, exclude=()):
+    """The nearest nodes upstream of ``node_name`` (through its inputs) for which ``eligible(node)`` holds and
+    that are not in ``exclude``: where to look when keeping the divergent node itself did not help."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    by_name = {n.name: n for n in model.graph.node}
+    found, seen = [], set()
+    frontier = [by_name[node_name]] if node_name in by_name else []
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for i in node.input:
+                p = producer.get(i)
+                if p is None or p.name in seen:
+                    continue
+                seen.add(p.name)
+                (found if eligible(p) and p.name not in exclude else nxt).append(p)
+        if found:
+            return [p.name for p in found]
+        frontier = nxt
+    return []
+
+
+CRASHED_NODE = re.compile(r"Name:'([^']+)'")  # ONNX Runtime: "... while running Gather node. Name:'<node>' ..."
+
+
+def crash_site(cand_model, message):
+    """Where a candidate that crashes on the failing inputs broke: the node ONNX Runtime names in ``message`` and,
+    when the artifact carries an index through float16 (``index_paths.rounded``), that path's node as the cause
+    (SentiToolKit: token id 4999 rounded to 5000 before its Embedding's Gather). A dict for the report."""
+    from paritygate.backend.onnx.artifacts import index_paths
+    from paritygate.backend.onnx.graph import scopes
+
+    named = CRASHED_NODE.search(message)
+    crashed = named.group(1) if named else None
+    ops = {n.name: n.op_type for n in scopes.nodes(cand_model.graph)}
+    paths = [p for p in index_paths.index_paths(cand_model) if "float16" in p["floats"].values()]
+    cause = next((p for p in paths if p["index_of"] == crashed), paths[0] if paths else None)
+    first = cause["node"] if cause else crashed
+    text = next((line.strip() for line in message.splitlines() if line.strip()), message)
+    return {"first_node": first, "op_type": ops.get(first), "crashed_node": crashed, "crash": text[-400:],
+            "cause": next((line for line in index_paths.rounded(cand_model) if f"'{cause['index_of']}'" in line),
+                          None) if cause else None, "verified": None}

@@ -1,0 +1,25 @@
+"""paritygate.backend.onnx.diagnosis.repair: the search's pruning prefers plans that keep multiply-accumulates in the
+stated precision (the heaviest members are tried for removal first)."""
+
+from paritygate.backend.onnx.diagnosis import repair
+
+
+def test_prune_drops_the_heaviest_member_first():
+    """Both {a, mac} and {a, b} pass; without weights the last added (b) goes, with them the MAC node does."""
+    def passes(nodes):
+        return "a" in nodes and ("mac" in nodes or "b" in nodes)
+
+    assert repair._prune(repair._Search(passes, 24), ["a", "mac", "b"], "a") == ["a", "mac"]
+    weight = {"a": 0, "mac": 1, "b": 0}.get
+    assert repair._prune(repair._Search(passes, 24), ["a", "mac", "b"], "a", weight) == ["a", "b"]
+
+
+def test_search_passes_its_weight_to_the_prune():
+    trail = iter(["a", "mac", "b"])
+
+    def passes(nodes):
+        return {"a", "mac", "b"} <= set(nodes) or set(nodes) == {"a", "b"}
+
+    plan = repair.search(lambda nodes: next(trail), passes, ["a", "mac", "b"], lambda name, nodes: [],
+                         weight={"a": 0, "mac": 1, "b": 0}.get)
+    assert plan.verified and plan.nodes == ["a", "b"]
