@@ -5,7 +5,7 @@ import pytest
 pytestmark = [pytest.mark.tf]
 
 
-def test_goldens_reproduce(request, parity_context, parity_model, parity_result):
+def test_goldens_reproduce(request, parity_context, parity_model, parity_result, parity_record):
     """The committed goldens (``goldens/<model>.npz``, sha256 in ``goldens/manifest.json``) still come out of today's TensorFlow within the FP32 tolerance."""
     import dataclasses
 
@@ -40,7 +40,9 @@ def test_goldens_reproduce(request, parity_context, parity_model, parity_result)
         return
     golden = goldens.load_golden(spec)
     drift = goldens.reference_drift(spec, runner.weights_sha256())
-    parity_result.details["golden"] = str(goldens.golden_path(spec))
+    where = {"golden": str(goldens.golden_path(spec))}
+    if drift is not None:  # the test's own result is the row; else the comparison's (below)
+        parity_result.details.update(where)
     assert drift is None, (f"{spec.reference}: the reference changed since its goldens were made "
                            f"(weights sha256 {drift[0]} -> {drift[1]}); regenerate deliberately with "
                            f"`{commands.regenerate_goldens(spec.source, spec.name)}`")
@@ -53,7 +55,7 @@ def test_goldens_reproduce(request, parity_context, parity_model, parity_result)
     result = merged(results, golden.groups, results[0]) if len(results) > 1 else results[0]
     kernel_order.record(result, order)
     result.inputs = {"shapes": shape_records(golden.groups, results)}
-    parity_result.take(result).details["tensorflow"] = parity_context.versions()["tensorflow"]
+    parity_record(result).details = {**where, **result.details, "tensorflow": parity_context.versions()["tensorflow"]}
     assert result.passed, "today's TensorFlow no longer reproduces the goldens:\n" + "\n".join(result.failures)
 
 

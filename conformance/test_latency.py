@@ -13,13 +13,16 @@ import pytest
 pytestmark = [pytest.mark.latency, pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_available")]
 
 
-def test_latency(parity_context, parity_case, parity_result):
+def test_latency(parity_context, parity_case, parity_record):
     """p50/p90/p99 per batch size for the candidate and the TF reference, held to the model's budgets for the device class."""
+    from paritygate.judge import coverage
     from paritygate.latency import latency_check, numbers
     from paritygate.verdict import SuiteError
 
     spec, precision = parity_case
-    result = parity_result.take(latency_check(parity_context, spec, precision))
+    result = parity_record(latency_check(parity_context, spec, precision))
+    passing = not (result.failures or result.errors or result.inconclusive or result.details["unbudgeted"])
+    coverage.judge(parity_context, spec, precision, result, passed=passing)  # a pass below it: inconclusive
     if result.inconclusive:  # load only slows a run down: a pass stands, a miss cannot tell
         raise result.inconclusive_error()
     assert result.passed, "\n".join(result.failures + result.errors)  # the candidate missed a budget: fail

@@ -11,34 +11,40 @@ def test_engine_builds(parity_context, parity_case, parity_result):
     suite's ``error`` for an artifact the suite built), and no numeric check of this precision can pass. The details
     hold what the engine runs: its kernels, the ONNX nodes fused into each, its tensors' datatypes and the
     engine-side precision coverage; the builder's warnings are findings."""
+    from paritygate.judge import coverage
+
+    with coverage.judged(parity_context, *parity_case, parity_result):
+        _engine_builds(parity_context, *parity_case, parity_result)
+
+
+def _engine_builds(ctx, spec, precision, result):
     from paritygate.backend.base import CandidateFault
     from paritygate.backend.engines import engine_build, engine_gate
     from paritygate.backend.onnx.artifacts.loader import artifact_report
     from paritygate.backend.trt import aot, layers
 
-    spec, precision = parity_case
-    if parity_context.runtime == "tensorrt" or precision in spec.engines:
-        pytest.skip(f"the candidate runtime ({parity_context.runtime}) builds or loads its own engine")
+    if ctx.runtime == "tensorrt" or precision in spec.engines:
+        pytest.skip(f"the candidate runtime ({ctx.runtime}) builds or loads its own engine")
     reason = aot.missing_reason()
     if reason:
-        lint = artifact_report(spec, precision, parity_context.fp16_keep_fp32)["lint"]
-        parity_result.details.update(lint=lint, builder=None)
+        lint = artifact_report(spec, precision, ctx.fp16_keep_fp32)["lint"]
+        result.details.update(lint=lint, builder=None)
         pytest.skip(f"TensorRT's builder is not here: {reason}; the lint stands in ({len(lint)} findings in the "
                     "details, not a verdict)")
-    built = engine_build(parity_context, spec, precision)
-    parity_result.details.update(engine={k: built[k] for k in ("builder", "targets", "built", "error", "seconds",
-                                                               "artifact", "coverage", "warnings", "layers")},
-                                 fused=layers.fused_groups(built["layers"]))
+    built = engine_build(ctx, spec, precision)
+    result.details.update(engine={k: built[k] for k in ("builder", "targets", "built", "error", "seconds",
+                                                        "artifact", "coverage", "warnings", "layers")},
+                          fused=layers.fused_groups(built["layers"]))
     for warning in built["warnings"]:
-        parity_result.finding("engine_warning", {"summary": f"{built['builder']} warned: {warning}",
-                                                 "builder": built["builder"], "message": warning})
+        result.finding("engine_warning", {"summary": f"{built['builder']} warned: {warning}",
+                                          "builder": built["builder"], "message": warning})
     try:
-        engine_gate(parity_context, spec, precision)  # a SuiteError (the suite's build) is the row's error
+        engine_gate(ctx, spec, precision)  # a SuiteError (the suite's build) is the row's error
     except CandidateFault as err:
         pytest.fail(str(err), pytrace=False)
 
 
-def test_matches_reference(parity_context, parity_case, parity_result):
+def test_matches_reference(parity_context, parity_case, parity_record):
     """The candidate at each precision matches the goldens (or the live TF reference): elementwise policy on every output, plus the task metric."""
     from paritygate.backend.runtimes import recorded_mapping
     from paritygate.judge.parity import candidate_parity
@@ -46,42 +52,48 @@ def test_matches_reference(parity_context, parity_case, parity_result):
     spec, precision = parity_case
     result, ref = candidate_parity(parity_context, spec, precision)
     shapes = (result.inputs or {}).get("shapes")
-    parity_result.take(result).details.update(
+    parity_record(result).details.update(
         reference=ref.source, samples=sum(s["rows"] for s in shapes) if shapes else len(next(iter(ref.inputs.values()))),
         candidate=_describe_candidate(parity_context, spec, precision),
         io_mapping=recorded_mapping(parity_context, spec))
     if not result.passed:
-        _localize(parity_context, spec, precision, ref, parity_result.details)
+        _localize(parity_context, spec, precision, ref, result.details)
     assert result.passed, "\n".join(result.failures)
     if result.inconclusive:  # a NaN / Inf reference, or inputs that could not have shown a failure
         raise result.inconclusive_error()
 
 
-def test_accepts_every_batch_size(parity_context, parity_case, parity_details):
+def test_accepts_every_batch_size(parity_context, parity_case, parity_result):
     """The candidate must accept every batch size 1..max_batch (a rejection fails, it is not skipped), at each
     corner (min, opt, max) of a dynamic input's profile."""
     from paritygate.backend.runtimes import candidate_runner
     from paritygate.inputs.strategies import batch_feeds
+    from paritygate.judge import coverage
     from paritygate.judge.parity import reference_set
 
     spec, precision = parity_case
-    runner = candidate_runner(parity_context, spec, precision)
-    ref = reference_set(parity_context, spec)
-    rejected, shapes = {}, []
-    for batch in range(1, spec.max_batch + 1):
-        for feed in batch_feeds(spec, ref.inputs, batch):
-            label = f"{batch}: {_shape_of(feed)}" if shapes_vary(spec) else batch
-            shapes.append({k: list(v.shape) for k, v in feed.items()})
-            try:
-                out = runner.infer(feed)
-            except Exception as err:  # noqa: BLE001 - each runtime raises its own types; any error is a rejection
-                rejected[label] = str(err).splitlines()[0][:300]
-                continue
-            wrong = {k: list(v.shape) for k, v in out.items() if v.shape[:1] != (batch,)}
-            if wrong:
-                rejected[label] = f"outputs {wrong} do not have batch dimension {batch}"
-    parity_details.update(max_batch=spec.max_batch, rejected=rejected, inputs={"shapes": shapes})
-    assert not rejected, f"{spec.name} {precision}: batch sizes rejected by the candidate: {rejected}"
+    with coverage.judged(parity_context, spec, precision, parity_result):
+        runner = candidate_runner(parity_context, spec, precision)
+        ref = reference_set(parity_context, spec)
+        rejected, shapes = {}, []
+        for batch in range(1, spec.max_batch + 1):
+            for feed in batch_feeds(spec, ref.inputs, batch):
+                label = f"{batch}: {_shape_of(feed)}" if shapes_vary(spec) else batch
+                shapes.append({k: list(v.shape) for k, v in feed.items()})
+                rejected.update(_rejection(runner, feed, batch, label))
+        parity_result.details.update(max_batch=spec.max_batch, rejected=rejected)
+        parity_result.inputs = {"shapes": shapes}
+        assert not rejected, f"{spec.name} {precision}: batch sizes rejected by the candidate: {rejected}"
+
+
+def _rejection(runner, feed, batch, label):
+    """{label: why} when the candidate rejects ``feed`` (a batch of ``batch``), else {}."""
+    try:
+        out = runner.infer(feed)
+    except Exception as err:  # noqa: BLE001 - each runtime raises its own types; any error is a rejection
+        return {label: str(err).splitlines()[0][:300]}
+    wrong = {k: list(v.shape) for k, v in out.items() if v.shape[:1] != (batch,)}
+    return {label: f"outputs {wrong} do not have batch dimension {batch}"} if wrong else {}
 
 
 def shapes_vary(spec):
@@ -92,9 +104,16 @@ def _shape_of(feed):
     return ", ".join(f"{k} {list(v.shape)}" for k, v in feed.items())
 
 
-def test_task_on_heldout(parity_context, parity_case, parity_details):
+def test_task_on_heldout(parity_context, parity_case, parity_result):
     """The task metric on the model's full held-out set (``inputs/<model>_heldout.npz`` beside the config):
     e.g. accuracy >= 99% of the reference's on real held-out data (MLPerf's rule)."""
+    from paritygate.judge import coverage
+
+    with coverage.judged(parity_context, *parity_case, parity_result):
+        _task_on_heldout(parity_context, *parity_case, parity_result)
+
+
+def _task_on_heldout(ctx, spec, precision, result):
     from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
     from paritygate.comparator.task import task_metrics
     from paritygate.inputs import goldens
@@ -102,7 +121,6 @@ def test_task_on_heldout(parity_context, parity_case, parity_details):
     from paritygate.judge.parity import run_batched
     from paritygate.lazy import available, missing_reason
 
-    spec, precision = parity_case
     if not available("tensorflow"):  # checked without importing it: the reference cache may need no TensorFlow
         pytest.skip(missing_reason("tensorflow"))
     path = goldens.heldout_set_path(spec)
@@ -112,11 +130,11 @@ def test_task_on_heldout(parity_context, parity_case, parity_details):
         pytest.skip(f"model '{spec.name}' has no held-out set ({path})")
     heldout = read_input_set(spec, path, "held-out set")
     inputs, labels = heldout.inputs, heldout.labels
-    ref = run_batched(reference_runner(parity_context, spec), inputs, spec.max_batch)
-    cand = run_batched(candidate_runner(parity_context, spec, precision), inputs, spec.max_batch)
-    task = task_metrics(resolved_spec(parity_context, spec), precision, ref, cand, labels)
-    parity_details.update(task=task, heldout=str(path))
-    assert task["passed"], f"{spec.name} {precision}: task metric on {path.name} failed: {task}"
+    ref = run_batched(reference_runner(ctx, spec), inputs, spec.max_batch)
+    cand = run_batched(candidate_runner(ctx, spec, precision), inputs, spec.max_batch)
+    result.task = task_metrics(resolved_spec(ctx, spec), precision, ref, cand, labels)
+    result.details["heldout"] = str(path)
+    assert result.task["passed"], f"{spec.name} {precision}: task metric on {path.name} failed: {result.task}"
 
 
 def _describe_candidate(ctx, spec, precision):

@@ -33,7 +33,7 @@ def beam_subject(parity_context, parity_model):
 
 
 @pytest.fixture
-def beam_check(request, parity_options, beam_subject, parity_result):
+def beam_check(request, parity_options, beam_subject, parity_record):
     """Run a named check: apply its known upstream expectations as strict xfail, record details, assert."""
     from paritygate.beam.copies import model_copies
     from paritygate.beam.direct import DIRECT_CHECKS
@@ -46,16 +46,18 @@ def beam_check(request, parity_options, beam_subject, parity_result):
         config = None if parity_options.is_bundled else parity_options.config_path
         expected = match(name, beam_subject, run_expectations(parity_options.context, config))
         xfail, named = split(expected, parity_options.is_bundled)
+        noted = {}
         if xfail:
             reason = " | ".join(e.describe() for e in xfail)
             request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
-            parity_result.details["expectations"] = [e.as_dict() for e in xfail]
+            noted["expectations"] = [e.as_dict() for e in xfail]
         if named:
-            parity_result.details["upstream_defects"] = [e.as_dict() for e in named]
+            noted["upstream_defects"] = [e.as_dict() for e in named]
         check = {**PIPELINE_CHECKS, **DIRECT_CHECKS, "beam_batch_latency": batch_latency,
                  "beam_multi_process": multi_process, "beam_model_update": model_update,
                  "beam_model_copies": model_copies}[name]
-        result = parity_result.take(check(beam_subject, **kwargs))
+        result = parity_record(check(beam_subject, **kwargs))
+        result.details = {**noted, **result.details}
         assert result.passed, (f"{beam_subject.spec.name} {name} ({result.details['handler']}):\n" + "\n".join(result.failures)
                                + "".join(_named(e, beam_subject.spec.name, name) for e in named))
 

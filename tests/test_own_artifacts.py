@@ -49,7 +49,7 @@ def quantized(folder, source, low=-1.0):
     np.savez(folder / "calib.npz", x=np.linspace(-1, 1, 16, dtype=np.float32).reshape(-1, 1))
 
 
-def run(pytester, toy_saved_model, onnx_files, precisions, *args, checks="matches_reference"):
+def run(pytester, toy_saved_model, onnx_files, precisions, *args, checks="matches_reference", plugins=()):
     cfg = write_config(pytester.path, {"models": [{
         "name": "toy", "reference": str(toy_saved_model), "onnx": onnx_files, "precisions": precisions,
         "max_batch": 4, "task": "regression", "calibration": "calib.npz",
@@ -57,7 +57,7 @@ def run(pytester, toy_saved_model, onnx_files, precisions, *args, checks="matche
     report = pytester.path / "report"
     result = pytester.runpytest(str(CONFORMANCE / "test_parity.py"), "-k", checks,
                                            f"--parity-config={cfg}", f"--parity-report={report}",
-                                           "-p", "no:cacheprovider", "-p", "no:xdist", *args)
+                                           "-p", "no:cacheprovider", "-p", "no:xdist", *args, plugins=list(plugins))
     path = report / "parity-report.json"
     rows = json.loads(path.read_text())["checks"] if path.exists() else []
     if checks == "matches_reference":
@@ -91,20 +91,42 @@ def test_a_file_that_is_not_what_its_key_says_stops_the_run(pytester, toy_saved_
                                  "*key 'onnx.int8': *m.onnx holds no QuantizeLinear/DequantizeLinear*"])
 
 
-def test_an_fp16_file_whose_macs_run_in_fp32_is_never_a_pass(pytester, toy_saved_model):
+def test_an_fp16_file_whose_macs_run_in_fp32_is_never_a_pass(pytester, toy_saved_model, monkeypatch):
     """Only the graph's tail in FP16 (the MatMuls blocked): it computes float16 tensors, so it loads and runs,
-    but 0% of its multiply-accumulates are FP16: inconclusive, which fails the run."""
+    but 0% of its multiply-accumulates are FP16: inconclusive, which fails the run. The judge call made that
+    verdict (judge.coverage inside judge.parity.candidate_parity), and the recorded row is the judge's own
+    CheckResult: the very object it returned, whose record is the report's row."""
+    from paritygate.judge import parity
+    from paritygate.plugin import SESSION_KEY
+
+    judged, recorded, real = [], [], parity.candidate_parity
+
+    def spy(*args, **kwargs):  # the real judge, its result kept
+        found = real(*args, **kwargs)
+        judged.append(found[0])
+        return found
+
+    class Recorded:
+        def pytest_sessionfinish(self, session):
+            recorded.extend(session.config.stash[SESSION_KEY].checks)
+
+    monkeypatch.setattr(parity, "candidate_parity", spy)
     source = fp32_model()
     quantized(pytester.path, source)
     disguised = float16.convert_float_to_float16(source, keep_io_types=True, node_block_list=["mm_y", "mm_z"])
     tail = h.make_node("Cast", ["y"], ["y_half"], to=T.FLOAT16, name="tail")  # one float16 tensor, no MACs
     disguised.graph.node.append(tail)
     onnx.save(disguised, str(pytester.path / "m.fp16.onnx"))
-    result, checks = run(pytester, toy_saved_model, {"fp32": "m.onnx", "fp16": "m.fp16.onnx"}, ["fp32", "fp16"])
+    result, checks = run(pytester, toy_saved_model, {"fp32": "m.onnx", "fp16": "m.fp16.onnx"}, ["fp32", "fp16"],
+                         plugins=[Recorded()])
     assert checks["fp16"]["status"] == "inconclusive", result.stdout.str()
     assert checks["fp16"]["details"]["precision_coverage"]["mac_share"] == 0.0
     assert "computes 0.0% of its multiply-accumulates in fp16" in checks["fp16"]["details"]["message"]
     assert result.ret == 1
+    row = next(c for c in recorded if c.precision == "fp16")
+    assert any(row is j for j in judged) and row.status == "inconclusive"
+    assert row.to_dict() == checks["fp16"]  # the report's row is that object's record
+    assert "computes 0.0% of its multiply-accumulates" in row.inconclusive["message"]
 
 
 def test_an_int8_file_tensorrts_parser_rejects_fails_before_any_numeric_check(pytester, toy_saved_model):

@@ -2,6 +2,7 @@
 the report's schema-1 check record (typed fields under their keys in ``details``)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,6 +39,27 @@ def test_every_result_round_trips_through_json_exactly(result):
     record = json.loads(json.dumps(result.to_dict(), allow_nan=False))
     assert CheckResult.from_dict(record) == result
     assert CheckResult.from_dict(record).to_dict() == record
+
+
+RAW = st.sampled_from([np.float32(0.5), np.arange(2), float("nan"), float("-inf"), (1, 2), Path("a/b")])
+TYPED_IN_DETAILS = st.dictionaries(st.sampled_from(sorted(DETAIL_KEYS.values())), JSON | RAW | st.just([]), max_size=3)
+
+
+@hypothesis.given(_results(), TYPED_IN_DETAILS, st.dictionaries(NOT_TYPED, RAW, max_size=2))
+def test_settle_makes_the_result_what_its_record_reads_back_in_place(result, typed, raw):
+    """What the recorder keeps is the judge's own object, holding exactly what a to_dict/from_dict round trip gave
+    (typed keys written into details, numpy values, NaN, tuples, paths), so the report's content is unchanged."""
+    result.details.update({**raw, **typed})
+    expected = CheckResult.from_dict(json.loads(json.dumps(result.to_dict(), allow_nan=False)))
+    assert result.settle() is result
+    assert result == expected
+
+
+def test_settle_turns_empty_typed_lists_into_their_defaults_and_refuses_a_bad_status():
+    r = CheckResult("toy", "fp32", "latency", "pass", latency=[], errors=[], details={"task": {"passed": True}})
+    assert r.settle() == CheckResult("toy", "fp32", "latency", "pass", task={"passed": True})
+    with pytest.raises(ValueError, match="status must be one of"):
+        CheckResult("toy", None, "x", "passed").settle()
 
 
 def test_the_record_is_the_schema_1_check_record():

@@ -1,5 +1,7 @@
 """paritygate.session: the recorder counts what its own run did, not what the process did before it."""
 
+import json
+
 from paritygate.backend import cache, reference_cache
 from paritygate.common import timeline
 from paritygate.session import ParitySession
@@ -23,3 +25,46 @@ def test_a_second_session_in_one_process_counts_only_its_own_work(monkeypatch):
     handed = {}
     second._hand_over(handed)  # an xdist worker hands the controller its own counts too
     assert '"builds": 0' in handed["paritygate_cache_stats"] and '"reused": 533' in handed["paritygate_reference_cache_stats"]
+
+
+REGISTERED = """
+import numpy as np
+from paritygate.result import CheckResult
+
+JUDGED = []
+
+def test_judged(parity_model, parity_record):
+    result = CheckResult("any", None, "any", details={"half": np.float32(0.5)})
+    JUDGED.append(result)
+    parity_record(result).details["noted"] = "after"
+
+def test_two_results(parity_model, parity_result, parity_record):
+    parity_result.details["mine"] = 1
+    parity_record(CheckResult("m", None, "two_results"))
+
+def test_recorded_as_itself(parity_model, request):
+    from paritygate.plugin import SESSION_KEY
+
+    judged = [c for c in request.config.stash[SESSION_KEY].checks if c.check == "judged"]
+    assert len(judged) == 1 and judged[0] is JUDGED[0]
+"""
+
+
+def test_the_session_records_the_registered_result_itself_and_refuses_two(pytester):
+    """``parity_record`` makes the judge's object the test's check: the session keeps that very object (with the
+    item's model and check, settled as its record reads back); a test that wrote into its own result and then
+    registers another one fails, naming the rule."""
+    pytester.makepyfile(test_registered=REGISTERED)
+    (pytester.path / "sm").mkdir()
+    (pytester.path / "parity.toml").write_text(
+        '[[models]]\nname = "m"\nreference = "sm"\nprecisions = ["fp32"]\nmax_batch = 1\n'
+        '[models.inputs.x]\nshape = [-1, 1]\ndtype = "float32"\nrange = [0.0, 1.0]\n')
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", f"--parity-report={report}",
+                                           f"--parity-config={pytester.path / 'parity.toml'}")
+    checks = {c["check"]: c for c in json.loads((report / "parity-report.json").read_text())["checks"]}
+    assert {k: c["status"] for k, c in checks.items()} == {"judged": "pass", "two_results": "fail",
+                                                          "recorded_as_itself": "pass"}, result.stdout.str()
+    assert checks["judged"]["model"] == "m" and checks["judged"]["details"]["half"] == 0.5
+    assert checks["judged"]["details"]["noted"] == "after"
+    assert "wrote into its own result (parity_result) and then registered" in checks["two_results"]["details"]["message"]

@@ -44,6 +44,17 @@ class RunContext:
         reference, the second kernel order's): each memo that holds one closes it (``Store.close``)."""
         self.store.close()
 
+    def start_goldens(self, checks, alone):
+        """Before the checks: start the TensorFlow reference of each goldens check in ``checks`` (key -> its
+        model's spec) in a process of its own (``backend.tf.process.start_goldens_reference``) when the run is
+        ``alone`` with its TensorFlow (serial, no Beam check) and neither rewrites goldens nor measures latency;
+        returns the keys whose reference started (their checks run last)."""
+        if self.update_goldens or self.spin or not alone:
+            return []
+        from paritygate.backend.tf.process import start_goldens_reference
+
+        return [key for key, spec in checks.items() if start_goldens_reference(self, spec)]
+
     def versions(self):
         """Versions and device (``environment()``), read once per run."""
         return ENVIRONMENT.get(self, Once(), environment)

@@ -3,8 +3,8 @@
 Importing this module imports none of tensorflow, tensorrt, apache_beam or cuda.
 """
 
+import functools
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,14 +13,14 @@ from paritygate.context import RUNTIMES, RunOptions
 from paritygate.extras import require_extras, restore_importorskip
 from paritygate.gpu.device import pin_xdist_worker
 from paritygate.lazy import available
+from paritygate.models.bundled import in_conformance
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
-from paritygate.models.known import load_known_failures, mark_known_failures
-from paritygate.session import ParitySession, case_of
+from paritygate.models.known import mark_known_failures
+from paritygate.session import ParitySession, case_of, register, result_of
 from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
 
 SESSION_KEY = pytest.StashKey[ParitySession]()  # the recorder
 OPTIONS_KEY = pytest.StashKey[RunOptions]()  # the run's options; its .context is what checks compute with
-BASELINE_KEY = pytest.StashKey[object]()  # report.baseline.Baseline, read up front (controller only)
 GPU_REQUIRED_KEY = pytest.StashKey[str]()  # why a gpu/trt item cannot run, when --require-gpu is given
 
 MARKERS = {
@@ -101,23 +101,9 @@ def pytest_configure(config):
     except ValueError as err:
         raise pytest.UsageError(str(err)) from err
     session = config.stash[SESSION_KEY] = ParitySession(options)
-    if not options.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected
-        try:
-            _ = options.models
-        except ConfigError as err:
-            _refuse(session, str(err))
-    if not options.is_xdist_worker:  # a bad baseline or gate fails the run at once, not after the checks
-        from paritygate.report.baseline import Baseline, BaselineError
-
-        try:
-            config.stash[BASELINE_KEY] = Baseline(options.baseline_path, options.baseline_fail)
-        except BaselineError as err:
-            _refuse(session, str(err))
-    if options.report_dir is not None:
-        try:
-            session.check_report_dir()
-        except OSError as err:
-            raise pytest.UsageError(str(err)) from err
+    problem = session.open()
+    if problem is not None:
+        raise pytest.UsageError(problem)
 
 
 # RunOptions keyword -> the pytest option it is read from as given
@@ -136,28 +122,10 @@ def _options(config):
                       is_xdist_worker=hasattr(config, "workerinput"))
 
 
-def _refuse(session, problem):
-    """Stop a run whose input pytest has not started on (exit code 4): the report, when one was asked for and its
-    folder can be written, holds the problem and no checks, as after a stop by the validation pass."""
-    options = session.options
-    session.validation = {"config": str(options.config_path), "models": {}, "problems": [problem]}
-    if options.report_dir is not None and not options.is_xdist_worker:
-        from paritygate.report import write_report
-
-        try:
-            session.check_report_dir()
-            write_report(session, options.report_dir)
-        except OSError:
-            pass  # the folder cannot be written: the problem line is all there is
-    raise pytest.UsageError(problem)
-
-
 def _stop(config, problems):
     """Stop a started run before any check (exit code 4): each problem is one ``ERROR:`` line, printed now, so
     that it comes before pytest's summary; the session's finish writes the report (problems, no checks)."""
-    parity = config.stash[SESSION_KEY]
-    if parity.validation is None:
-        parity.validation = {"config": str(parity.options.config_path), "models": {}, "problems": list(problems)}
+    config.stash[SESSION_KEY].stopped(problems)
     for line in problems:
         sys.stderr.write(f"ERROR: {line}\n")
     sys.stderr.flush()
@@ -167,14 +135,8 @@ def _stop(config, problems):
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so that `-m gpu` also selects trt tests
 def pytest_collection_modifyitems(config, items):
     options = config.stash[OPTIONS_KEY]
-    worker = hasattr(config, "workerinput")
-    candidate_on_trt = options.runtime == "tensorrt"
-    from paritygate.beam.expectations import expectations_for
-
     try:
-        known = load_known_failures(options.config_path, [m.name for m in options.models])
-        # [[expectations]] beside the config are read now (their reaches and when too): a malformed entry stops
-        expectations_for(options.config_path)  # the run, not a Beam check (ExpectationError is a ConfigError)
+        known = config.stash[SESSION_KEY].known_failures()
     except ConfigError as err:
         _stop(config, [str(err)])
     for item in items:
@@ -182,7 +144,7 @@ def pytest_collection_modifyitems(config, items):
         if model is not None and known:
             mark_known_failures(item, model, precision, options.runtime, known, options.numerics)
         if options.runtime != "onnxruntime" and "parity_candidate_available" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.trt if candidate_on_trt else pytest.mark.gpu)  # on a GPU: `-m gpu` selects
+            item.add_marker(pytest.mark.trt if options.runtime == "tensorrt" else pytest.mark.gpu)  # on a GPU: `-m gpu` selects
         if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.gpu)  # trt implies gpu
         if item.get_closest_marker("gpu") or item.get_closest_marker("trt"):
@@ -191,7 +153,7 @@ def pytest_collection_modifyitems(config, items):
                 item.stash[GPU_REQUIRED_KEY] = reason  # fails in pytest_runtest_setup
             elif reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
-        if worker and item.get_closest_marker("latency"):
+        if options.is_xdist_worker and item.get_closest_marker("latency"):
             item.add_marker(pytest.mark.skip(reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
     items[:] = sorted(items, key=lambda item: item.get_closest_marker("latency") is not None)  # parity verdicts first
 
@@ -199,65 +161,39 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     """Validate every model once, before any check runs, when the conformance suite's checks over models were
     collected (not on xdist workers: the controller does it, in pytest_xdist_node_collection_finished). ONNX
-    Runtime's candidate threads spin-wait only in a run that measures latency (``RunContext.spin``). A serial run
-    without latency or Beam checks (which import TensorFlow here anyway: a live reference, a TF handler) starts a
-    goldens check's TensorFlow in a process of its own (``start_goldens_reference``) and runs that check last."""
-    if hasattr(session.config, "workerinput") or session.config.stash[SESSION_KEY].validation is not None:
+    Runtime's candidate threads spin-wait only in a run that measures latency (``RunContext.spin``); a goldens
+    check whose TensorFlow the context started in a process of its own (``RunContext.start_goldens``) runs last."""
+    config, items = session.config, session.items
+    if hasattr(config, "workerinput") or config.stash[SESSION_KEY].validation is not None:
         return  # a worker; or a run stopped in modifyitems (a bad expectations.toml), after which pytest calls this
-    if any(case_of(item)[0] is not None and _in_conformance(item.path) for item in session.items):
-        options = session.config.stash[OPTIONS_KEY]
-        options.context.spin = any(i.get_closest_marker("latency") for i in session.items)
-        _validate(session.config)
-        if not (options.update_goldens or options.context.spin or session.config.pluginmanager.has_plugin("dsession")
-                or any("beam_check" in getattr(i, "fixturenames", ()) for i in session.items)):
-            from paritygate.backend.runtimes import start_goldens_reference
-
-            started = [i for i in session.items if i.originalname == "test_goldens_reproduce" and _in_conformance(
-                i.path) and start_goldens_reference(options.context, i.callspec.params["parity_model"])]
-            session.items[:] = [i for i in session.items if i not in started] + started
+    if any(case_of(item)[0] is not None and in_conformance(item.path) for item in items):
+        goldens = {i: i.callspec.params["parity_model"] for i in items
+                   if i.originalname == "test_goldens_reproduce" and in_conformance(i.path)}
+        context = config.stash[OPTIONS_KEY].context
+        context.spin = any(i.get_closest_marker("latency") for i in items)
+        _validate(config)
+        alone = not (config.pluginmanager.has_plugin("dsession") or any("beam_check" in getattr(i, "fixturenames", ())
+                                                                         for i in items))
+        started = context.start_goldens(goldens, alone)
+        items[:] = [i for i in items if i not in started] + started
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
     """xdist controller: it collects nothing itself; the first worker's collection says whether to validate.
     No test is scheduled before every worker has reported its collection, so this still runs before any check."""
-    config = node.config
-    parity = config.stash[SESSION_KEY]
-    if parity.validation is None and any(_is_model_check(config, parity.options, nodeid) for nodeid in ids):
-        _validate(config)
-
-
-def _in_conformance(path):
-    """Whether ``path`` is one of the bundled conformance tests (installed, or in the checkout): the suite whose
-    checks over models are validated first."""
-    from paritygate.models.bundled import CHECKOUT, conformance_dir
-
-    path = Path(path).resolve()
-    return any(path.is_relative_to(d) for d in {conformance_dir(), CHECKOUT / "conformance"})
-
-
-def _is_model_check(config, options, nodeid):
-    path, _, rest = nodeid.partition("::")
-    if "[" not in rest or not _in_conformance(config.rootpath / path):
-        return False
-    param = rest[rest.index("[") + 1:].rstrip("]")
-    try:
-        names = [m.name for m in options.models]
-    except ConfigError:
-        return False
-    return any(param == n or param.startswith(f"{n}-") for n in names)
+    parity = node.config.stash[SESSION_KEY]
+    if parity.validation is None and any(parity.is_model_check(node.config.rootpath, nodeid) for nodeid in ids):
+        _validate(node.config)
 
 
 def _validate(config):
-    from paritygate.judge.preflight import validate_models
-
-    parity, options = config.stash[SESSION_KEY], config.stash[OPTIONS_KEY]
     try:
-        found = parity.validation = validate_models(options.context, options.models, options.config_path)
+        problems = config.stash[SESSION_KEY].validate()
     except ConfigError as err:
         _stop(config, [str(err)])
-    if found["problems"]:
-        _stop(config, found["problems"])
+    if problems:
+        _stop(config, problems)
 
 
 def pytest_runtest_setup(item):
@@ -265,22 +201,6 @@ def pytest_runtest_setup(item):
     reason = item.stash.get(GPU_REQUIRED_KEY, None)
     if reason is not None:
         pytest.fail(f"--require-gpu: {reason}", pytrace=False)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    """An fp16/int8 candidate check records its artifact's precision coverage; a pass below the model's minimum
-    is ``inconclusive`` (an "fp16" artifact computing in FP32 proves nothing about FP16). A check that did not
-    pass records the coverage too: every fp16/int8 row carries it."""
-    from paritygate.judge.coverage import coverage_after_failure, coverage_verdict
-
-    try:
-        result = yield
-    except BaseException:
-        coverage_after_failure(item, item.config.stash[OPTIONS_KEY].context, _result_of(item))
-        raise
-    coverage_verdict(item, item.config.stash[OPTIONS_KEY].context, _result_of(item))
-    return result
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -329,28 +249,23 @@ def _classify(report, call):
             report.user_properties.append(("paritygate_inconclusive_allowed", str(exc)))
 
 
+# the statuses pytest has no word for: (category, letter, verbose word)
+WORDS = {"error": ("error", "E", "ERROR"), "inconclusive": ("inconclusive", "I", "INCONCLUSIVE"),
+         "regenerated": ("regenerated", "R", "REGENERATED")}
+
+
 def pytest_report_teststatus(report, config):
     """`error`, `inconclusive` and `regenerated` get their own word in the terminal (counts, -r summary, verbose lines)."""
     status = getattr(report, REPORT_ATTR, None)
     if status is None and report.when == "call" and report.passed:  # xdist ships user_properties, not attributes
         status = next((v for k, v in report.user_properties if k == REPORT_ATTR and v in MARKED), None)
-    if status == "error":
-        return "error", "E", "ERROR"
-    if status == "inconclusive":
-        return "inconclusive", "I", "INCONCLUSIVE"
-    if status == "regenerated":
-        return "regenerated", "R", "REGENERATED"
-    return None
+    return WORDS.get(status)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    from paritygate.report.baseline import run_fails_reasons
-
     session.config.stash[OPTIONS_KEY].close()
-    parity = session.config.stash[SESSION_KEY]
-    parity.finish(workeroutput=getattr(session.config, "workeroutput", None),
-                  baseline=session.config.stash.get(BASELINE_KEY, None))
-    if run_fails_reasons(parity.baseline_section) and session.exitstatus == pytest.ExitCode.OK:
+    fails = session.config.stash[SESSION_KEY].finish(workeroutput=getattr(session.config, "workeroutput", None))
+    if fails and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # new failures or gating drift vs --parity-baseline
 
 
@@ -396,8 +311,16 @@ from paritygate.gpu.device import cuda_stream, gpu_fixture, gpu_memory_guard, gp
 
 @pytest.fixture
 def parity_result(request):
-    """The test's ``paritygate.result.CheckResult``, which the session records with the test's outcome as status."""
-    return _result_of(request.node)
+    """The test's own ``paritygate.result.CheckResult``, for a check judged in the test's body: the session records
+    it with the test's outcome as status."""
+    return result_of(request.node)
+
+
+@pytest.fixture
+def parity_record(request):
+    """``parity_record(result)``: the judge's ``CheckResult`` becomes the test's check, recorded as this very object
+    with the test's outcome as status (``paritygate.session.register``); returns it."""
+    return functools.partial(register, request.node)
 
 
 @pytest.fixture
@@ -410,16 +333,6 @@ def parity_details(parity_result):
 def parity_context(parity_options):
     """The run's ``RunContext``: what judge code computes with (options, runners, reference outputs)."""
     return parity_options.context
-
-
-def _result_of(item):
-    from paritygate.result import CheckResult
-    from paritygate.session import RESULT_KEY
-
-    if RESULT_KEY not in item.stash:
-        model, precision = case_of(item)
-        item.stash[RESULT_KEY] = CheckResult(model, precision, item.originalname.removeprefix("test_"))
-    return item.stash[RESULT_KEY]
 
 
 @pytest.fixture(scope="session")

@@ -5,11 +5,12 @@ recorder (``paritygate.session``) keeps, and what the report, the baseline diff,
 ``check``, ``status`` and ``details``, where each typed field below sits under its key in ``details``
 (``DETAIL_KEYS``) and ``details`` (free-form: the message, the reference used, the divergence, ...) holds the rest.
 ``from_dict`` reads such a record back; ``from_dict(r.to_dict()) == r`` for every result. A typed field that is
-None (or an empty list) is absent from the record.
+None (or an empty list) is absent from the record. JSON is for the edges (the report file, the xdist hand-over):
+inside a run one CheckResult goes from the judge to the report, ``settle()``d in place by the recorder.
 """
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from paritygate.verdict import STATUSES, Inconclusive
@@ -59,24 +60,34 @@ class CheckResult:
         self.findings.append({"kind": kind, "model": self.model, "precision": self.precision, "check": self.check,
                               "details": jsonable(details)})
 
-    def take(self, other):
-        """Take ``other``'s numbers, failures, findings and details (a judge function's result) into this one (the
-        test's own, which the session records): its model, precision, check and status stay."""
-        for f in fields(self):
-            value = getattr(other, f.name)
-            if f.name in ("model", "precision", "check", "status") or value is None:
-                continue
-            if f.name == "details":
-                self.details.update(value)
-            elif f.name in ("failures", "findings"):
-                getattr(self, f.name).extend(value)
-            else:
-                setattr(self, f.name, value)
-        return self
-
-    def to_dict(self):
+    def check_status(self):
+        """Refuse a status outside ``verdict.STATUSES`` (None: not judged yet)."""
         if self.status is not None and self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+    def settle(self):
+        """Make this result hold what its record reads back as (``from_dict(r.to_dict())``), in place: a typed
+        field's key in ``details`` moves to that field when the field is empty, and every value becomes plain JSON
+        data (``jsonable``). The recorder settles each result it keeps, so the report shows the judge's own
+        object; a status outside ``verdict.STATUSES`` is refused. Returns self."""
+        self.check_status()
+        self._typed_from_details(jsonable)
+        self.details = jsonable(self.details)
+        return self
+
+    def _typed_from_details(self, plain=lambda value: value):
+        """Move ``details``' typed keys (``DETAIL_KEYS``) to their fields where these are empty; an empty field
+        that none fills gets its default (None, or [] for failures and findings)."""
+        for f in fields(self):
+            if f.name not in DETAIL_KEYS:
+                continue
+            value, held = getattr(self, f.name), self.details.pop(DETAIL_KEYS[f.name], None)
+            value = held if value is None or value == [] else value
+            setattr(self, f.name, plain(value) if value is not None else
+                    (f.default_factory() if f.default is MISSING else f.default))
+
+    def to_dict(self):
+        self.check_status()
         details = dict(self.details)
         for name, key in DETAIL_KEYS.items():
             value = getattr(self, name)
@@ -91,10 +102,10 @@ class CheckResult:
         missing = [k for k in ("model", "precision", "check", "status") if k not in record]
         if missing:
             raise ValueError(f"a check record needs {missing}; got keys {sorted(record)}")
-        details = dict(record.get("details") or {})
-        typed = {name: details.pop(key) for name, key in DETAIL_KEYS.items() if key in details}
-        return cls(record["model"], record["precision"], record["check"], record["status"], details=details,
-                   **{k: v for k, v in typed.items() if v is not None})
+        result = cls(record["model"], record["precision"], record["check"], record["status"],
+                     details=dict(record.get("details") or {}))
+        result._typed_from_details()
+        return result
 
 
 def read_checks(records):

@@ -1,9 +1,11 @@
-"""The one ParitySession of a pytest run: the recorder. It takes each check's ``paritygate.result.CheckResult``
-(the one a conformance test filled, ``RESULT_KEY``) with the pytest outcome's status, and the findings; merges
-what xdist workers recorded; and writes the report. The run's options (``paritygate.context.RunOptions``) and
+"""The one ParitySession of a pytest run: the recorder. It keeps each check's ``paritygate.result.CheckResult``
+itself (the judge's, which the test registered, or the test's own: ``RESULT_KEY``) with the pytest outcome's
+status, and the findings; merges what xdist workers recorded (JSON: the hand-over is an edge); and writes the
+report. The run's options (``paritygate.context.RunOptions``) and
 what checks compute with (``RunContext``) live in the context: judge code takes that, never the session. The
 baseline comparison and the terminal summary are the report's (``paritygate.report.baseline``, ``.summary``)."""
 
+import copy
 import json
 import os
 import tempfile
@@ -19,7 +21,7 @@ _CACHE_KEY = "paritygate_cache_stats"
 _FINDINGS_KEY = "paritygate_findings"
 _REFERENCE_KEY = "paritygate_reference_cache_stats"
 _TIME_KEY = "paritygate_time"
-RESULT_KEY = pytest.StashKey[CheckResult]()  # a test's result for its check, filled through `parity_result`
+RESULT_KEY = pytest.StashKey[CheckResult]()  # a test's result for its check (`result_of`, `register`)
 
 
 class ParitySession:
@@ -32,6 +34,7 @@ class ParitySession:
         self.checks = []
         self.findings = []  # facts for the model owner that are no candidate verdict (e.g. reference_unstable)
         self.validation = None  # paritygate.judge.preflight's findings, once the pass ran (controller only)
+        self.baseline = None  # report.baseline.Baseline: --parity-baseline and its gates, read by ``open`` (controller)
         self.baseline_section = None  # the report's "baseline" section, once the run is compared with it
         self.worker_cache_stats = {}
         self.worker_reference_stats = {}
@@ -40,10 +43,88 @@ class ParitySession:
         self.started = time.perf_counter()
         self._at_start = _counters()  # the process's counters: a second session in it (an in-process run) counts its own
 
+    # -- before the checks -----------------------------------------------------------------------------
+    def open(self):
+        """Check the run's input before any test: a team's config loads, --parity-baseline and its gates read
+        (the controller keeps them, ``baseline``), the report folder is writable. Returns the problem that stops
+        the run, or None; a config or baseline problem is in the report too (``refuse``)."""
+        options = self.options
+        try:
+            if not options.is_bundled:  # a wrong user config fails the run at once, whatever tests are selected
+                _ = options.models
+            if not options.is_xdist_worker:  # a bad baseline or gate fails the run at once, not after the checks
+                from paritygate.report.baseline import Baseline
+
+                self.baseline = Baseline(options.baseline_path, options.baseline_fail)
+        except ValueError as err:  # models.config.ConfigError, report.baseline.BaselineError
+            self.refuse(str(err))
+            return str(err)
+        try:
+            if options.report_dir is not None:
+                self.check_report_dir()
+        except OSError as err:
+            return str(err)
+        return None
+
+    def refuse(self, problem):
+        """A run stopped before pytest started on it: the report, when one was asked for and its folder can be
+        written, holds the problem and no checks, as after a stop by the validation pass."""
+        self.stopped([problem])
+        if self.options.report_dir is not None and not self.options.is_xdist_worker:
+            from paritygate.report import write_report
+
+            try:
+                self.check_report_dir()
+                write_report(self, self.options.report_dir)
+            except OSError:
+                pass  # the folder cannot be written: the problem line is all there is
+
+    def stopped(self, problems):
+        """The run stops before any check for ``problems`` (the validation pass's, kept when it ran)."""
+        if self.validation is None:
+            self.validation = {"config": str(self.options.config_path), "models": {}, "problems": list(problems)}
+
+    def validate(self):
+        """The validation pass over every model (``judge.preflight``), once, before any check: returns its
+        problems (ConfigError for a config that does not load)."""
+        from paritygate.judge.preflight import validate_models
+
+        options = self.options
+        self.validation = validate_models(options.context, options.models, options.config_path)
+        return self.validation["problems"]
+
+    def known_failures(self):
+        """The config's known failures (``models.known``), with the [[expectations]] beside it read now (their
+        reaches and when too): a malformed entry stops the run, not a Beam check (ConfigError)."""
+        from paritygate.beam.expectations import expectations_for
+        from paritygate.models.known import load_known_failures
+
+        options = self.options
+        known = load_known_failures(options.config_path, [m.name for m in options.models])
+        expectations_for(options.config_path)  # ExpectationError is a ConfigError
+        return known
+
+    def is_model_check(self, rootpath, nodeid):
+        """Whether xdist node id ``nodeid`` (relative to ``rootpath``) is a bundled conformance check over one of
+        the run's models."""
+        from paritygate.models.bundled import in_conformance
+        from paritygate.models.config import ConfigError
+
+        path, _, rest = nodeid.partition("::")
+        if "[" not in rest or not in_conformance(rootpath / path):
+            return False
+        param = rest[rest.index("[") + 1:].rstrip("]")
+        try:
+            names = [m.name for m in self.options.models]
+        except ConfigError:
+            return False
+        return any(param == n or param.startswith(f"{n}-") for n in names)
+
     # -- checks ---------------------------------------------------------------------------------------
     def record(self, result):
-        """Keep one check's CheckResult (a copy, as its JSON reads back) and its findings; returns the copy."""
-        result = CheckResult.from_dict(result.to_dict())  # to_dict refuses a status outside verdict.STATUSES
+        """Keep one check's CheckResult itself, settled (``CheckResult.settle``: as its record reads back; a status
+        outside verdict.STATUSES is refused), and its findings; returns it."""
+        result.settle()
         if result.status is None:
             raise ValueError(f"status must be one of {STATUSES}, got None ({result.model} {result.check})")
         self.checks.append(result)
@@ -63,9 +144,10 @@ class ParitySession:
         status = _status_of(report)
         if status is None:
             return
-        check = item.originalname.removeprefix("test_")
-        result = CheckResult.from_dict(item.stash.get(RESULT_KEY, CheckResult(model, precision, check)).to_dict())
-        result.model, result.precision, result.check, result.status = model, precision, check, status
+        result = result_of(item)
+        if any(c is result for c in self.checks):  # recorded at the call, now a teardown error: a row of its own
+            result = copy.deepcopy(result)
+        result.status = status
         details = result.details
         allowed = [v for k, v in report.user_properties if k == "paritygate_inconclusive_allowed"]
         if allowed:
@@ -119,13 +201,15 @@ class ParitySession:
         seconds = {k: round(s + self.worker_time.get(k, 0.0), 3) for k, s in self._since_start("time").items()}
         return {**seconds, "wall": round(time.perf_counter() - self.started, 3), "processes": 1 + self.workers}
 
-    def finish(self, workeroutput=None, baseline=None):
+    def finish(self, workeroutput=None):
         """An xdist worker hands its checks to the controller (``workeroutput``); the controller compares the run
-        with ``baseline`` (a ``report.baseline.Baseline``) unless the validation pass stopped it, and writes the
-        report when ``--parity-report`` names a folder."""
+        with its ``baseline`` unless the validation pass stopped it, and writes the report when
+        ``--parity-report`` names a folder. Returns whether the comparison fails the run (new failures or gating
+        drift: ``report.baseline.run_fails_reasons``)."""
         if workeroutput is not None:
             self._hand_over(workeroutput)
-            return
+            return False
+        baseline = self.baseline
         stopped = bool(self.validation and self.validation["problems"])  # no check ran: nothing to compare
         if baseline is not None and baseline.path is not None and not stopped:
             from paritygate.report import report_dict
@@ -135,6 +219,9 @@ class ParitySession:
             from paritygate.report import write_report
 
             write_report(self, self.options.report_dir)
+        from paritygate.report.baseline import run_fails_reasons
+
+        return bool(run_fails_reasons(self.baseline_section))
 
     def _hand_over(self, workeroutput):
         workeroutput[_WORKER_KEY] = json.dumps([c.to_dict() for c in self.checks])
@@ -152,6 +239,30 @@ class ParitySession:
                 pass
         except OSError as err:
             raise OSError(f"--parity-report={folder}: report folder is not writable: {err.strerror or err}") from err
+
+
+def result_of(item):
+    """The CheckResult the session records for conformance test ``item``: the one its test registered
+    (``register``), else the test's own, made with the item's model, precision and check on first use."""
+    if RESULT_KEY not in item.stash:
+        model, precision = case_of(item)
+        item.stash[RESULT_KEY] = CheckResult(model, precision, item.originalname.removeprefix("test_"))
+    return item.stash[RESULT_KEY]
+
+
+def register(item, result):
+    """Make the judge's ``result`` the check of conformance test ``item``: the session records this very object,
+    under the item's model, precision and check. A test that already wrote into its own result (``result_of``)
+    registers nothing: one result per check, never two merged. Returns ``result``."""
+    own = item.stash.get(RESULT_KEY, None)
+    model, precision = case_of(item)
+    check = item.originalname.removeprefix("test_")
+    if own is not None and own is not result and own != CheckResult(model, precision, check):
+        raise ValueError(f"{item.nodeid}: the test wrote into its own result (parity_result) and then registered "
+                         "a judge's; a check has one result: write into the judge's after registering it")
+    result.model, result.precision, result.check = model, precision, check
+    item.stash[RESULT_KEY] = result
+    return result
 
 
 def case_of(item):

@@ -16,8 +16,6 @@ from paritygate.verdict import SuiteError
 
 REFERENCES = Memo("references", key=ModelKey)  # the ReferenceRunner every check sees (behind the output cache)
 LIVE_REFERENCES = Memo("live_references", key=ModelKey)  # the reference running TensorFlow, never the cache
-# the goldens check's reference in a TensorFlow child process (backend.tf.process), ended with the run
-REFERENCE_PROCESSES = Memo("reference_processes", key=ModelKey, close=lambda child: child.close())
 CANDIDATES = Memo("candidates", key=ArtifactKey)  # the candidate runner, fed by reference input names
 MAPPINGS = Memo("mappings", key=ModelKey)  # the resolved input/output mapping (backend.iomap)
 
@@ -109,38 +107,11 @@ def live_reference(ctx, spec):
     return LIVE_REFERENCES.get(ctx, ModelKey(spec.name), live)
 
 
-def start_goldens_reference(ctx, spec):
-    """Start the reference of ``spec`` in a process of its own for its goldens check
-    (``paritygate.backend.tf.process``), when the model has goldens, its reference is a SavedModel and this run
-    is likely to need TensorFlow for nothing else: the reference-output cache holds what the reference declared
-    on an earlier run (so its outputs are likely cached too) and TensorFlow is not imported here yet. Returns
-    whether it started."""
-    import sys
-
-    from paritygate.backend.reference_cache import CachedReference
-    from paritygate.backend.tf.process import TfProcessRunner
-    from paritygate.backend.tf.runner import TfRunner
-    from paritygate.backend.tf.util import is_keras
-    from paritygate.inputs.goldens import golden_path
-
-    key = ModelKey(spec.name)
-    if (REFERENCE_PROCESSES.peek(ctx, key) is not None or "tensorflow" in sys.modules or not ctx.reference_cache
-            or not golden_path(spec).exists() or is_keras(spec.reference)):
-        return False  # a Keras file may need custom objects a conftest registered in this process
-    try:
-        warm = CachedReference(TfRunner(spec.reference, spec.signature)).has_metadata()
-    except OSError:
-        return False  # an unreadable reference: the check reports it, in process
-    if warm:
-        child = REFERENCE_PROCESSES.put(ctx, key, TfProcessRunner(spec.reference, spec.signature,
-                                                                  name=f"tensorflow:{spec.name}"))
-        child.time_as = "reference"
-    return warm
-
-
 def goldens_reference(ctx, spec):
-    """The reference the goldens check runs: live TensorFlow, in the process ``start_goldens_reference`` started
-    when there is one, else ``live_reference``."""
+    """The reference the goldens check runs: live TensorFlow, in the process
+    ``backend.tf.process.start_goldens_reference`` started when there is one, else ``live_reference``."""
+    from paritygate.backend.tf.process import REFERENCE_PROCESSES
+
     child = REFERENCE_PROCESSES.peek(ctx, ModelKey(spec.name))
     if child is None:
         return live_reference(ctx, spec)

@@ -157,7 +157,7 @@ def main(argv=None):
     except ReplayError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    result = CheckResult.from_dict(result.to_dict())  # what is printed is what the result's JSON holds
+    result.settle()  # what is printed is what the result's JSON holds
     print(f"check: {result.check}")
     for line in result.details["lines"]:
         print(line)

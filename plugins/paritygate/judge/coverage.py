@@ -1,51 +1,60 @@
 """The precision-coverage rule of fp16/int8 candidate checks (``details.precision_coverage``): a pass whose
 artifact computes less than the model's minimum share of its multiply-accumulates in the stated precision is
-``inconclusive``. Runs after a check's call passed (paritygate.plugin ``pytest_runtest_call``)."""
+``inconclusive``. Judged inside each candidate check: ``judge.parity.candidate_parity``, ``judge.properties``,
+``latency.judge.latency_check``, and ``judged`` around the checks conformance/test_parity.py judges in its body."""
+
+from contextlib import contextmanager
 
 from paritygate.verdict import inconclusive
 
 
-def record_coverage(item, ctx, result):
-    """Put the coverage in ``result`` (the item's CheckResult) and return it (None when the check has none: not an
-    fp16/int8 candidate check, its candidate never loaded, or a prebuilt engine)."""
-    callspec = getattr(item, "callspec", None)
-    if callspec is None or "parity_case" not in callspec.params \
-            or "parity_candidate_available" not in getattr(item, "fixturenames", ()):
-        return None
-    spec, precision = callspec.params["parity_case"]
+def coverage_of(ctx, spec, precision):
+    """The coverage of the candidate artifact at ``precision``: None when the check has none (not fp16/int8, its
+    candidate never loaded, or a prebuilt engine)."""
     from paritygate.backend.precision import precision_coverage
     from paritygate.backend.runtimes import CANDIDATES
     from paritygate.common.memo import ArtifactKey
 
     if precision not in ("fp16", "int8") or CANDIDATES.peek(ctx, ArtifactKey(ctx.runtime, spec.name, precision)) is None:
         return None
-
-    found = precision_coverage(ctx, spec, precision)
-    if found is not None:
-        result.coverage = found
-    return found
+    return precision_coverage(ctx, spec, precision)
 
 
-def coverage_after_failure(item, ctx, result):
-    """After a check that did not pass: record the coverage; one that cannot be measured is noted in the details
-    instead, so it never hides the check's own outcome."""
+def judge(ctx, spec, precision, result, passed=None):
+    """Put the coverage in ``result``; a result that passed (``passed``; default: no failure and not already
+    inconclusive) becomes inconclusive below the model's minimum. A result that did not pass keeps its outcome:
+    coverage that cannot be measured is noted in its details instead. Returns ``result``."""
+    passed = result.passed and not result.inconclusive if passed is None else passed
     try:
-        record_coverage(item, ctx, result)
-    except Exception as err:  # noqa: BLE001 - the check's own exception is the one pytest reports
+        found = coverage_of(ctx, spec, precision)
+    except Exception as err:  # the check's own outcome is the one to report
+        if passed:
+            raise
         result.details["precision_coverage_error"] = f"{type(err).__name__}: {err}"
-
-
-def coverage_verdict(item, ctx, result):
-    """Record the coverage in ``result``; raise Inconclusive when it is below the minimum."""
-    found = record_coverage(item, ctx, result)
+        return result
     if found is None:
-        return
+        return result
+    result.coverage = found
     share = found["mac_share"] if found["mac_share"] is not None else found["node_share"]
-    precision = result.precision
-    if share is not None and share < found["minimum"]:
-        raise inconclusive(
+    if passed and share is not None and share < found["minimum"]:
+        result.set_inconclusive(inconclusive(
             f"{result.model} {precision}: the artifact computes {share:.1%} of its "
             f"{'multiply-accumulates' if found['mac_share'] is not None else 'nodes'} in {precision} "
             f"(minimum {found['minimum']:.0%}, {found['minimum_source']}): a pass would be a verdict on FP32, not "
             f"{precision}; keep fewer nodes in FP32 / quantize more, or lower min_precision_coverage with "
-            "the reason")
+            "the reason"))
+    return result
+
+
+@contextmanager
+def judged(ctx, spec, precision, result):
+    """Around a check judged in a test's body that fills ``result``: a body that raises (a failure, a skip, an
+    error) records the coverage first; one that ends is a pass, judged (``judge``), and raises the Inconclusive
+    when its coverage is below the minimum."""
+    try:
+        yield result
+    except BaseException:
+        judge(ctx, spec, precision, result, passed=False)
+        raise
+    if judge(ctx, spec, precision, result, passed=True).inconclusive:
+        raise result.inconclusive_error()

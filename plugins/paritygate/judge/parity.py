@@ -8,7 +8,7 @@ from paritygate.comparator.compare import compare_outputs, output_records
 from paritygate.comparator.task import summary, task_metrics
 from paritygate.comparator.tolerance import tolerance_for
 from paritygate.inputs import goldens
-from paritygate.judge import kernel_order
+from paritygate.judge import coverage, kernel_order
 from paritygate.result import CheckResult
 from paritygate.verdict import inconclusive
 
@@ -65,8 +65,13 @@ def candidate_parity(ctx, spec, precision):
     """The candidate at ``precision`` on the model's reference set (goldens, or live TF), every shape of it:
     (CheckResult, the reference group it speaks for: the first failing shape's, else the first). A failing result
     carries its reproducer (with the inputs at each output's worst element; where precision broke is
-    ``judge.divergence.localize_failure``'s); a NaN / Inf reference or uninformative inputs make a passing one
-    inconclusive."""
+    ``judge.divergence.localize_failure``'s); a NaN / Inf reference, uninformative inputs or an fp16/int8 artifact
+    below its precision coverage (``judge.coverage``) make a passing one inconclusive."""
+    result, group = _parity(ctx, spec, precision)
+    return coverage.judge(ctx, spec, precision, result), group
+
+
+def _parity(ctx, spec, precision):
     from paritygate.inputs.reproducer import attach_worst_inputs, describe_inputs
     from paritygate.inputs.strategies import Feed
     from paritygate.judge import vacuity

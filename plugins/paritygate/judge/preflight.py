@@ -21,11 +21,10 @@ What is checked, each part where its library is installed (else a note says what
     engines       a prebuilt engine's TensorRT version (its sidecar) matches the installed TensorRT
     beam.handler  the handler module imports and the factory returns an unkeyed Beam ModelHandler
 
-Runners are kept in the run's context (``RunContext``, by paritygate.backend.runtimes), so the checks reuse what this pass loaded. A tool
-the suite drives that fails here (tf2onnx converting the reference) is not a config problem: it is noted, and
-the checks report it as ``error``. Anything else a file makes a library raise here (a truncated protobuf, bytes
-that are no archive) is one problem line too, under the key that names the file: never a crash of pytest.
-"""
+Runners are kept in the run's context (``RunContext``, paritygate.backend.runtimes), so the checks reuse what this
+pass loaded. A tool the suite drives that fails here (tf2onnx converting the reference) is not a config problem: it
+is noted, and the checks report it as ``error``. Anything else a file makes a library raise here (a truncated
+protobuf, bytes that are no archive) is one problem line too, under the key that names the file, never a crash."""
 
 from contextlib import contextmanager
 from pathlib import Path

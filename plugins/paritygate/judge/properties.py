@@ -27,7 +27,7 @@ from paritygate.comparator.tolerance import (
     tolerance_for,
 )
 from paritygate.inputs.strategies import feeds, input_pool, with_corner_examples
-from paritygate.judge import kernel_order, vacuity
+from paritygate.judge import coverage, kernel_order, vacuity
 from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import judge_outputs, output_records
 from paritygate.judge.reference_noise import K_REFERENCE, Ledger, reference_noise
@@ -61,7 +61,7 @@ def property_parity(ctx, spec, precision, result=None):
     from paritygate.judge.task_rows import TASKS, TaskRows, judge_task_rows
 
     reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
-    spec = resolved_spec(ctx, spec)
+    given, spec = spec, resolved_spec(ctx, spec)
     pool, ledger = input_pool(ctx, spec), Ledger()
     rows = TaskRows(spec, precision) if spec.task in TASKS else None
 
@@ -83,7 +83,7 @@ def property_parity(ctx, spec, precision, result=None):
             if found is not None:
                 result.details["divergence"] = found
     _vacuity(spec, precision, "property_parity", ledger, result, limit, task_outputs)
-    return result
+    return coverage.judge(ctx, given, precision, result)
 
 
 def invariance_check(spec, precision, candidate, ledger, computed=None):
@@ -112,12 +112,13 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
 
 def batch_invariance(ctx, spec, precision, result=None):
     reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
-    spec = resolved_spec(ctx, spec)
+    given, spec = spec, resolved_spec(ctx, spec)
     pool, ledger = input_pool(ctx, spec), Ledger()
     sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
-    return _run(ctx, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
-                invariance_check(spec, precision, candidate, ledger, computed_dtype(ctx, spec, precision)),
-                reference, ledger, result, lambda name, ref: _invariance_limit(spec, ref))
+    result = _run(ctx, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
+                  invariance_check(spec, precision, candidate, ledger, computed_dtype(ctx, spec, precision)),
+                  reference, ledger, result, lambda name, ref: _invariance_limit(spec, ref))
+    return coverage.judge(ctx, given, precision, result)
 
 
 def _determinism_limit(spec):
@@ -147,14 +148,14 @@ def determinism_check(spec, precision, candidate, ledger):
 
 def determinism(ctx, spec, precision, result=None):
     reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
-    spec = resolved_spec(ctx, spec)
+    given, spec = spec, resolved_spec(ctx, spec)
     pool, ledger, bounded = input_pool(ctx, spec), Ledger(), spec.nondeterministic
     result = _run(ctx, spec, precision, "determinism", feeds(spec, pool=pool),
                   determinism_check(spec, precision, candidate, ledger), reference, ledger, result,
                   _determinism_limit(spec))
     result.details["determinism"] = ({"mode": "bounded", "reason": bounded, "source": INVARIANCE_SOURCE} if bounded
                                      else {"mode": "bitwise", "source": DETERMINISM_SOURCE})
-    return result
+    return coverage.judge(ctx, given, precision, result)
 
 
 CHECKS = {"property_parity": parity_check, "batch_invariance": invariance_check, "determinism": determinism_check}
@@ -183,10 +184,10 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
     try:
         prop()
     except Exception as err:
-        if isinstance(err, SuiteError):
-            raise  # the reference or a tool failed: an `error`, with nothing of the candidate's to reproduce
-        if not _is_assertion(err):
-            _save_failing(ctx, spec, precision, ledger, result, str(err))
+        if not _is_assertion(err):  # ``result`` (the test's own when given) is the row: it keeps the coverage
+            coverage.judge(ctx, spec, precision, result, passed=False)
+            if not isinstance(err, SuiteError):  # a SuiteError: the reference or a tool failed, an `error` with
+                _save_failing(ctx, spec, precision, ledger, result, str(err))  # nothing of the candidate's to reproduce
             raise
         result.failures.append(_message(err))
         _save_failing(ctx, spec, precision, ledger, result, result.failures[0])

@@ -45,6 +45,13 @@ def conformance_dir():
     return _own("conformance", "test_parity.py") or _installed(CONFORMANCE_PACKAGE) or CHECKOUT / "conformance"
 
 
+def in_conformance(path):
+    """Whether ``path`` is one of the bundled conformance tests (installed, or in the checkout): the suite whose
+    checks over models are validated first."""
+    path = Path(path).resolve()
+    return any(path.is_relative_to(d) for d in {conformance_dir(), CHECKOUT / "conformance"})
+
+
 @functools.lru_cache(maxsize=1)
 def check_names():
     """The conformance suite's check names (its test functions without ``test_``), read from its source, not

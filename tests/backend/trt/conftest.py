@@ -52,3 +52,13 @@ def two_outputs_onnx(tmp_path):
     nodes = [h.make_node("Add", ["x", "x"], ["double"]), h.make_node("Neg", ["x"], ["negated"])]
     graph = h.make_graph(nodes, "two_outputs", [_io("x")], [_io("double"), _io("negated")])
     return _save(graph, tmp_path / "two_outputs.onnx")
+
+
+@pytest.fixture
+def stats(monkeypatch):
+    """paritygate.backend.cache.STATS, zeroed for the test."""
+    from paritygate.backend import cache
+
+    monkeypatch.setitem(cache.STATS, "hits", 0)
+    monkeypatch.setitem(cache.STATS, "builds", 0)
+    return cache.STATS

@@ -30,6 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.common.memo import Memo, ModelKey
+
+# the goldens check's reference in a TensorFlow child process (start_goldens_reference), ended with the run
+REFERENCE_PROCESSES = Memo("reference_processes", key=ModelKey, close=lambda child: child.close())
 
 _CMD, _ERROR, _META = "__cmd__", "__error__", "__meta__"
 
@@ -145,6 +149,32 @@ def main(path, signature):
         except Exception as err:  # noqa: BLE001 - as above
             reply = {_ERROR: np.array(str(err))}
         _send(channel, reply)
+
+
+def start_goldens_reference(ctx, spec):
+    """Start the reference of ``spec`` in a process of its own for its goldens check
+    (a ``TfProcessRunner``), when the model has goldens, its reference is a SavedModel and this run
+    is likely to need TensorFlow for nothing else: the reference-output cache holds what the reference declared
+    on an earlier run (so its outputs are likely cached too) and TensorFlow is not imported here yet. Returns
+    whether it started."""
+    from paritygate.backend.reference_cache import CachedReference
+    from paritygate.backend.tf.runner import TfRunner
+    from paritygate.backend.tf.util import is_keras
+    from paritygate.inputs.goldens import golden_path
+
+    key = ModelKey(spec.name)
+    if (REFERENCE_PROCESSES.peek(ctx, key) is not None or "tensorflow" in sys.modules or not ctx.reference_cache
+            or not golden_path(spec).exists() or is_keras(spec.reference)):
+        return False  # a Keras file may need custom objects a conftest registered in this process
+    try:
+        warm = CachedReference(TfRunner(spec.reference, spec.signature)).has_metadata()
+    except OSError:
+        return False  # an unreadable reference: the check reports it, in process
+    if warm:
+        child = REFERENCE_PROCESSES.put(ctx, key, TfProcessRunner(spec.reference, spec.signature,
+                                                                  name=f"tensorflow:{spec.name}"))
+        child.time_as = "reference"
+    return warm
 
 
 if __name__ == "__main__":
