@@ -27,7 +27,7 @@ def beam_subject(parity_context, parity_model):
     if not spec.beam:
         pytest.skip(f"model '{spec.name}' has no [models.beam] table ({spec.where('beam.handler')}): no "
                     "RunInference handler to check")
-    from paritygate.beam.judge import subject_for
+    from paritygate.beam.checks import subject_for
 
     return subject_for(parity_context, spec)
 
@@ -35,10 +35,10 @@ def beam_subject(parity_context, parity_model):
 @pytest.fixture
 def beam_check(request, parity_options, beam_subject, parity_record):
     """Run a named check: apply its known upstream expectations as strict xfail, record details, assert."""
+    from paritygate.beam.checks import PIPELINE_CHECKS, batch_latency
     from paritygate.beam.copies import model_copies
     from paritygate.beam.direct import DIRECT_CHECKS
     from paritygate.beam.expectations import match, run_expectations, split
-    from paritygate.beam.judge import PIPELINE_CHECKS, batch_latency
     from paritygate.beam.multiprocess import multi_process
     from paritygate.beam.updates import model_update
 

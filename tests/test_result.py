@@ -28,7 +28,7 @@ def _results():
         check=st.text(min_size=1, max_size=12), status=st.none() | st.sampled_from(STATUSES),
         outputs=st.none() | LISTS, task=st.none() | DICTS, latency=st.none() | LISTS,
         failures=st.lists(st.text(max_size=20), max_size=3), errors=st.none() | st.lists(st.text(min_size=1), min_size=1),
-        numerics=st.none() | st.sampled_from(["strict", "ort", "tensorrt"]), coverage=st.none() | DICTS,
+        numerics=st.none() | st.sampled_from(["strict", "ort", "tensorrt"]), precision_coverage=st.none() | DICTS,
         inputs=st.none() | DICTS, reproducer=st.none() | DICTS, findings=LISTS | st.just([]),
         inconclusive=st.none() | st.fixed_dictionaries({"message": st.text(min_size=1), "allowed": st.booleans()}),
         details=st.dictionaries(NOT_TYPED, JSON, max_size=4))
@@ -64,7 +64,7 @@ def test_settle_turns_empty_typed_lists_into_their_defaults_and_refuses_a_bad_st
 
 def test_the_record_is_the_schema_1_check_record():
     r = CheckResult("toy", "fp16", "matches_reference", "fail", outputs=[{"output": "y", "max_abs": 0.5}],
-                    failures=["y differs"], numerics="strict", coverage={"mac_share": 0.9},
+                    failures=["y differs"], numerics="strict", precision_coverage={"mac_share": 0.9},
                     reproducer={"npz": "r.npz", "command": "paritygate replay r.npz"}, details={"message": "y differs"})
     record = r.to_dict()
     assert set(record) == {"model", "precision", "check", "status", "details"}

@@ -179,7 +179,7 @@ def _marks(nodes):
 
 def docstring_entries():
     """check name -> its entry in a module docstring's table of checks (an indented ``name   what it does`` line
-    and its continuation lines; ``exactly_once`` in paritygate/beam/judge.py is the check ``beam_exactly_once``)."""
+    and its continuation lines; ``exactly_once`` in paritygate/beam/checks.py is the check ``beam_exactly_once``)."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         body = ast.parse(path.read_text()).body

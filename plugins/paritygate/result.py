@@ -17,7 +17,7 @@ from paritygate.verdict import STATUSES, Inconclusive
 
 # typed field -> its key in the record's ``details``
 DETAIL_KEYS = {"outputs": "outputs", "task": "task", "latency": "latency", "failures": "failures",
-               "errors": "errors", "numerics": "numerics", "coverage": "precision_coverage", "inputs": "inputs",
+               "errors": "errors", "numerics": "numerics", "precision_coverage": "precision_coverage", "inputs": "inputs",
                "reproducer": "reproducer", "findings": "findings", "inconclusive": "inconclusive"}
 
 
@@ -30,11 +30,11 @@ class CheckResult:
     outputs: list = None  # per output: error statistics, the tolerance and its source, the worst element and the
     #                       inputs there (comparator.compare.OutputComparison.as_dict() + plot data)
     task: dict = None  # the task metric (comparator.task), with its source
-    latency: list = None  # per batch and role: percentiles, budget and its source (latency.judge.latency_row)
+    latency: list = None  # per batch and role: percentiles, budget and its source (latency.checks.latency_row)
     failures: list = field(default_factory=list)  # why the candidate is wrong, one message each
     errors: list = None  # what could not be judged (a SuiteError's lines)
     numerics: str = None  # the numerics fp16/int8 outputs were computed with (--parity-numerics or the runtime)
-    coverage: dict = None  # the artifact's precision coverage (backend.precision.precision_coverage)
+    precision_coverage: dict = None  # the artifact's precision coverage (backend.precision.precision_coverage)
     inputs: dict = None  # the inputs judged: names, shapes, dtypes, sources and their digest
     reproducer: dict = None  # the saved failing inputs: npz, Polygraphy inputs JSON, replay command
     findings: list = field(default_factory=list)  # facts for the model owner, no verdict: {kind, model, ...}

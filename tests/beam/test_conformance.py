@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.beam, pytest.mark.tf, pytest.mark.onnx, pytest.mark.sl
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance" / "test_runinference.py"
 # Its runs are in-process: tests/conftest.py preloads the Beam modules a pipeline imports on first use
 # (BEAM_ON_FIRST_USE). Dropped by pytester's restore of sys.modules and imported again by this worker's later Beam
-# tests, they left two copies of one class ("'_Future' object has no attribute 'error'" in tests/beam/test_judge.py,
+# tests, they left two copies of one class ("'_Future' object has no attribute 'error'" in tests/beam/test_checks.py,
 # measured before the preload).
 
 HANDLERS = textwrap.dedent('''

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.beam]
 
 def test_importing_the_package_imports_no_beam():
     code = ("import sys, paritygate.beam, paritygate.beam.contract, paritygate.beam.expectations, "
-            "paritygate.beam.judge, paritygate.beam.direct; "
+            "paritygate.beam.checks, paritygate.beam.direct; "
             "print(sorted(m for m in ('apache_beam', 'tensorflow', 'onnxruntime') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -11,8 +11,7 @@ import pytest
 pytest.importorskip("apache_beam")
 pytest.importorskip("onnxruntime")
 
-from paritygate.beam import direct, expectations
-from paritygate.beam import judge as checks
+from paritygate.beam import checks, direct, expectations
 from paritygate.beam.contract import HandlerUnderTest
 from paritygate.beam.expectations import ExpectationError, expectations_for, load_expectations, match
 from tests.beam import toy_handlers as toys

@@ -11,8 +11,7 @@ import pytest
 pytest.importorskip("apache_beam")
 pytest.importorskip("onnxruntime")
 
-from paritygate.beam import direct, serving
-from paritygate.beam import judge as checks
+from paritygate.beam import checks, direct, serving
 from paritygate.beam.contract import HandlerUnderTest
 from paritygate.beam.expectations import expectations_for, match
 from tests.conftest import make_onnx, toy_spec

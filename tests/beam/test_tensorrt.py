@@ -14,8 +14,7 @@ def test_tensorrt_handler_fails_only_where_expected(parity_options, model):
     if not parity_options.is_bundled:
         pytest.skip("the zoo handlers belong to the bundled config")
     from paritygate.backend.runtimes import reference_runner
-    from paritygate.beam import direct
-    from paritygate.beam import judge as checks
+    from paritygate.beam import checks, direct
     from paritygate.beam.contract import HandlerUnderTest
     from paritygate.beam.expectations import expectations_for, match
 

@@ -12,8 +12,7 @@ import pytest
 pytest.importorskip("apache_beam")
 pytest.importorskip("tensorflow")
 
-from paritygate.beam import direct
-from paritygate.beam import judge as checks
+from paritygate.beam import checks, direct
 from paritygate.beam.expectations import expectations_for, match
 
 pytestmark = [pytest.mark.beam, pytest.mark.tf]

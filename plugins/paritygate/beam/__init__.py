@@ -6,7 +6,7 @@ real Beam pipelines and by direct calls.
     pipeline.py      one pipeline run of a ``Case`` on a pinned runner: results, dead letters, metrics
     records.py       what a run sends back: each output as a record, written by the workers and read back
     cases.py         Hypothesis strategies of cases (element count, batch bounds, keys)
-    judge.py         pipeline-level checks (exactly once, pairing, batch bounds, metric bytes, dead letter,
+    checks.py        pipeline-level checks (exactly once, pairing, batch bounds, metric bytes, dead letter,
                      latency) returning a ``paritygate.result.CheckResult``
     direct.py        handler-level checks (direct calls to load_model / run_inference / get_num_bytes ...)
     multiprocess.py  ``beam_multi_process``: the handler pickled into Beam's multi-process runner

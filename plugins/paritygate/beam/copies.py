@@ -28,7 +28,7 @@ import inspect
 from collections import Counter
 from dataclasses import replace
 
-from paritygate.beam.judge import beam_result, case_info, exactly_once_failures, short_batch_failures
+from paritygate.beam.checks import beam_result, case_info, exactly_once_failures, short_batch_failures
 
 COPIES_ASKED = 1  # one copy for 2 worker processes: a per-process loader loads 2 and cannot pass
 

@@ -20,6 +20,7 @@ import weakref
 
 import numpy as np
 
+from paritygate.beam.checks import beam_result, compare_element
 from paritygate.beam.contract import (
     HandlerContractError,
     apply_fns,
@@ -32,7 +33,6 @@ from paritygate.beam.contract import (
     normalise_inference,
     same_values,
 )
-from paritygate.beam.judge import beam_result, compare_element
 from paritygate.inputs.strategies import sample_inputs
 
 STABLE_CALLS = 3  # consecutive run_inference calls; the first call's results are re-read after the last

@@ -16,7 +16,7 @@ Cost: one pipeline per model, two worker processes each importing the handler's 
 docs/beam.md, "Beyond one process").
 """
 
-from paritygate.beam.judge import beam_result, case_info, exactly_once_failures, pairing_failures
+from paritygate.beam.checks import beam_result, case_info, exactly_once_failures, pairing_failures
 
 MULTI_PROCESS_WORKERS = 2
 

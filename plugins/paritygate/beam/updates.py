@@ -29,8 +29,8 @@ must likewise be the reference's + UPDATE_OFFSET (for handlers that load other f
 import gc
 import warnings
 
+from paritygate.beam.checks import MAX_LISTED, beam_result, compare_element
 from paritygate.beam.contract import HandlerContractError
-from paritygate.beam.judge import MAX_LISTED, beam_result, compare_element
 
 UPDATE_OFFSET = 1.0  # added to every numeric output: 1e5x the fp32 atol (comparator/tolerance.py), so unmistakable
 UPDATE_NAME = "paritygate_update"

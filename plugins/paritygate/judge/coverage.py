@@ -1,7 +1,7 @@
 """The precision-coverage rule of fp16/int8 candidate checks (``details.precision_coverage``): a pass whose
 artifact computes less than the model's minimum share of its multiply-accumulates in the stated precision is
 ``inconclusive``. Judged inside each candidate check: ``judge.parity.candidate_parity``, ``judge.properties``,
-``latency.judge.latency_check``, and ``judged`` around the checks conformance/test_parity.py judges in its body."""
+``latency.checks.latency_check``, and ``judged`` around the checks conformance/test_parity.py judges in its body."""
 
 from contextlib import contextmanager
 
@@ -34,7 +34,7 @@ def judge(ctx, spec, precision, result, passed=None):
         return result
     if found is None:
         return result
-    result.coverage = found
+    result.precision_coverage = found
     share = found["mac_share"] if found["mac_share"] is not None else found["node_share"]
     if passed and share is not None and share < found["minimum"]:
         result.set_inconclusive(inconclusive(

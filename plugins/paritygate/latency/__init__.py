@@ -1,11 +1,12 @@
 """Direct latency measurement per runtime (trtexec style) and budgets per device class.
 
 ``harness``: the timing loop, percentiles, self-overhead. ``budgets``: ``[models.latency.<class>]`` keys and
-their evaluation. ``machine``: the machine info recorded with every check. ``judge``: one check per model x
+their evaluation. ``machine``: the machine info recorded with every check. ``checks``: one check per model x
 precision (candidate and TF reference), as ``conformance/test_latency.py`` runs it.
 """
 
 from paritygate.latency.budgets import Budgets, PercentileBudget, SpeedupBudget, budgets_for
+from paritygate.latency.checks import latency_check, latency_row, measure_runner, numbers, overhead_failures
 from paritygate.latency.harness import (
     OVERHEAD_LIMIT,
     PERCENTILE_METHOD,
@@ -20,7 +21,6 @@ from paritygate.latency.harness import (
     percentile,
     summarize,
 )
-from paritygate.latency.judge import latency_check, latency_row, measure_runner, numbers, overhead_failures
 from paritygate.latency.machine import machine_info
 
 __all__ = [

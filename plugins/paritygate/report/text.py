@@ -38,11 +38,11 @@ def _precision_rank(precision):
 
 def precision_label(check, empty="—"):
     """The precision and, for an fp16/int8 row, the numerics it was computed with: ``fp16 [strict]``; with its
-    precision coverage when measured: ``fp16 [strict, 97% MACs]`` (the result's ``coverage``)."""
+    precision coverage when measured: ``fp16 [strict, 97% MACs]`` (the result's ``precision_coverage``)."""
     if not check.precision:
         return empty
     tags = [check.numerics] if check.numerics else []
-    cov = check.coverage or {}
+    cov = check.precision_coverage or {}
     if isinstance(cov.get("mac_share"), (int, float)):
         tags.append(f"{cov['mac_share']:.0%} MACs")
     return f"{check.precision} [{', '.join(tags)}]" if tags else check.precision

@@ -1,7 +1,7 @@
 """One Beam pipeline per shadow run, with no shuffle of examples (memory does not grow with their number):
 
     files -> ReadFile (dead letters apart) -> RunInference(reference) -> RunInference(candidate) per precision
-          -> judge each example (shadow.judge) -> CombinePerKey(precision, ShadowStatsFn) -> records to files
+          -> judge each example (shadow.example) -> CombinePerKey(precision, ShadowStatsFn) -> records to files
 
 The models run one after another on the same keyed element: each ``KeyedModelHandler`` carries the example's key,
 slice value and the outputs so far in its key, so the "join by key" is the chain itself (Beam's documented
@@ -36,7 +36,7 @@ from paritygate.beam.pipeline import make_pipeline, worker_import_path
 from paritygate.beam.records import WriteRecords, read_records
 from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.shadow.combiners import ShadowStatsFn
-from paritygate.shadow.judge import judge_example
+from paritygate.shadow.example import judge_example
 from paritygate.shadow.read import DEAD, Layout, ReadFile, match
 
 PROGRESS_SECONDS = 5.0  # a progress line per worker process at most this often

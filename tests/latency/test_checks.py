@@ -1,4 +1,4 @@
-"""paritygate.latency.judge: the conformance check end to end (pytester, a real TF SavedModel and a real ONNX
+"""paritygate.latency.checks: the conformance check end to end (pytester, a real TF SavedModel and a real ONNX
 model), and every bundled budget failing a candidate slowed by its margin.
 
 Tests that time things carry the `latency` marker, so they never run beside other work under xdist.
@@ -19,7 +19,7 @@ from paritygate.latency import (
     PROFILE_ENV,
     budgets_for,
 )
-from paritygate.latency.judge import REFERENCE_LATENCY, LatencyKey
+from paritygate.latency.checks import REFERENCE_LATENCY, LatencyKey
 from tests.conftest import make_onnx, write_config
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
@@ -50,7 +50,7 @@ def _model(name, reference, onnx_path, latency):
 @pytest.fixture
 def latency_run(pytester, latency_models, monkeypatch):
     """Run conformance/test_latency.py over four toy models in-process; returns (result, checks by model)."""
-    from paritygate.latency import judge as check
+    from paritygate.latency import checks as check
     from paritygate.latency import machine
 
     monkeypatch.setenv(PROFILE_ENV, "quick")
@@ -140,7 +140,7 @@ def test_device_class_option_picks_its_table(latency_run):
 @pytest.mark.onnx
 @pytest.mark.latency
 def test_a_budget_missed_on_a_loaded_machine_is_inconclusive(latency_run, monkeypatch):
-    from paritygate.latency import judge as check
+    from paritygate.latency import checks as check
 
     monkeypatch.setattr(check, "load_average", lambda: [64.0, 8.0, 2.0])  # busier than any core count here
     result, _, checks, _ = latency_run("--parity-device-class=cpu", "-k", "over_budget or fast_enough")
@@ -154,7 +154,7 @@ def test_a_budget_missed_on_a_loaded_machine_is_inconclusive(latency_run, monkey
 @pytest.mark.onnx
 @pytest.mark.latency
 def test_without_tensorflow_the_candidate_is_still_measured(latency_run, monkeypatch):
-    from paritygate.latency import judge as check
+    from paritygate.latency import checks as check
 
     monkeypatch.setattr(check, "available", lambda name: name != "tensorflow")  # as if it were not installed
     result, _, checks, _ = latency_run("--parity-device-class=cpu", "-k", "fast_enough or unbudgeted")

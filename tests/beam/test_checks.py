@@ -7,8 +7,7 @@ pytest.importorskip("apache_beam")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tensorflow")
 
-from paritygate.beam import direct
-from paritygate.beam import judge as checks
+from paritygate.beam import checks, direct
 from paritygate.beam.expectations import expectations_for, match
 from tests.beam import toy_handlers as toys
 
