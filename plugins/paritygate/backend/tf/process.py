@@ -69,7 +69,7 @@ class TfProcessRunner(BaseRunner):
                                         self.signature], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=self._log, env={**os.environ, **self.env} if self.env else None)
         # ended by close(), else when this runner is collected (a caller that never closes leaks no process)
-        self._end = weakref.finalize(self, _end, self._child, self._log)
+        self._end = weakref.finalize(self, end_child, self._child, self._log)
 
     def _call(self, command, feed=None):
         try:
@@ -114,7 +114,8 @@ class TfProcessRunner(BaseRunner):
             self._end()
 
 
-def _end(child, log):
+def end_child(child, log):
+    """Kill ``child`` if it still runs, reap it, and close its pipes and ``log`` (its stderr file)."""
     if child.poll() is None:
         child.kill()
         child.wait()
