@@ -77,10 +77,16 @@ class ModelValidation:
                 "problems": self.problems}
 
 
-def validate_models(ctx, models, config_path):
+def validate_models(ctx, models, config_path, ahead=()):
     """Validate every model of the config at ``config_path`` with the run's context; returns {"config",
-    "models": {name: {...}}, "problems": [lines]} (the report's ``validation`` entry)."""
+    "models": {name: {...}}, "problems": [lines]} (the report's ``validation`` entry). ``ahead``: the models whose
+    fp32 checks a serial run selected; once the conversions are done, their second kernel order's TensorFlow starts
+    loading in its own process while this one validates (``backend.kernel_order.start_ahead``)."""
     _convert_ahead(models)
+    if ahead:
+        from paritygate.backend.kernel_order import start_ahead
+
+        start_ahead(ctx, [spec for spec in models if spec.name in ahead])
     found = [validate_model(ctx, spec) for spec in models]
     return {"config": str(config_path), "models": {v.spec.name: v.as_dict() for v in found},
             "problems": [p for v in found for p in v.problems]}

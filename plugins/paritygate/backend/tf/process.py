@@ -62,6 +62,12 @@ class TfProcessRunner(BaseRunner):
         if not lazy:
             self._start()
 
+    def start(self):
+        """Start a lazy runner's child now, if it is not started: it imports TensorFlow and loads the model while
+        the caller goes on (``activate`` then waits only for what is left)."""
+        if self._child is None:
+            self._start()
+
     def _start(self):
         """Start the child (``env``: variables set for it alone, e.g. another TF_ENABLE_ONEDNN_OPTS)."""
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr while it lives; close() closes it
