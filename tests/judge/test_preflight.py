@@ -264,6 +264,21 @@ def test_conversions_of_several_references_run_at_once_before_validation(tmp_pat
     assert max(a0, b0) < min(a1, b1) and not (a_main or b_main), spans
 
 
+def test_the_second_kernel_order_of_the_models_ahead_starts_during_validation(tmp_path, monkeypatch, toy_saved_model):
+    """``ahead`` (the plugin's: the models whose fp32 numerics a serial run judges): their second kernel order's
+    TensorFlow child is started by the validation pass, not waited for; a model not named starts none."""
+    monkeypatch.setenv("PARITYGATE_CACHE", str(tmp_path / "cache"))
+    options = RunOptions(config_path=write_config(tmp_path, {"models": [model("a", toy_saved_model),
+                                                                        model("b", toy_saved_model)]}), runtime="onnxruntime")
+    try:
+        found = validate_models(options.context, options.models, options.config_path, ahead={"a"})
+        assert found["problems"] == [] and set(options.context.kernel_orders) == {"a"}
+        child = options.context.kernel_orders["a"].process
+        assert child._child is not None and child._child.poll() is None and not child.is_active
+    finally:
+        options.context.close()
+
+
 def test_a_candidate_output_of_another_rank_is_named_with_both_shapes(folder):
     """HED's case: tf2onnx emitted a side output at rank 5 ([1, 2, 320, 320, 1]) for the reference's rank 4. The
     validation line names the output and both shapes under key 'outputs', not the input's profile."""
