@@ -49,8 +49,8 @@ def test_the_child_runs_under_the_setting_it_is_given(toy_saved_model):
 def test_a_cold_run_starts_the_child_ahead_and_a_warm_or_reduced_precision_one_does_not(toy_saved_model, tmp_path,
                                                                                           monkeypatch):
     """``start_ahead``: where the cache has never seen this order, the child starts before any check needs it and
-    without waiting for it (``activate`` waits, in the check that asks); a warm cache or a model judged below FP32
-    starts none (a warm rerun may need no child at all)."""
+    without waiting for it (``activate`` waits, in the check that asks), one for the models over one reference; a
+    warm cache or a model judged below FP32 starts none (a warm rerun may need no child at all)."""
     pytest.importorskip("tensorflow")
     from paritygate.backend.kernel_order import alternate_reference, start_ahead
     from paritygate.context import RunContext
@@ -58,10 +58,12 @@ def test_a_cold_run_starts_the_child_ahead_and_a_warm_or_reduced_precision_one_d
 
     monkeypatch.setenv("PARITYGATE_CACHE", str(tmp_path / "cache"))
     spec, x = toy_spec(toy_saved_model), np.linspace(-1, 1, 4, dtype=np.float32).reshape(-1, 1)
+    twin = toy_spec(toy_saved_model, name="twin")  # another candidate of the same reference: the same child
     for ctx, started in ((RunContext(reference_cache=True), True), (RunContext(reference_cache=True), False)):
         try:
-            assert start_ahead(ctx, [spec]) == (["toy"] if started else [])
+            assert start_ahead(ctx, [spec, twin]) == (["toy", "twin"] if started else [])
             alternate = alternate_reference(ctx, spec)
+            assert alternate_reference(ctx, twin).process is alternate.process
             assert (alternate.process._child is not None) is started and not alternate.process.is_active
             np.testing.assert_array_equal(alternate.infer({"x": x})["y"], 5 * x)  # the cold run records it
             assert (alternate.process._child is not None) is started, "warm: served from the cache, no child"

@@ -13,6 +13,7 @@ before the checks (``start_ahead``), so TensorFlow loads there while this proces
 """
 
 import os
+from pathlib import Path
 
 from paritygate.backend.base import RunnerError
 from paritygate.backend.runtimes import ReferenceRunner, reference_runner
@@ -78,11 +79,15 @@ def alternate_reference(ctx, spec):
     return ctx.kernel_orders[spec.name]
 
 
-def _second_order(ctx, spec):
+def _second_order(ctx, spec, pending=()):
     """(the runner checks ask: the child behind the reference-output cache, or the child itself; the child; its
-    setting); nothing started."""
+    setting); nothing started. Models over one reference and signature (a config's candidates of one model) share
+    one child: that of a model in ``ctx.kernel_orders`` or in ``pending`` (such triples), when there is one."""
     from paritygate.backend.tf.process import TfProcessRunner
 
+    for runner, process, setting in [(k.runner, k.process, k.setting) for k in ctx.kernel_orders.values()] + list(pending):
+        if process.path == Path(spec.reference) and process.signature == spec.signature:
+            return runner, process, setting
     setting = alternate_setting()
     process = TfProcessRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}:{ONEDNN}={setting}",
                               env={ONEDNN: setting}, lazy=True)
@@ -107,7 +112,7 @@ def start_ahead(ctx, specs):
     for spec in specs:
         if "fp32" not in spec.precisions or spec.name in ctx.kernel_orders:
             continue
-        runner, process, setting = _second_order(ctx, spec)
+        runner, process, setting = _second_order(ctx, spec, [s[1:] for s in started])
         try:
             if getattr(runner, "has_metadata", lambda: False)():  # a CachedReference: nothing is loaded
                 continue  # warm: its outputs are likely cached, and no child may be needed at all
