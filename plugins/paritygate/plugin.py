@@ -16,7 +16,7 @@ from paritygate.lazy import available
 from paritygate.models.bundled import in_conformance
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
 from paritygate.models.known import mark_known_failures
-from paritygate.session import ParitySession, case_of, register, result_of
+from paritygate.session import ParitySession, ahead_of, case_of, register, result_of
 from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
 
 SESSION_KEY = pytest.StashKey[ParitySession]()  # the recorder
@@ -171,7 +171,7 @@ def pytest_collection_finish(session):
                    if i.originalname == "test_goldens_reproduce" and in_conformance(i.path)}
         context = config.stash[OPTIONS_KEY].context
         context.spin = any(i.get_closest_marker("latency") for i in items)
-        _validate(config)
+        _validate(config, ahead_of(items, context))
         alone = not (config.pluginmanager.has_plugin("dsession") or any("beam_check" in getattr(i, "fixturenames", ())
                                                                          for i in items))
         started = context.start_goldens(goldens, alone)
@@ -187,9 +187,9 @@ def pytest_xdist_node_collection_finished(node, ids):
         _validate(node.config)
 
 
-def _validate(config):
+def _validate(config, ahead=()):
     try:
-        problems = config.stash[SESSION_KEY].validate()
+        problems = config.stash[SESSION_KEY].validate(ahead)
     except ConfigError as err:
         _stop(config, [str(err)])
     if problems:

@@ -84,13 +84,13 @@ class ParitySession:
         if self.validation is None:
             self.validation = {"config": str(self.options.config_path), "models": {}, "problems": list(problems)}
 
-    def validate(self):
+    def validate(self, ahead=()):
         """The validation pass over every model (``judge.preflight``), once, before any check: returns its
-        problems (ConfigError for a config that does not load)."""
+        problems (ConfigError for a config that does not load). ``ahead``: see ``ahead_of``."""
         from paritygate.judge.preflight import validate_models
 
         options = self.options
-        self.validation = validate_models(options.context, options.models, options.config_path)
+        self.validation = validate_models(options.context, options.models, options.config_path, ahead)
         return self.validation["problems"]
 
     def known_failures(self):
@@ -263,6 +263,15 @@ def register(item, result):
     result.model, result.precision, result.check = model, precision, check
     item.stash[RESULT_KEY] = result
     return result
+
+
+def ahead_of(items, context):
+    """The models whose fp32 checks a serial run without latency selected among ``items``: their second kernel
+    order's TensorFlow starts loading during validation (``backend.kernel_order.start_ahead``). None on an xdist
+    worker, whose siblings keep the cores busy already."""
+    if context.spin or os.environ.get("PYTEST_XDIST_WORKER"):
+        return ()
+    return {case_of(i)[0] for i in items if case_of(i)[1] == "fp32" and i.originalname != "test_engine_builds"}
 
 
 def case_of(item):

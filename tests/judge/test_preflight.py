@@ -267,6 +267,26 @@ def test_conversions_of_several_references_run_at_once_before_validation(tmp_pat
     assert max(a0, b0) < min(a1, b1) and not (a_main or b_main), spans
 
 
+def test_the_second_kernel_order_of_the_models_ahead_starts_during_validation(folder, toy_saved_model):
+    """``ahead`` (the plugin's: the models whose fp32 numerics a serial run judges): their second kernel order's
+    TensorFlow child is started by the validation pass, not waited for; a model not named starts none. (No
+    reference-output cache here: with one, a child starts only where the cache never saw that order.)"""
+    tables = [model(name, toy_saved_model, onnx="toy.onnx") for name in ("a", "b")]
+    from paritygate.backend.kernel_order import KERNEL_ORDERS
+    from paritygate.common.memo import ModelKey
+
+    options = RunOptions(config_path=write_config(folder, {"models": tables}), runtime="onnxruntime")
+    options.context.reference_cache = False
+    try:
+        found = validate_models(options.context, options.models, options.config_path, ahead={"a"})
+        orders = options.context.store.tables.get(KERNEL_ORDERS, {})
+        assert found["problems"] == [] and set(orders) == {ModelKey("a")}
+        child = orders[ModelKey("a")].process
+        assert child._child is not None and child._child.poll() is None and not child.is_active
+    finally:
+        options.context.close()
+
+
 def test_a_candidate_output_of_another_rank_is_named_with_both_shapes(folder):
     """HED's case: tf2onnx emitted a side output at rank 5 ([1, 2, 320, 320, 1]) for the reference's rank 4. The
     validation line names the output and both shapes under key 'outputs', not the input's profile."""

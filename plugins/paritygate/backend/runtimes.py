@@ -220,7 +220,15 @@ class MappedRunner(BaseRunner):
         self.runner, self.inputs, self.casts = runner, inputs, dict(casts or {})
         self.path = getattr(runner, "path", None)
         self.is_active = runner.is_active
-        self.output_names = runner.output_names
+
+    @property
+    def output_names(self):
+        """The runner's, read when asked: a lazy runner (a cached reference, a child process) loads nothing here."""
+        return self.runner.output_names
+
+    @output_names.setter
+    def output_names(self, value):  # BaseRunner.__init__ sets None
+        pass
 
     def activate_impl(self):
         self.runner.activate()

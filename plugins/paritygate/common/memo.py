@@ -81,6 +81,10 @@ class Memo:
         """Forget the value under ``key`` (the next ``get`` computes it again); returns it, or None."""
         return self._table(ctx, key).pop(key, None)
 
+    def values(self, ctx):
+        """Every value computed in ``ctx``'s run so far."""
+        return list(ctx.store.tables.get(self, {}).values())
+
     def _table(self, ctx, key):
         if not isinstance(key, self.key):
             raise TypeError(f"memo '{self.name}' is keyed by {self.key.__name__}{self.key._fields}, got "

@@ -35,7 +35,7 @@ from paritygate.backend import runtimes
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
 from paritygate.common.memo import Memo, ModelKey
-from paritygate.files import present
+from paritygate.judge import declared
 from paritygate.lazy import available, missing_reason
 from paritygate.verdict import SuiteError
 
@@ -80,10 +80,16 @@ class ModelValidation:
                 "problems": self.problems}
 
 
-def validate_models(ctx, models, config_path):
+def validate_models(ctx, models, config_path, ahead=()):
     """Validate every model of the config at ``config_path`` with the run's context; returns {"config",
-    "models": {name: {...}}, "problems": [lines]} (the report's ``validation`` entry)."""
+    "models": {name: {...}}, "problems": [lines]} (the report's ``validation`` entry). ``ahead``: the models whose
+    fp32 checks a serial run selected; once the conversions are done, their second kernel order's TensorFlow starts
+    loading in its own process while this one validates (``backend.kernel_order.start_ahead``)."""
     _convert_ahead(models)
+    if ahead:
+        from paritygate.backend.kernel_order import start_ahead
+
+        start_ahead(ctx, [spec for spec in models if spec.name in ahead])
     found = [validate_model(ctx, spec) for spec in models]
     return {"config": str(config_path), "models": {v.spec.name: v.as_dict() for v in found},
             "problems": [p for v in found for p in v.problems]}
@@ -125,14 +131,14 @@ def validate_model(ctx, spec):
     with v.guard("onnx"):
         _candidate(ctx, spec, v, reference_ok=reference is not None)
     with v.guard("onnx"):
-        _own_artifacts(spec, v)
+        declared.own_artifacts(spec, v)
     with v.guard("profile"):
         _profile_corners(ctx, spec, v, reference)
-    _data_files(ctx, spec, v)
+    declared.data_files(ctx, spec, v)
     with v.guard("engines"):
-        _engines(spec, v)
+        declared.engines(spec, v)
     with v.guard("beam.handler"):
-        _handler(spec, v)
+        declared.handler(spec, v)
     return v
 
 
@@ -273,109 +279,6 @@ def _fp32_onnx_runner(ctx, spec, reference_ok):
         return runner
 
     return BARE_RUNNERS.get(ctx, ModelKey(spec.name), bare)
-
-
-def _own_artifacts(spec, v):
-    """The team's own fp16/int8 ONNX (``onnx = { fp16 = ..., int8 = ... }``): each is what its key says and pairs
-    with the reference (paritygate.backend.onnx.artifacts.own)."""
-    if not spec.onnx_artifacts:
-        return
-    if not (available("onnx") and available("onnxruntime")):
-        v.note("onnx", "own fp16/int8 artifacts not checked: " + missing_reason("onnxruntime"))
-        return
-    from paritygate.backend.onnx.artifacts import own
-
-    outputs = [m["candidate"] for m in ((v.io_mapping or {}).get("outputs") or {}).values()]
-    for precision in sorted(spec.onnx_artifacts):
-        try:
-            own.check_artifact(spec, precision, outputs)
-        except RunnerError as err:
-            v.problem(f"onnx.{precision}", err)
-            continue
-        v.checked.append(f"own {precision} ONNX")
-
-
-def _data_files(ctx, spec, v):
-    """Every data file of the model through the one reader (paritygate.inputs.sets); the goldens also against their
-    manifest (not under --update-goldens, which rewrites them)."""
-    from paritygate.inputs import goldens
-    from paritygate.inputs.sets import InputSetError, check_class_labels, read_input_set
-    from paritygate.models.known import ExpectationError, known_failure_feeds
-
-    files = [(None, goldens.input_set_path(spec), "input set"), (None, goldens.heldout_set_path(spec), "held-out set")]
-    if spec.calibration is not None:
-        files.append(("calibration", spec.calibration, "calibration set"))
-    for key, path, what in files:
-        if not present(path):
-            continue
-        with v.guard(key, path):
-            try:
-                found = read_input_set(spec, path, what)
-                if v.classes:
-                    check_class_labels(path, found, *v.classes)
-            except InputSetError as err:
-                v.problem(key, err)
-                continue
-            v.checked.append(what)
-    with v.guard(None):
-        try:
-            if known_failure_feeds(spec):
-                v.checked.append("known failures' reproducers")
-        except ExpectationError:
-            pass  # a malformed expectations.toml is one line already: the plugin reads it before any check
-        except InputSetError as err:
-            v.problem(None, err)
-    if present(goldens.golden_path(spec)) and not ctx.update_goldens:
-        with v.guard(None, goldens.golden_path(spec)):
-            try:
-                golden = goldens.load_golden(spec)
-                if v.classes:
-                    check_class_labels(goldens.golden_path(spec), golden, *v.classes)
-            except SuiteError as err:  # GoldenError, InputSetError
-                v.problem(None, err)
-                return
-            v.checked.append("goldens")
-
-
-def _engines(spec, v):
-    for precision, path in spec.engines.items():
-        key = f"engines.{precision}"
-        if path.is_file() and path.stat().st_size == 0:
-            v.problem(key, f"{path}: TensorRT engine file is empty")
-        elif not available("tensorrt"):
-            v.note(key, f"{path}: TensorRT version not checked: {missing_reason('tensorrt')}")
-        else:
-            import tensorrt
-
-            from paritygate.backend.trt import util
-
-            built = util.read_sidecar(path)
-            if built is None:
-                v.note(key, f"{path}: no build sidecar ({util.sidecar_path(path).name}) records its TensorRT "
-                            "version; TensorRT checks it when the engine is deserialized")
-            elif built["tensorrt"] != tensorrt.__version__:
-                v.problem(key, f"{path}: built by TensorRT {built['tensorrt']}, this is TensorRT "
-                               f"{tensorrt.__version__}; engines run only on the version that built them "
-                               "(TensorRT developer guide, 'Engine compatibility')")
-            else:
-                v.checked.append(f"{key} TensorRT version")
-
-
-def _handler(spec, v):
-    if not spec.beam:
-        return
-    if not available("apache_beam"):
-        v.note("beam.handler", f"not checked: {missing_reason('apache_beam')}")
-        return
-    from paritygate.beam.contract import HandlerContractError, declared_precision, load_factory, make_handler
-
-    try:
-        factory = load_factory(spec)
-        declared_precision(spec, make_handler(spec, factory, 1, spec.max_batch), factory)
-    except HandlerContractError as err:
-        v.problem("beam.handler", err)
-        return
-    v.checked.append("beam handler")
 
 
 def summary_lines(validation):

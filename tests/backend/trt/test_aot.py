@@ -116,6 +116,37 @@ def test_a_file_the_parser_cannot_read_is_a_rejection_not_a_crash(tmp_path):
     assert not report["built"] and report["error"]["message"]
 
 
+def test_one_child_builds_every_request_each_report_with_its_own_messages(tmp_path):
+    """The process's build child serves one build after another (``aot._Builder``): each report holds the messages
+    of its own build alone, the layernorm warning in both rms-norm builds and in none of the conv-relu's."""
+    from paritygate.backend.trt import aot, layers
+
+    norm = settings(make_spec(inputs={"x": ((-1, 64), "float16")}))
+    first = aot.engine_report(rms_norm_fp16(tmp_path / "rms.onnx"), norm)
+    child = aot._BUILDER[0].child
+    conv = aot.engine_report(conv_relu(tmp_path / "cr.onnx"), settings(make_spec(inputs={"x": ((-1, 3, 8, 8),
+                                                                                                "float16")})))
+    second = aot.engine_report(rms_norm_fp16(tmp_path / "rms2.onnx"), {**norm, "max_batch_note": 2})  # a new key
+    assert aot._BUILDER[0].child is child and child.poll() is None, "one child built all three"
+    for report in (first, second):
+        assert any("layernorm" in w.lower() for w in report["warnings"]), report["warnings"]
+    assert not any("layernorm" in w.lower() for w in conv["warnings"]), conv["warnings"]
+    assert {n for k in layers.kernels(conv["layers"]) for n in k["onnx_nodes"]} == {"conv0", "relu0"}, "no other build's"
+
+
+def test_a_child_that_crashes_is_an_error_with_its_last_words_and_the_next_build_starts_another(tmp_path):
+    from paritygate.backend.trt import aot
+
+    spec = make_spec(inputs={"x": ((-1, 3, 8, 8), "float32")})
+    path = conv_relu(tmp_path / "fp32.onnx", T.FLOAT)
+    with pytest.raises(RuntimeError, match=r"crashed building .*fp32\.onnx \(exit 1\): .*Error"):
+        aot.engine_report(path, {**settings(spec), "profile": {"x": "not a profile"}})
+    crashed = aot._BUILDER[0].child
+    assert crashed.poll() == 1
+    assert aot.engine_report(path, settings(spec))["built"]
+    assert aot._BUILDER[0].child is not crashed
+
+
 def test_parse_layers_reads_the_builders_lines():
     from paritygate.backend.trt import layers
 

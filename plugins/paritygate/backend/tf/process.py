@@ -66,6 +66,12 @@ class TfProcessRunner(BaseRunner):
         if not lazy:
             self._start()
 
+    def start(self):
+        """Start a lazy runner's child now, if it is not started: it imports TensorFlow and loads the model while
+        the caller goes on (``activate`` then waits only for what is left)."""
+        if self._child is None:
+            self._start()
+
     def _start(self):
         """Start the child (``env``: variables set for it alone, e.g. another TF_ENABLE_ONEDNN_OPTS)."""
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr while it lives; close() closes it
@@ -73,7 +79,7 @@ class TfProcessRunner(BaseRunner):
                                         self.signature], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=self._log, env={**os.environ, **self.env} if self.env else None)
         # ended by close(), else when this runner is collected (a caller that never closes leaks no process)
-        self._end = weakref.finalize(self, _end, self._child, self._log)
+        self._end = weakref.finalize(self, end_child, self._child, self._log)
 
     def _call(self, command, feed=None):
         try:
@@ -118,7 +124,8 @@ class TfProcessRunner(BaseRunner):
             self._end()
 
 
-def _end(child, log):
+def end_child(child, log):
+    """Kill ``child`` if it still runs, reap it, and close its pipes and ``log`` (its stderr file)."""
     if child.poll() is None:
         child.kill()
         child.wait()

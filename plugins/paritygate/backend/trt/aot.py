@@ -12,17 +12,24 @@ TensorRT-RTX is not TensorRT 11: every result names the builder and version that
 parser may accept or reject differently. Its runtime runs on compute capability 8.0, 8.6, 8.9 and 12.x (7.5 when built
 for it); nothing here runs an engine.
 
-Builds run in a child process (``python -m paritygate.backend.trt.aot REQUEST.json``): Polygraphy binds its TensorRT
+Builds run in a child process (``python -m paritygate.backend.trt.aot --serve``): Polygraphy binds its TensorRT
 loaders to one module per process (``POLYGRAPHY_USE_TENSORRT_RTX`` is read when Polygraphy is imported, and a GPU run
-of the same process uses ``tensorrt``), and a builder that crashes or hangs must not take pytest with it. Reports are
-cached by the ONNX bytes' hash, the builder's version and the settings: a warm run starts no child.
+of the same process uses ``tensorrt``), and a builder that crashes or hangs must not take pytest with it. One child
+serves every build of the process, one request at a time (``_Builder``): starting Python with TensorRT-RTX and
+Polygraphy took longer than building a bundled model (docs/measured.md). A child that crashed or hung is ended, and the
+next build starts a new one. Reports are cached by the ONNX bytes' hash, the builder's version and the settings: a
+warm run starts no child.
 """
 
 import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import weakref
 from pathlib import Path
 
 from paritygate.backend.trt import layers
@@ -79,16 +86,60 @@ def engine_report(onnx_path, settings):
     request.write_text(json.dumps({"onnx": str(onnx_path), "settings": settings, "report": str(report_file),
                                    "plan": str(report_file.with_suffix(".plan"))}))
     try:
-        done = _child(str(request))
-    except subprocess.TimeoutExpired as err:
-        raise RuntimeError(f"{builder_name()} did not finish building {onnx_path} in {TIMEOUT_S} s") from err
+        with _LOCK:
+            _builder().ask(request, onnx_path)
     finally:
         request.unlink(missing_ok=True)
     if not report_file.is_file():
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise RuntimeError(f"{builder_name()} crashed building {onnx_path} (exit {done.returncode}): "
-                           f"{' | '.join(tail)[:600]}")
+        raise RuntimeError(f"{builder_name()} wrote no report building {onnx_path}")
     return json.loads(report_file.read_text())
+
+
+_BUILDER = []  # this process's build child, started by the first build that misses the cache
+_LOCK = threading.Lock()  # one request at a time on its pipes
+
+
+def _builder():
+    """This process's build child; a new one where it ended (or was started by the process this one forked from)."""
+    if not _BUILDER or _BUILDER[0].child.poll() is not None or _BUILDER[0].pid != os.getpid():
+        _BUILDER[:] = [_Builder()]
+    return _BUILDER[0]
+
+
+class _Builder:
+    """The child process (``--serve``) that builds each request it reads, one path a line on its stdin, and writes
+    the same line back on its stdout when the request's report is written."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr while it lives; end_child closes it
+        self.child = subprocess.Popen([sys.executable, "-m", "paritygate.backend.trt.aot", "--serve"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                      env={**os.environ, ENV: "1"})
+        from paritygate.backend.tf.process import end_child
+
+        self.end = weakref.finalize(self, end_child, self.child, self.log)  # at the latest when the process ends
+
+    def ask(self, request, onnx_path):
+        """Return once the child answered ``request`` (building ``onnx_path``); else end it and raise
+        ``RuntimeError`` saying why: it hung or it crashed, with the last lines it wrote."""
+        try:
+            self.child.stdin.write(f"{request}\n".encode())
+            self.child.stdin.flush()
+            ready = select.select([self.child.stdout], [], [], TIMEOUT_S)[0]
+            answer = self.child.stdout.readline() if ready else None
+        except OSError:
+            answer = b""
+        if answer:
+            return
+        if answer is None:
+            self.end()
+            raise RuntimeError(f"{builder_name()} did not finish building {onnx_path} in {TIMEOUT_S} s")
+        code = self.child.wait()
+        self.log.seek(0)
+        tail = self.log.read().decode(errors="replace").strip().splitlines()[-3:]
+        self.end()
+        raise RuntimeError(f"{builder_name()} crashed building {onnx_path} (exit {code}): {' | '.join(tail)[:600]}")
 
 
 # -- the child ----------------------------------------------------------------------------------------
@@ -102,6 +153,8 @@ def _build(onnx_path, settings, plan):
     from paritygate.backend.trt import util
 
     logger = util.trt_logger(record=True)
+    for kept in (logger.errors, logger.warnings, logger.verbose, logger.recent):
+        kept.clear()  # the messages of this build alone (the child builds one request after another)
     profile = pg_trt.Profile()
     for name, (low, opt, high) in settings["profile"].items():
         profile.add(name, min=tuple(low), opt=tuple(opt), max=tuple(high))
@@ -161,17 +214,34 @@ def _probe():
     return {"ok": ok, "message": " ".join(logger.errors)[-600:] or "no engine and no message"}
 
 
-def main(argv=None):
-    argv = argv or sys.argv
-    if argv[1] == "--probe":
-        print(json.dumps(_probe()))
-        return
-    request = json.loads(Path(argv[1]).read_text())
+def _serve():
+    """The build child's loop: each line of stdin names a request file; its report is written, then the line is
+    echoed on a private copy of stdout (the libraries' own prints go to stderr and cannot corrupt the protocol)."""
+    channel = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    for line in sys.stdin.buffer:
+        _answer(Path(line.decode().strip()))
+        channel.write(line)
+        channel.flush()
+
+
+def _answer(request_file):
+    request = json.loads(request_file.read_text())
     report = _build(request["onnx"], request["settings"], request["plan"])
     out = Path(request["report"])
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(report, indent=1, default=str))
     os.replace(tmp, out)
+
+
+def main(argv=None):
+    argv = argv or sys.argv
+    if argv[1] == "--probe":
+        print(json.dumps(_probe()))
+    elif argv[1] == "--serve":
+        _serve()
+    else:
+        _answer(Path(argv[1]))
 
 
 if __name__ == "__main__":
