@@ -15,6 +15,7 @@ before the checks (``start_ahead``), so TensorFlow loads there while this proces
 import os
 from pathlib import Path
 
+from paritygate.backend import cache
 from paritygate.backend.base import RunnerError
 from paritygate.backend.runtimes import ReferenceRunner, reference_runner
 from paritygate.common.memo import Memo, ModelKey
@@ -38,21 +39,13 @@ def effective_setting(environ=None, cpu_flags=None):
     value = (os.environ if environ is None else environ).get(ONEDNN, "").strip().lower()
     if value:
         return "0" if value in ("0", "false") else "1"
-    flags = _cpu_flags() if cpu_flags is None else set(cpu_flags)
+    flags = set(cache.cpu_flags() if cpu_flags is None else cpu_flags)
     return "1" if flags & set(ONEDNN_CPU_FLAGS) else "0"
 
 
 def alternate_setting(environ=None, cpu_flags=None):
     """The TF_ENABLE_ONEDNN_OPTS of the second order, set explicitly: the opposite of ``effective_setting``."""
     return "0" if effective_setting(environ, cpu_flags) == "1" else "1"
-
-
-def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            return set(next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), []))
-    except OSError:
-        return set()
 
 
 def describe_setting(value):
