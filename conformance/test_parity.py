@@ -23,8 +23,11 @@ def _engine_builds(ctx, spec, precision, result):
     from paritygate.backend.onnx.artifacts.loader import artifact_report
     from paritygate.backend.trt import aot, layers
 
-    if ctx.runtime == "tensorrt" or precision in spec.engines:
+    if ctx.runtime_entry.own_engine or precision in spec.engines:
         pytest.skip(f"the candidate runtime ({ctx.runtime}) builds or loads its own engine")
+    if not ctx.runtime_entry.engine_gate:
+        pytest.skip(f"the candidate runtime ({ctx.runtime}) runs the ONNX itself: no TensorRT engine is built, and "
+                    "TensorRT's builder does not gate its checks (docs/gpu.md)")
     reason = aot.missing_reason()
     if reason:
         lint = artifact_report(spec, precision, ctx.fp16_keep_fp32)["lint"]

@@ -167,7 +167,7 @@ class ParitySession:
         options = self.options
         details.setdefault("rerun", commands.rerun(options.config_path, item.nodeid))
         if precision in ("fp16", "int8") and result.numerics is None:  # every reduced-precision row names its numerics
-            result.numerics = options.numerics if options.runtime == "onnxruntime" else options.runtime
+            result.numerics = options.numerics_label
         return self.record(result)
 
     def merge_worker(self, workeroutput):

@@ -1,0 +1,77 @@
+"""paritygate.backend.registry: one entry per candidate runtime, and no runtime name compared anywhere else."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from paritygate.backend import registry
+from paritygate.context import RunContext, RunOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = [*(ROOT / "plugins" / "paritygate").rglob("*.py"), *(ROOT / "conformance").rglob("*.py")]
+REGISTRY = ROOT / "plugins" / "paritygate" / "backend" / "registry.py"
+
+
+def _names(node):
+    """The runtime names a compare operand holds: a string constant, or a tuple / list / set of them."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {i.value for i in items if isinstance(i, ast.Constant) and i.value in registry.RUNTIMES}
+
+
+def runtime_compares(path, root=ROOT):
+    """``file:line`` of each comparison (==, !=, in, not in) with a runtime's name as a string constant, and of each
+    ``startswith`` / ``endswith`` of one."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        compared = isinstance(node, ast.Compare) and any(_names(n) for n in [node.left, *node.comparators])
+        prefixed = isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("startswith", "endswith") \
+            and any(_names(a) for a in node.args)
+        if compared or prefixed:
+            found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_no_module_but_the_registry_compares_runtime_names():
+    offenders = [hit for path in SOURCES if path != REGISTRY for hit in runtime_compares(path)]
+    assert not offenders, "compare the runtime's entry (backend.registry), not its name:\n" + "\n".join(offenders)
+
+
+def test_the_compare_check_sees_each_form(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("a = x == 'tensorrt'\nb = x in ('onnxruntime', 'y')\nc = 'tensorrt-rtx' != x\nd = x == 'gpu'\n"
+                    "e = x not in ['tensorrt']\nf = x.startswith('tensorrt')\ng = {'runtime': 'onnxruntime'}\n")
+    assert runtime_compares(path, tmp_path) == ["m.py:1", "m.py:2", "m.py:3", "m.py:5", "m.py:6"]
+
+
+def test_every_runtime_is_one_entry_with_what_the_suite_asks_of_it():
+    assert registry.names() == ("onnxruntime", "tensorrt", "tensorrt-rtx")
+    for name, entry in registry.RUNTIMES.items():
+        assert entry.name == name and entry.summary and callable(entry.load) and callable(entry.needs)
+        assert entry.mark in (None, "gpu", "trt")
+        assert entry.follows_numerics or entry.numerics_note, name
+    cpu = registry.get(registry.CPU)
+    assert not cpu.needs_gpu and cpu.follows_numerics and cpu.validated and cpu.engine_gate
+    assert all(registry.get(n).needs_gpu for n in ("tensorrt", "tensorrt-rtx"))
+    with pytest.raises(ValueError, match="runtime 'onnxruntime-gpu': expected one of onnxruntime, tensorrt"):
+        registry.get("onnxruntime-gpu")
+
+
+def test_the_numerics_label_is_the_mode_on_the_cpu_and_the_runtime_elsewhere():
+    assert registry.numerics_label("onnxruntime", "ort") == "ort"
+    assert registry.numerics_label("onnxruntime", "strict") == "strict"
+    for name in ("tensorrt", "tensorrt-rtx"):
+        assert registry.numerics_label(name, "strict") == name
+        assert registry.describe_numerics(name).startswith(f"{name}: ")
+    assert RunContext(runtime="tensorrt", numerics="ort").numerics_label == "tensorrt"
+    assert RunOptions(runtime="onnxruntime", numerics="ort").numerics_label == "ort"
+
+
+def test_a_runtime_sets_its_environment_before_its_libraries_load(monkeypatch):
+    monkeypatch.delenv("POLYGRAPHY_USE_TENSORRT_RTX", raising=False)
+    RunOptions(runtime="onnxruntime")
+    import os
+
+    assert "POLYGRAPHY_USE_TENSORRT_RTX" not in os.environ
+    RunOptions(runtime="tensorrt-rtx")
+    assert os.environ["POLYGRAPHY_USE_TENSORRT_RTX"] == "1"
