@@ -34,6 +34,7 @@ PROMISED = {
     "onnx": ("onnx", "onnxruntime", "onnxconverter_common", "tf2onnx", "polygraphy", "hypothesis", "xdist"),
     "beam": ("apache_beam", "hypothesis", "xdist"),
     "gpu": ("tensorrt", "polygraphy", "cuda"),
+    "ort-cuda": ("onnx", "onnxruntime", "onnxconverter_common", "tf2onnx", "polygraphy", "cuda", "hypothesis", "xdist"),
     "gpu-trt10": ("tensorrt", "polygraphy", "cuda"),
     "trt-rtx": ("tensorrt_rtx", "polygraphy"),
     "test": ("pytest_benchmark",),

@@ -40,27 +40,27 @@ def test_no_module_but_the_registry_compares_runtime_names():
 def test_the_compare_check_sees_each_form(tmp_path):
     path = tmp_path / "m.py"
     path.write_text("a = x == 'tensorrt'\nb = x in ('onnxruntime', 'y')\nc = 'tensorrt-rtx' != x\nd = x == 'gpu'\n"
-                    "e = x not in ['tensorrt']\nf = x.startswith('tensorrt')\ng = {'runtime': 'onnxruntime'}\n")
+                    "e = x not in ['onnxruntime-cuda']\nf = x.startswith('tensorrt')\ng = {'runtime': 'onnxruntime'}\n")
     assert runtime_compares(path, tmp_path) == ["m.py:1", "m.py:2", "m.py:3", "m.py:5", "m.py:6"]
 
 
 def test_every_runtime_is_one_entry_with_what_the_suite_asks_of_it():
-    assert registry.names() == ("onnxruntime", "tensorrt", "tensorrt-rtx")
+    assert registry.names() == ("onnxruntime", "onnxruntime-cuda", "tensorrt", "tensorrt-rtx")
     for name, entry in registry.RUNTIMES.items():
         assert entry.name == name and entry.summary and callable(entry.load) and callable(entry.needs)
         assert entry.mark in (None, "gpu", "trt")
         assert entry.follows_numerics or entry.numerics_note, name
     cpu = registry.get(registry.CPU)
     assert not cpu.needs_gpu and cpu.follows_numerics and cpu.validated and cpu.engine_gate
-    assert all(registry.get(n).needs_gpu for n in ("tensorrt", "tensorrt-rtx"))
-    with pytest.raises(ValueError, match="runtime 'onnxruntime-gpu': expected one of onnxruntime, tensorrt"):
+    assert all(registry.get(n).needs_gpu for n in ("onnxruntime-cuda", "tensorrt", "tensorrt-rtx"))
+    with pytest.raises(ValueError, match="runtime 'onnxruntime-gpu': expected one of onnxruntime, onnxruntime-cuda"):
         registry.get("onnxruntime-gpu")
 
 
 def test_the_numerics_label_is_the_mode_on_the_cpu_and_the_runtime_elsewhere():
     assert registry.numerics_label("onnxruntime", "ort") == "ort"
     assert registry.numerics_label("onnxruntime", "strict") == "strict"
-    for name in ("tensorrt", "tensorrt-rtx"):
+    for name in ("onnxruntime-cuda", "tensorrt", "tensorrt-rtx"):
         assert registry.numerics_label(name, "strict") == name
         assert registry.describe_numerics(name).startswith(f"{name}: ")
     assert RunContext(runtime="tensorrt", numerics="ort").numerics_label == "tensorrt"

@@ -77,6 +77,18 @@ def _load_onnxruntime(ctx, spec, precision):
                                 numerics=ctx.numerics, level=run.level, library=run.library), str(run.artifact))
 
 
+def _load_onnxruntime_cuda(ctx, spec, precision):
+    """The artifact itself on ONNX Runtime's CUDA provider, TF32 off (``onnxrt.loader.CUDA_TF32``), Q/DQ as ONNX
+    Runtime serves them (no fake-quantization setting: its CPU-only QDQ fusions do not touch CUDA nodes)."""
+    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
+    from paritygate.backend.onnxrt.loader import SessionFromOnnx, cuda_providers
+    from paritygate.backend.onnxrt.runner import OnnxrtRunner
+
+    path = onnx_artifact(spec, precision, ctx.fp16_keep_fp32)
+    loader = SessionFromOnnx(path, cuda_providers(), spin=ctx.spin, fake_quant=False)
+    return _runner(OnnxrtRunner(loader, name=f"onnxruntime-cuda:{spec.name}:{precision}", numerics="ort"), str(path))
+
+
 def _load_tensorrt(ctx, spec, precision):
     from paritygate.backend.cache import cache_root
     from paritygate.backend.onnx.artifacts.loader import onnx_artifact
@@ -116,6 +128,12 @@ def _needs_onnxruntime(specs):
     return candidate_missing(specs)
 
 
+def _needs_onnxruntime_cuda(specs):
+    from paritygate.backend.onnxrt.loader import cuda_reason
+
+    return _gpu_reason() or cuda_reason() or candidate_missing(specs)
+
+
 def _needs_tensorrt(specs):
     return _gpu_reason(trt=True)
 
@@ -123,12 +141,16 @@ def _needs_tensorrt(specs):
 def _needs_tensorrt_rtx(specs):
     from paritygate.backend.trt import aot
 
-    return _gpu_reason() or aot.missing_reason() or candidate_missing(specs, fp16=False) or aot.runtime_refusal()
+    return _gpu_reason() or aot.missing_reason() or aot.runtime_refusal() or candidate_missing(specs, fp16=False)
 
 
 RUNTIMES = {r.name: r for r in (
     Runtime(CPU, "ONNX Runtime on the CPU; fp16/int8 computed as --parity-numerics says", _load_onnxruntime,
             _needs_onnxruntime, follows_numerics=True, engine_gate=True, validated=True),
+    Runtime("onnxruntime-cuda", "ONNX Runtime's CUDA provider (onnxruntime-gpu, the ort-cuda extra), TF32 off",
+            _load_onnxruntime_cuda, _needs_onnxruntime_cuda, mark="gpu",
+            numerics_note="ONNX Runtime's CUDA kernels on the artifact as typed: float16 ops in FP16, FP32 ops with "
+                          "TF32 off, Q/DQ as ONNX Runtime serves them (docs/gpu.md)"),
     Runtime("tensorrt", "TensorRT engines on an NVIDIA GPU (the gpu extra)", _load_tensorrt, _needs_tensorrt,
             mark="trt", own_engine=True, numerics_note="TensorRT's engine (strongly typed, TF32 off)"),
     Runtime("tensorrt-rtx", "TensorRT-RTX engines (compute capability 8.0/8.6/8.9/12.x; docs/engine.md)",

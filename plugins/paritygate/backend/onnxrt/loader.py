@@ -42,6 +42,8 @@ class SessionFromOnnx:
                          "fake_quant": fake_quant}
 
     def __call__(self):
+        if CUDA in provider_names(self.providers):
+            preload_cuda()
         options = session_options(**self.settings)
         try:
             session = ort.InferenceSession(str(self.path), sess_options=options, providers=self.providers)
@@ -53,6 +55,25 @@ class SessionFromOnnx:
                               f"{session.get_providers()}): the provider is not in this onnxruntime build or its "
                               "libraries did not load (docs/gpu.md, 'ONNX Runtime on CUDA')")
         return session
+
+
+_PRELOADED = []  # what ONNX Runtime's preload_dlls said, once per process
+
+
+def preload_cuda():
+    """ONNX Runtime's own ``preload_dlls()`` (once per process): loads CUDA 13's and cuDNN 9's libraries from the
+    nvidia-* wheels beside onnxruntime (the ort-cuda extra installs them), else by the loader's default paths
+    (``LD_LIBRARY_PATH``); returns what it printed (nothing when every library loaded)."""
+    if not _PRELOADED:
+        import contextlib
+        import io
+
+        said = io.StringIO()
+        with contextlib.redirect_stdout(said):
+            if hasattr(ort, "preload_dlls"):
+                ort.preload_dlls(msvc=False)
+        _PRELOADED.append(said.getvalue().strip())
+    return _PRELOADED[0]
 
 
 def cuda_reason():
@@ -80,5 +101,6 @@ def cuda_reason():
         try:
             SessionFromOnnx(path, cuda_providers())()
         except RunnerError as err:
-            return f"ONNX Runtime {ort.__version__}'s CUDA provider cannot run here: {str(err).split(': ', 1)[1]}"
+            said = f" (preload_dlls: {preload_cuda()[:300]})" if preload_cuda() else ""
+            return f"ONNX Runtime {ort.__version__}'s CUDA provider cannot run here: {str(err).split(': ', 1)[1]}{said}"
     return None
