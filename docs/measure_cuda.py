@@ -4,7 +4,7 @@ CPU, on the bundled and third-party models at every precision they list (issue 4
 The GPU machine has no TensorFlow, so the work is split in three, and the verdicts are the suite's own:
 
     .venv/bin/python docs/measure_cuda.py prep FOLDER            # here: each model's artifacts, the batches to feed
-    python3 docs/measure_cuda.py run FOLDER OUT                   # on the GPU: every batch on the CUDA provider
+    python3 docs/measure_cuda.py run FOLDER OUT [--cpu]           # on the GPU: every batch on the CUDA provider
     .venv/bin/python docs/measure_cuda.py judge FOLDER OUT [JSON] # here: ``judge.parity.candidate_parity`` on each
 
 ``prep`` writes, per model, the ONNX artifact of each precision (``onnx_artifact``, the file the candidate runs), the
@@ -16,7 +16,8 @@ suite's digest of the batch; it also records whether every node is placed on the
 (``session.disable_cpu_ep_fallback``). ``judge`` runs ``candidate_parity`` (the ``matches_reference`` check: the
 model's policy, reference noise floors, task metric, vacuity, coverage) once with ONNX Runtime's CPU candidate under
 strict numerics and once per CUDA variant, the CUDA candidate played back from ``run``'s outputs (a batch not
-recorded there is an error). TensorRT-RTX's builder gate is left out of both (nakdimon's Loop would stop its checks
+recorded there is an error). ``run --cpu`` plays the CPU provider in the CUDA provider's place: its fp32 rows must then
+read exactly as the CPU candidate's, which checks the pipeline itself. TensorRT-RTX's builder gate is left out of both (nakdimon's Loop would stop its checks
 before any number): the table notes where the builder rejects.
 """
 
@@ -97,7 +98,7 @@ def _placement(path):
     return "all on CUDA"
 
 
-def run(folder, out):
+def run(folder, out, cpu=False):
     import time
 
     from paritygate.backend.base import BaseRunner, run_batched
@@ -125,11 +126,12 @@ def run(folder, out):
         found = report["models"][meta["model"]] = {}
         for precision, how in meta["precisions"].items():
             path = meta_path.parent / f"{precision}.onnx"
-            found[precision] = {"placement": _placement(path)}
+            found[precision] = {"placement": "CPU (--cpu)" if cpu else _placement(path)}
             for variant, tf32 in VARIANTS[precision]:
                 kept, started = {}, time.perf_counter()
                 try:
-                    runner = OnnxrtRunner(SessionFromOnnx(path, cuda_providers(tf32=tf32), fake_quant=False),
+                    providers = ["CPUExecutionProvider"] if cpu else cuda_providers(tf32=tf32)
+                    runner = OnnxrtRunner(SessionFromOnnx(path, providers, fake_quant=False),
                                           name=f"onnxruntime-cuda:{meta['model']}:{precision}", numerics="ort").activate()
                     casts = {k: np.dtype(v) for k, v in how["casts"].items()}
                     fed = MappedRunner(runner, how["renames"], casts) if how["renames"] or casts else runner
@@ -143,17 +145,17 @@ def run(folder, out):
                     arrays.update({f"{precision}|{variant}|{key}|{k}": v for k, v in outputs.items()})
             print(meta["model"], precision, found[precision], flush=True)
         np.savez_compressed(out / f"cuda-{meta['model']}.npz", **arrays)
-    report["environment"] = _environment()
+    report["environment"] = _environment(cpu)
     (out / "cuda.json").write_text(json.dumps(report, indent=1))
 
 
-def _environment():
+def _environment(cpu=False):
     import platform
     import subprocess
 
     import onnxruntime as ort
 
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total",
+    smi = "none (--cpu)" if cpu else subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total",
                           "--format=csv,noheader"], capture_output=True, text=True, check=False).stdout.strip()
     return {"nvidia_smi": smi, "onnxruntime": ort.__version__, "providers": ort.get_available_providers(),
             "cuda_version": getattr(ort, "cuda_version", None),
@@ -268,7 +270,7 @@ if __name__ == "__main__":
     if command == "prep":
         prep(args[0], set(args[1:]))
     elif command == "run":
-        run(args[0], args[1])
+        run(args[0], args[1], cpu="--cpu" in args[2:])
     elif command == "judge":
         judge(*args[:3])
     else:

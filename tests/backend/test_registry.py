@@ -68,10 +68,41 @@ def test_the_numerics_label_is_the_mode_on_the_cpu_and_the_runtime_elsewhere():
 
 
 def test_a_runtime_sets_its_environment_before_its_libraries_load(monkeypatch):
-    monkeypatch.delenv("POLYGRAPHY_USE_TENSORRT_RTX", raising=False)
-    RunOptions(runtime="onnxruntime")
     import os
 
-    assert "POLYGRAPHY_USE_TENSORRT_RTX" not in os.environ
+    monkeypatch.setenv("POLYGRAPHY_USE_TENSORRT_RTX", "0")  # restored (unset) after the test
+    RunOptions(runtime="onnxruntime")
+    assert os.environ["POLYGRAPHY_USE_TENSORRT_RTX"] == "0"
     RunOptions(runtime="tensorrt-rtx")
     assert os.environ["POLYGRAPHY_USE_TENSORRT_RTX"] == "1"
+
+
+@pytest.mark.tf
+@pytest.mark.onnx
+def test_where_the_cuda_runtime_cannot_run_its_checks_skip_with_its_reason_and_no_numerics_line(
+        pytester, toy_saved_model):
+    """--parity-runtime=onnxruntime-cuda on a machine without a GPU (or without onnxruntime-gpu): every candidate
+    check skips with the runtime's own reason, none errors, and no fp16/int8 row claims numerics nothing computed."""
+    import json
+
+    from paritygate.backend.onnxrt.loader import cuda_reason
+    from paritygate.gpu import device
+    from tests.conftest import write_config
+
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("onnxconverter_common")
+    reason = device.probe().reason or cuda_reason()
+    if reason is None:
+        pytest.skip("ONNX Runtime's CUDA provider runs here")
+    model = {"name": "toy", "reference": str(toy_saved_model), "precisions": ["fp32", "fp16"], "max_batch": 2,
+             "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}
+    config, report = write_config(pytester.path, {"models": [model]}), pytester.path / "report"
+    result = pytester.runpytest(str(ROOT / "conformance" / "test_parity.py"), f"--parity-config={config}",
+                                f"--parity-report={report}", "--parity-runtime=onnxruntime-cuda", "-rs",
+                                "-p", "no:cacheprovider", "-p", "no:xdist")
+    checks = json.loads((report / "parity-report.json").read_text())["checks"]
+    assert checks and {c["status"] for c in checks} == {"skip"}, result.stdout.str()
+    assert all(reason in c["details"]["reason"] for c in checks), [c["details"]["reason"] for c in checks]
+    assert not [c for c in checks if c["details"].get("numerics")]
+    assert "rows computed with" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["paritygate: runtime onnxruntime-cuda, * checks: 0 pass, 0 fail, 0 error, *"])
