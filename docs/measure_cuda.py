@@ -220,10 +220,10 @@ def judge(folder, cuda_out, json_out=None):
             recorded = {k: data[k] for k in data.files}
         rows = table["models"][name] = {}
         for precision in spec.precisions:
+            ctx.runtime = "onnxruntime"
             built = engine_build(ctx, spec, precision)
             builder = "not built" if built is None else ("builds" if built["built"] else "rejects")
             ENGINE_BUILDS.put(ctx, PrecisionKey(spec.name, precision), None)  # the gate left out: numbers for all
-            ctx.runtime = "onnxruntime"
             rows[precision] = {"builder": builder, "placement": cuda["models"][name][precision]["placement"],
                                "strict CPU": _judged(ctx, spec, precision)}
             ctx.runtime = "onnxruntime-cuda"

@@ -209,6 +209,11 @@ class RunOptions:
         """Why the selected candidate runtime cannot run here (None when it can): its entry's ``needs``."""
         return self.runtime_entry.needs(self.models)
 
+    def runtime_refusal(self):
+        """Why the selected runtime itself cannot run on this machine (GPU, its libraries, its runtime's word), the
+        reason --require-gpu fails on; None when only the run's other needs (TensorFlow, ...) are missing."""
+        return self.runtime_entry.refused()
+
     @property
     def context(self):
         """The run's ``RunContext`` (made on first use): the candidate runtime and the options checks compute with,

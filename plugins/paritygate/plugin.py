@@ -340,7 +340,7 @@ def parity_candidate_available(parity_options):
     """Skip (or fail under --require-gpu) when the selected candidate runtime cannot run here."""
     reason = parity_options.runtime_skip_reason()
     if reason:
-        if parity_options.require_gpu:
+        if parity_options.require_gpu and parity_options.runtime_refusal():  # the GPU's, not TensorFlow's
             pytest.fail(f"--require-gpu: {reason}", pytrace=False)
         pytest.skip(f"candidate runtime {parity_options.runtime}: {reason}")
 

@@ -16,17 +16,21 @@ from dataclasses import dataclass, field
 from paritygate.lazy import available, missing_reason
 
 CPU = "onnxruntime"  # runs on any machine: the default without a GPU, the shadow gate's candidate
+_REFUSED = {}  # runtime name -> its refusal on this machine, once per process
 
 
 @dataclass(frozen=True)
 class Runtime:
     """A candidate runtime. ``load(ctx, spec, precision)`` -> (an activated runner, what it runs: a file or an
-    engine's description); ``needs(specs)`` -> why its candidates of ``specs`` cannot run here, or None."""
+    engine's description); ``refusal()`` -> why it cannot run on this machine (no GPU, its libraries missing, its
+    runtime refusing the GPU), or None; ``run_needs(specs)`` -> what else its candidates of ``specs`` need installed
+    (TensorFlow to convert, ...), or None."""
 
     name: str
     summary: str  # one line for --parity-runtime's help and docs
     load: Callable
-    needs: Callable
+    refusal: Callable
+    run_needs: Callable
     mark: str = None  # the pytest mark its candidate checks carry (gpu, trt): `pytest -m gpu` selects them
     follows_numerics: bool = False  # computes fp16/int8 as --parity-numerics says (strict / ort); else its own
     numerics_note: str = None  # what its own numerics are (summary line, report), when it does not follow them
@@ -42,6 +46,17 @@ class Runtime:
     def numerics(self, mode):
         """The numerics label of its fp16/int8 rows under ``--parity-numerics=mode``: the mode, or its own name."""
         return mode if self.follows_numerics else self.name
+
+    def refused(self):
+        """``refusal()``, asked once per process (a runtime's probe can start a child or load CUDA)."""
+        if self.name not in _REFUSED:
+            _REFUSED[self.name] = self.refusal()
+        return _REFUSED[self.name]
+
+    def needs(self, specs):
+        """Why its candidates of ``specs`` cannot run here, or None: its own reason first (the skip reason a team
+        sees on an unsupported GPU, docs/engine.md), then what the run needs installed."""
+        return self.refused() or self.run_needs(specs)
 
     def prepare(self):
         """Set what must be set before its libraries are imported (the plugin's options, replay)."""
@@ -124,37 +139,45 @@ def _gpu_reason(trt=False):
     return device.trt_reason() if trt else None
 
 
-def _needs_onnxruntime(specs):
-    return candidate_missing(specs)
+def _no_refusal():
+    return None
 
 
-def _needs_onnxruntime_cuda(specs):
+def _cuda_refusal():
     from paritygate.backend.onnxrt.loader import cuda_reason
 
-    return _gpu_reason() or cuda_reason() or candidate_missing(specs)
+    return _gpu_reason() or cuda_reason()
 
 
-def _needs_tensorrt(specs):
+def _tensorrt_refusal():
     return _gpu_reason(trt=True)
 
 
-def _needs_tensorrt_rtx(specs):
+def _rtx_refusal():
     from paritygate.backend.trt import aot
 
-    return _gpu_reason() or aot.missing_reason() or aot.runtime_refusal() or candidate_missing(specs, fp16=False)
+    return _gpu_reason() or aot.missing_reason() or aot.runtime_refusal()
+
+
+def _nothing_more(specs):
+    return None
+
+
+def _fp32_conversion(specs):
+    return candidate_missing(specs, fp16=False)
 
 
 RUNTIMES = {r.name: r for r in (
     Runtime(CPU, "ONNX Runtime on the CPU; fp16/int8 computed as --parity-numerics says", _load_onnxruntime,
-            _needs_onnxruntime, follows_numerics=True, engine_gate=True, validated=True),
+            _no_refusal, candidate_missing, follows_numerics=True, engine_gate=True, validated=True),
     Runtime("onnxruntime-cuda", "ONNX Runtime's CUDA provider (onnxruntime-gpu, the ort-cuda extra), TF32 off",
-            _load_onnxruntime_cuda, _needs_onnxruntime_cuda, mark="gpu",
+            _load_onnxruntime_cuda, _cuda_refusal, candidate_missing, mark="gpu",
             numerics_note="ONNX Runtime's CUDA kernels on the artifact as typed: float16 ops in FP16, FP32 ops with "
                           "TF32 off, Q/DQ as ONNX Runtime serves them (docs/gpu.md)"),
-    Runtime("tensorrt", "TensorRT engines on an NVIDIA GPU (the gpu extra)", _load_tensorrt, _needs_tensorrt,
-            mark="trt", own_engine=True, numerics_note="TensorRT's engine (strongly typed, TF32 off)"),
+    Runtime("tensorrt", "TensorRT engines on an NVIDIA GPU (the gpu extra)", _load_tensorrt, _tensorrt_refusal,
+            _nothing_more, mark="trt", own_engine=True, numerics_note="TensorRT's engine (strongly typed, TF32 off)"),
     Runtime("tensorrt-rtx", "TensorRT-RTX engines (compute capability 8.0/8.6/8.9/12.x; docs/engine.md)",
-            _load_tensorrt_rtx, _needs_tensorrt_rtx, mark="gpu", engine_gate=True,
+            _load_tensorrt_rtx, _rtx_refusal, _fp32_conversion, mark="gpu", engine_gate=True,
             numerics_note="TensorRT-RTX's engine, as its builder built it",
             environment={"POLYGRAPHY_USE_TENSORRT_RTX": "1"}),  # Polygraphy binds its loaders to it on import
 )}
@@ -181,7 +204,7 @@ def get(name):
 
 def default():
     """The runtime of a run that names none: tensorrt where it can run (a GPU, TensorRT and Polygraphy), else the CPU."""
-    return "tensorrt" if _needs_tensorrt(()) is None else CPU
+    return "tensorrt" if _tensorrt_refusal() is None else CPU
 
 
 def numerics_label(runtime, mode):
