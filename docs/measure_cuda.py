@@ -117,9 +117,10 @@ def run(folder, out, cpu=False):
             self.kept[digest(feed)] = outputs
             return outputs
 
-    report, out = {"models": {}}, Path(out)
+    report, out, files = {"models": {}}, Path(out), {}
     for meta_path in sorted(Path(folder).glob("*/meta.json")):
-        meta, arrays = json.loads(meta_path.read_text()), {}
+        meta = json.loads(meta_path.read_text())
+        arrays = files.setdefault("bundled" if meta["model"] in BUNDLED else meta["model"], {})
         with np.load(meta_path.parent / "groups.npz") as data:
             groups = [{k.split("|", 1)[1]: data[k] for k in data.files if k.startswith(f"{i}|")}
                       for i in range(meta["groups"])]
@@ -142,9 +143,10 @@ def run(folder, out, cpu=False):
                     continue
                 found[precision][variant] = {"batches": len(kept), "seconds": round(time.perf_counter() - started, 3)}
                 for key, outputs in kept.items():
-                    arrays.update({f"{precision}|{variant}|{key}|{k}": v for k, v in outputs.items()})
+                    arrays.update({f"{meta['model']}|{precision}|{variant}|{key}|{k}": v for k, v in outputs.items()})
             print(meta["model"], precision, found[precision], flush=True)
-        np.savez_compressed(out / f"cuda-{meta['model']}.npz", **arrays)
+    for name, arrays in files.items():  # at most 8 files come back from the GPU machine: the bundled models in one
+        np.savez_compressed(out / f"cuda-{name}.npz", **arrays)
     report["environment"] = _environment(cpu)
     (out / "cuda.json").write_text(json.dumps(report, indent=1))
 
@@ -212,12 +214,13 @@ def judge(folder, cuda_out, json_out=None):
     from paritygate.common.memo import ArtifactKey, PrecisionKey
 
     cuda = json.loads((Path(cuda_out) / "cuda.json").read_text())
-    table = {"environment": cuda["environment"], "models": {}}
+    table, recorded = {"environment": cuda["environment"], "models": {}}, {}
+    for path in sorted(Path(cuda_out).glob("cuda-*.npz")):
+        with np.load(path) as data:
+            recorded.update({k: data[k] for k in data.files})
     for name, options, spec in models([p.parent.name for p in Path(folder).glob("*/meta.json")]):
         ctx = options.context
         ctx.reproducer_dir = Path(tempfile.mkdtemp(prefix="cuda-repro-"))
-        with np.load(Path(cuda_out) / f"cuda-{name}.npz") as data:
-            recorded = {k: data[k] for k in data.files}
         rows = table["models"][name] = {}
         for precision in spec.precisions:
             ctx.runtime = "onnxruntime"
@@ -233,7 +236,7 @@ def judge(folder, cuda_out, json_out=None):
                     rows[precision][variant] = {"max_abs": float("nan"), "top1": "—", "verdict": "error",
                                                 "failures": [ran["error"]]}
                     continue
-                prefix = f"{precision}|{variant}|"
+                prefix = f"{name}|{precision}|{variant}|"
                 batches = {}
                 for key, value in recorded.items():
                     if key.startswith(prefix):
