@@ -95,7 +95,7 @@ def _run(path, x, providers, **settings):
 
 
 @pytest.mark.gpu
-def test_fp32_with_tf32_off_is_within_fp32_rounding_of_float64(tmp_path, cuda_here, record_property):
+def test_fp32_with_tf32_off_is_within_fp32_rounding_of_float64(tmp_path, cuda_here, request):
     path, weights = mlp(tmp_path / "mlp.onnx")
     x = np.random.default_rng(2).standard_normal((64, H)).astype(np.float32)
     want = float64_mlp(x, weights)
@@ -103,26 +103,26 @@ def test_fp32_with_tf32_off_is_within_fp32_rounding_of_float64(tmp_path, cuda_he
     on, _ = _run(path, x, loader.cuda_providers(tf32=True))
     assert session.get_providers()[0] == "CUDAExecutionProvider"
     err_off, err_on = (float(np.max(np.abs(y - want))) for y in (off, on))
-    record_property("max_abs_tf32_off", err_off)
-    record_property("max_abs_tf32_on", err_on)
+    request.node.user_properties.append(("max_abs_tf32_off", err_off))
+    request.node.user_properties.append(("max_abs_tf32_on", err_on))
     scale = float(np.max(np.abs(want)))
     assert err_off <= 64 * np.finfo(np.float32).eps * scale  # FP32 arithmetic: a few ulps of the largest output
     assert err_off <= err_on  # TF32's 10-bit mantissa is never closer than FP32 on this product
 
 
 @pytest.mark.gpu
-def test_fp16_runs_in_fp16_on_cuda(tmp_path, cuda_here, record_property):
+def test_fp16_runs_in_fp16_on_cuda(tmp_path, cuda_here, request):
     path, weights = mlp(tmp_path / "mlp16.onnx", np.float16)
     x = np.random.default_rng(3).standard_normal((64, H)).astype(np.float16)
     got, session = _run(path, x, loader.cuda_providers())
     assert got.dtype == np.float16 and session.get_providers()[0] == "CUDAExecutionProvider"
     err = float(np.max(np.abs(got.astype(np.float64) - float64_mlp(x, [w.astype(np.float16) for w in weights]))))
-    record_property("max_abs_fp16", err)
+    request.node.user_properties.append(("max_abs_fp16", err))
     assert 0 < err <= 8e-3  # FP16 outputs (unit roundoff 2^-11) of values up to a few units
 
 
 @pytest.mark.gpu
-def test_qdq_runs_on_the_cuda_provider_without_a_cpu_fallback(tmp_path, cuda_here, record_property):
+def test_qdq_runs_on_the_cuda_provider_without_a_cpu_fallback(tmp_path, cuda_here, request):
     path, w = qdq_matmul(tmp_path / "qdq.onnx")
     x = np.random.default_rng(4).uniform(-3, 3, (64, H)).astype(np.float32)
     session = loader.SessionFromOnnx(path, loader.cuda_providers())()
@@ -134,5 +134,5 @@ def test_qdq_runs_on_the_cuda_provider_without_a_cpu_fallback(tmp_path, cuda_her
     got = session.run(None, {"x": x})[0]
     want = (np.clip(np.round(x / 0.05), -128, 127) * 0.05).astype(np.float64) @ w  # fake quantization in float64
     err = float(np.max(np.abs(got - want)))
-    record_property("max_abs_qdq", err)
+    request.node.user_properties.append(("max_abs_qdq", err))
     assert err <= 1e-4 * float(np.max(np.abs(want)))
