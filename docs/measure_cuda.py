@@ -5,6 +5,7 @@ The GPU machine has no TensorFlow, so the work is split in three, and the verdic
 
     .venv/bin/python docs/measure_cuda.py prep FOLDER            # here: each model's artifacts, the batches to feed
     python3 docs/measure_cuda.py run FOLDER OUT [--cpu]           # on the GPU: every batch on the CUDA provider
+    python3 docs/measure_cuda.py placement FOLDER OUT/placement.json  # on the GPU: which nodes ONNX Runtime puts on the CPU
     .venv/bin/python docs/measure_cuda.py judge FOLDER OUT [JSON] # here: ``judge.parity.candidate_parity`` on each
 
 ``prep`` writes, per model, the ONNX artifact of each precision (``onnx_artifact``, the file the candidate runs), the
@@ -151,6 +152,38 @@ def run(folder, out, cpu=False):
     (out / "cuda.json").write_text(json.dumps(report, indent=1))
 
 
+PLACEMENT = """
+import sys, onnxruntime as ort
+so = ort.SessionOptions(); so.log_severity_level = 0
+ort.InferenceSession(sys.argv[1], sess_options=so, providers=[('CUDAExecutionProvider', {'use_tf32': '0'}), 'CPUExecutionProvider'])
+"""
+
+
+def placement(folder, out):
+    """Per artifact: nodes per provider and the op types on the CPU provider, read from ONNX Runtime's verbose
+    placement log ("Node(s) placed on [...]. Number of nodes: N", then one line per node), in a child process."""
+    import collections
+    import re
+    import subprocess
+
+    found = {}
+    for path in sorted(Path(folder).glob("*/*.onnx")):
+        err = subprocess.run([sys.executable, "-c", PLACEMENT, str(path)], capture_output=True, text=True).stderr
+        ep, counts, cpu = None, {}, collections.Counter()
+        for line in err.splitlines():
+            m = re.search(r"(?:All nodes placed on|Node\(s\) placed on) \[(\w+)\]\. Number of nodes: (\d+)", line)
+            if m:
+                ep = m.group(1)
+                counts[ep] = int(m.group(2))
+                continue
+            m = re.search(r"\]\s{2,}(\w+) \(", line)
+            if m and ep == "CPUExecutionProvider":
+                cpu[m.group(1)] += 1
+        found[f"{path.parent.name}/{path.stem}"] = {"nodes": counts, "cpu_ops": dict(cpu)}
+        print(path.parent.name, path.stem, counts, dict(cpu), flush=True)
+    Path(out).write_text(json.dumps(found, indent=1))
+
+
 def _environment(cpu=False):
     import platform
     import subprocess
@@ -214,6 +247,8 @@ def judge(folder, cuda_out, json_out=None):
     from paritygate.common.memo import ArtifactKey, PrecisionKey
 
     cuda = json.loads((Path(cuda_out) / "cuda.json").read_text())
+    placed = Path(cuda_out) / "placement.json"  # ONNX Runtime's verbose placement log, per artifact (docs/gpu.md)
+    placed = json.loads(placed.read_text()) if placed.exists() else {}
     table, recorded = {"environment": cuda["environment"], "models": {}}, {}
     for path in sorted(Path(cuda_out).glob("cuda-*.npz")):
         with np.load(path) as data:
@@ -227,7 +262,8 @@ def judge(folder, cuda_out, json_out=None):
             built = engine_build(ctx, spec, precision)
             builder = "not built" if built is None else ("builds" if built["built"] else "rejects")
             ENGINE_BUILDS.put(ctx, PrecisionKey(spec.name, precision), None)  # the gate left out: numbers for all
-            rows[precision] = {"builder": builder, "placement": cuda["models"][name][precision]["placement"],
+            rows[precision] = {"builder": builder, "placement": placed.get(f"{name}/{precision}")
+                               or cuda["models"][name][precision]["placement"],
                                "strict CPU": _judged(ctx, spec, precision)}
             ctx.runtime = "onnxruntime-cuda"
             for variant, _ in VARIANTS[precision]:
@@ -252,20 +288,27 @@ def judge(folder, cuda_out, json_out=None):
         Path(json_out).write_text(json.dumps(table, indent=1) + "\n")
 
 
+LABELS = {"strict CPU": "strict emulation, ONNX Runtime CPU", "cuda": "CUDA provider", "cuda-tf32": "CUDA provider, TF32 on"}
+
+
 def print_model(name, rows):
     print(f"\n**{name}**\n\n| precision | candidate | max abs | top-1 | verdict |\n|---|---|---|---|---|")
-    labels = {"strict CPU": "strict emulation, ONNX Runtime CPU", "cuda": "CUDA provider (TF32 off)",
-              "cuda-tf32": "CUDA provider, TF32 on"}
+    notes = []
     for precision, row in rows.items():
-        for key, label in labels.items():
+        for key, label in LABELS.items():
             if key in row:
                 r = row[key]
-                label_here = "ONNX Runtime CPU" if key == "strict CPU" and precision == "fp32" else label
-                if key == "cuda" and precision != "fp32":
-                    label_here = "CUDA provider"
-                print(f"| {precision} | {label_here} | {r['max_abs']:.3g} | {r['top1']} | {r['verdict']} |")
-        print(f"| {precision} | (TensorRT-RTX's builder {row['builder']} it; CUDA placement: {row['placement']}) "
-              "| | | |")
+                label = {("strict CPU", "fp32"): "ONNX Runtime CPU", ("cuda", "fp32"): "CUDA provider, TF32 off"}.get(
+                    (key, precision), label)
+                print(f"| {precision} | {label} | {r['max_abs']:.3g} | {r['top1']} | {r['verdict']} |")
+        placement = row["placement"]
+        if isinstance(placement, dict):
+            cpu = placement["cpu_ops"]
+            placement = (f"{sum(placement['nodes'].values())} nodes, " + (
+                f"{sum(cpu.values())} on the CPU ({', '.join(f'{k} {v}' for k, v in sorted(cpu.items()))})"
+                if cpu else "all on CUDA"))
+        notes.append(f"{precision}: TensorRT-RTX's builder {row['builder']} it; {placement}")
+    print("\n" + "; ".join(notes) + ".")
 
 
 if __name__ == "__main__":
@@ -274,6 +317,8 @@ if __name__ == "__main__":
         prep(args[0], set(args[1:]))
     elif command == "run":
         run(args[0], args[1], cpu="--cpu" in args[2:])
+    elif command == "placement":
+        placement(args[0], args[1])
     elif command == "judge":
         judge(*args[:3])
     else:

@@ -132,3 +132,22 @@ def test_the_suite_collects_without_beam(tmp_path):
                           check=False)
     assert done.returncode == 0 and "error" not in done.stdout.lower(), done.stdout[-3000:] + done.stderr[-2000:]
     assert "pip install 'paritygate[beam]'" in done.stdout, done.stdout[-3000:]
+
+
+def test_the_onnxruntime_version_is_the_one_that_imports(tmp_path, monkeypatch):
+    """onnxruntime and onnxruntime-gpu both install the package ``onnxruntime``: the report names the distribution
+    beside the module that imports (the first on sys.path), not whichever metadata lists first."""
+    import importlib
+
+    from paritygate.lazy import module_dist
+
+    site = tmp_path / "site"
+    (site / "onnxruntime").mkdir(parents=True)
+    (site / "onnxruntime" / "__init__.py").write_text("")
+    info = site / "onnxruntime_gpu-9.1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: onnxruntime-gpu\nVersion: 9.1.2\n")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    assert module_dist("onnxruntime", ("onnxruntime-gpu", "onnxruntime")) == ("onnxruntime-gpu", "9.1.2")
+    assert module_dist("no_such_module_here", ("no-such-dist",)) is None

@@ -16,7 +16,7 @@ from pathlib import Path
 from paritygate.backend import registry
 from paritygate.common.memo import Memo, Once, Store
 from paritygate.common.numerics import DEFAULT_NUMERICS
-from paritygate.lazy import available
+from paritygate.lazy import available, module_dist
 from paritygate.lazy import dist_version as _version
 
 ENVIRONMENT = Memo("environment", key=Once)  # versions and device (environment()), read once per run
@@ -85,11 +85,13 @@ def environment():
     from paritygate.gpu import device as _gpu
 
     probe = _gpu.probe()
+    ort = module_dist("onnxruntime", ("onnxruntime-gpu", "onnxruntime"))
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
-        "onnxruntime": _version("onnxruntime") or _version("onnxruntime-gpu"),
+        "onnxruntime": ort[1] if ort else None,
+        "onnxruntime-package": ort[0] if ort else None,  # onnxruntime (CPU) or onnxruntime-gpu (the CUDA provider)
         "onnx": _version("onnx"),
         "tf2onnx": _version("tf2onnx"),
         "tensorrt": _version("tensorrt") or _version("tensorrt-cu12") or _version("tensorrt-cu13"),
