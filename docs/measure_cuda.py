@@ -168,7 +168,8 @@ def placement(folder, out):
 
     found = {}
     for path in sorted(Path(folder).glob("*/*.onnx")):
-        err = subprocess.run([sys.executable, "-c", PLACEMENT, str(path)], capture_output=True, text=True).stderr
+        err = subprocess.run([sys.executable, "-c", PLACEMENT, str(path)], capture_output=True, text=True,
+                             check=False).stderr
         ep, counts, cpu = None, {}, collections.Counter()
         for line in err.splitlines():
             m = re.search(r"(?:All nodes placed on|Node\(s\) placed on) \[(\w+)\]\. Number of nodes: (\d+)", line)
