@@ -106,3 +106,18 @@ def test_where_the_cuda_runtime_cannot_run_its_checks_skip_with_its_reason_and_n
     assert not [c for c in checks if c["details"].get("numerics")]
     assert "rows computed with" not in result.stdout.str()
     result.stdout.fnmatch_lines(["paritygate: runtime onnxruntime-cuda, * checks: 0 pass, 0 fail, 0 error, *"])
+
+
+def test_a_runtime_names_its_own_refusal_before_what_the_run_lacks(monkeypatch):
+    """docs/engine.md: on a GPU its runtime refuses, the checks skip with the runtime's words, not with a missing
+    TensorFlow; where the runtime runs, what the run lacks is the reason."""
+    from tests.conftest import toy_spec
+
+    spec = toy_spec()  # no ONNX of its own: converting it needs tensorflow and tf2onnx
+    monkeypatch.setattr(registry, "available", lambda name: False)
+    monkeypatch.setitem(registry._REFUSED, "tensorrt-rtx", "TensorRT-RTX's runtime refuses this GPU: (9.0)")
+    assert registry.get("tensorrt-rtx").needs([spec]) == "TensorRT-RTX's runtime refuses this GPU: (9.0)"
+    monkeypatch.setitem(registry._REFUSED, "tensorrt-rtx", None)
+    assert registry.get("tensorrt-rtx").needs([spec]).startswith("onnx is not installed")
+    monkeypatch.setitem(registry._REFUSED, "onnxruntime-cuda", None)
+    assert "tensorflow is not installed (pip install 'paritygate[tf]')" in registry.get("onnxruntime-cuda").needs([spec])
