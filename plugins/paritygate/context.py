@@ -180,15 +180,8 @@ class RunOptions:
     def runtime(self):
         return self.requested_runtime or registry.default()
 
-    @property
-    def runtime_entry(self):
-        """The candidate runtime's entry (``backend.registry``)."""
-        return registry.get(self.runtime)
-
-    @property
-    def numerics_label(self):
-        """What the run's fp16/int8 rows are computed with (``backend.registry``: the one derivation)."""
-        return self.runtime_entry.numerics(self.numerics)
+    runtime_entry = RunContext.runtime_entry  # the candidate runtime's entry (``backend.registry``)
+    numerics_label = RunContext.numerics_label  # what the run's fp16/int8 rows are computed with
 
     @property
     def device_class(self):
