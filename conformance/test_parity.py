@@ -150,6 +150,8 @@ def _describe_candidate(ctx, spec, precision):
 
     runner = candidate_runner(ctx, spec, precision)
     out = {"runtime": ctx.runtime, "runner": runner.name, "artifact": str(getattr(runner, "path", "") or "")}
+    if getattr(runner, "providers", None):  # ONNX Runtime's, with their options (the CUDA provider's use_tf32)
+        out["providers"] = [list(p) if isinstance(p, tuple) else p for p in runner.providers]
     if precision == "fp16":
         out["fp16_keep_fp32"] = list(ctx.fp16_keep_fp32 or FP16_KEEP_FP32)
     if precision not in spec.engines:  # a prebuilt engine has no ONNX artifact
