@@ -141,13 +141,15 @@ def test_the_onnxruntime_version_is_the_one_that_imports(tmp_path, monkeypatch):
 
     from paritygate.lazy import module_dist
 
-    site = tmp_path / "site"
-    (site / "onnxruntime").mkdir(parents=True)
-    (site / "onnxruntime" / "__init__.py").write_text("")
-    info = site / "onnxruntime_gpu-9.1.2.dist-info"
+    site = tmp_path / "site"  # a stand-in package of two distributions (onnxruntime itself may be imported already)
+    (site / "pg_twin_ort").mkdir(parents=True)
+    (site / "pg_twin_ort" / "__init__.py").write_text("")
+    info = site / "pg_twin_ort_gpu-9.1.2.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: onnxruntime-gpu\nVersion: 9.1.2\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pg-twin-ort-gpu\nVersion: 9.1.2\n")
     monkeypatch.syspath_prepend(str(site))
     importlib.invalidate_caches()
-    assert module_dist("onnxruntime", ("onnxruntime-gpu", "onnxruntime")) == ("onnxruntime-gpu", "9.1.2")
+    assert module_dist("pg_twin_ort", ("pg-twin-ort-gpu", "pg-twin-ort")) == ("pg-twin-ort-gpu", "9.1.2")
+    pytest.importorskip("onnxruntime")  # imported now: the distribution beside the module that imported
+    assert module_dist("onnxruntime", ("onnxruntime-gpu", "onnxruntime"))[0] in ("onnxruntime", "onnxruntime-gpu")
     assert module_dist("no_such_module_here", ("no-such-dist",)) is None
