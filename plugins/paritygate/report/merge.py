@@ -10,6 +10,7 @@ environment is kept under ``shards``, and a difference between them is listed in
 from pathlib import Path
 
 from paritygate.files import check_version, read_json
+from paritygate.report.schema import check_report
 from paritygate.result import read_checks
 
 
@@ -31,6 +32,7 @@ def read_report(path):
         if data.get(key) is not None and not isinstance(data[key], kind):
             raise MergeError(f"{path}: key '{key}': expected a JSON {'object' if kind is dict else 'array'}, got "
                              f"{type(data[key]).__name__}")
+    check_report(data, path, MergeError)  # every field the renderers read, of its type
     try:
         read_checks(data["checks"])
     except ValueError as err:
