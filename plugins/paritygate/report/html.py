@@ -14,6 +14,7 @@ from paritygate.report.text import (
     by_severity,
     check_id,
     counts,
+    interrupted_text,
     precision_label,
     run_fails,
     stop_problems,
@@ -71,6 +72,8 @@ def _run_fails(data, checks):
 
 
 def _verdict_word(data, checks):
+    if interrupted_text(data):
+        return "INTERRUPTED"
     if stop_problems(data, checks):
         return "STOPPED"
     if not checks:
@@ -84,6 +87,8 @@ def _banner(data, checks):
     colour = COLOURS["fail"] if word == "FAIL" else (COLOURS["pass"] if checks else COLOURS["skip"])
     problems = stop_problems(data, checks)
     why = _why(data, checks) if checks else "no check was recorded"
+    if word == "INTERRUPTED":
+        colour, why = COLOURS["error"], ESC(interrupted_text(data))
     if problems:
         colour = COLOURS["error"]
         why = (f"stopped before any check (exit code 4): {len(problems)} problem(s) in the input, each to fix "

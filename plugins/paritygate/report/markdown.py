@@ -13,6 +13,7 @@ from paritygate.report.text import (
     cause,
     counts,
     divergence_text,
+    interrupted_text,
     num,
     precision_label,
     run_fails,
@@ -88,6 +89,10 @@ def _verdict(data, checks):
         head = (f"**Verdict: STOPPED before any check** (exit code 4): {len(problems)} problem(s) in the input, "
                 "each to fix before the checks can run:")
         return [head, "", *[f"- {_t(p)}" for p in problems]]
+    stopped = interrupted_text(data)
+    if stopped:
+        return [f"**Verdict: INTERRUPTED**: {stopped}", "", " · ".join(f"{ICON[s]}: {counts(checks)[s]}"
+                                                                          for s in STATUSES)]
     if not checks:
         return ["no checks ran"]
     n = counts(checks)

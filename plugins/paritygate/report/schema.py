@@ -80,7 +80,8 @@ REPORT = _object(["schema", "checks"], schema={"const": 1}, checks={"type": "arr
                      "gpu": {"type": ["object", "string", "null"]}, "cpu_isa": {"type": ["array", "null"]}}},
                  validation={"type": ["object", "null"], "properties": {"problems": {"type": ["array", "null"],
                                                                                      "items": TEXT}}},
-                 time={"type": ["object", "null"]}, status=TEXT_OR_NULL, interrupted=_object(reason=TEXT_OR_NULL))
+                 time={"type": ["object", "null"]}, status={"enum": ["complete", "interrupted", "stopped", None]},
+                 interrupted=_object(reason=TEXT_OR_NULL, selected=COUNT, recorded=COUNT))
 
 
 def check_report(data, path, error=ValueError):

@@ -60,6 +60,17 @@ def stop_problems(data, checks):
     return [str(p) for p in validation.get("problems") or []]
 
 
+def interrupted_text(data):
+    """"interrupted after 5 of 9 selected tests: ..." for a report whose run was interrupted (its ``status``), or
+    "" for a run that ended."""
+    if not isinstance(data, dict) or data.get("status") != "interrupted":
+        return ""
+    info = data.get("interrupted") if isinstance(data.get("interrupted"), dict) else {}
+    of = f" of {info['selected']}" if isinstance(info.get("selected"), int) else ""
+    return (f"the run was interrupted (Ctrl-C) after {len(data.get('checks') or [])}{of} selected checks: the "
+            "checks below ran, the others did not; this report is no verdict, rerun for one")
+
+
 def run_fails(checks):
     """Whether these checks fail the run: a fail or error, or an inconclusive the model does not allow."""
     return any(c.status in ("fail", "error") or
