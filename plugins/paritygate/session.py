@@ -284,6 +284,9 @@ class ParitySession:
                 pass
         except OSError as err:
             raise OSError(f"--parity-report={folder}: report folder is not writable: {err.strerror or err}") from err
+        if os.path.islink(folder / "reproducers"):  # planted: the run writes only inside the folder it was given
+            raise OSError(f"--parity-report={folder}: its reproducers/ is a symlink to {os.readlink(folder / 'reproducers')}; "
+                          "the run writes reproducers only inside the report folder: remove the link")
 
 
 def result_of(item):
