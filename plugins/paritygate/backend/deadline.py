@@ -13,10 +13,11 @@ the checks, the validation pass, replay, the Beam handlers and the shadow gate a
   the limit the caller gets ``InferenceTimeout``, the runner's ``cancel`` (if any: the child process is killed)
   runs, and the stuck worker is abandoned (a daemon thread: it cannot keep the process alive).
 
-The limit is ``PARITYGATE_MAX_INFER_S`` seconds (``--parity-max-infer-s`` and ``paritygate shadow
---max-infer-s`` set it), default ``DEFAULT_S``: ten minutes, over 60x the slowest single call the suite makes on
-its real-size models here (docs/limits.md, "Inference time"), and short enough that a CI job's own timeout (GitHub
-Actions: 6 h) never has to end a hung run without its report.
+The limit is ``PARITYGATE_MAX_INFER_S`` seconds (``--parity-max-infer-s`` sets it for a run; a command's own flag
+calls ``configure``), default ``DEFAULT_S``: ten minutes, over 1000x the slowest single call measured here on
+a real-size model (ResNet50's TensorFlow reference, first call 0.46 s: docs/measure_infer_call.py, docs/limits.md
+"Inference time"), and short enough that a CI job's own timeout (GitHub Actions: 6 h) never has to end a hung run
+without its report.
 """
 
 import itertools
