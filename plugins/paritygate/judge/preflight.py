@@ -34,6 +34,7 @@ import numpy as np
 from paritygate.backend import inputspec, registry, runtimes
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
+from paritygate.common.escape import one_line
 from paritygate.common.memo import Memo, ModelKey
 from paritygate.judge import declared
 from paritygate.lazy import available, missing_reason
@@ -56,7 +57,7 @@ class ModelValidation:
 
     def problem(self, key, err):
         """One line: the config file, the model, the key (None: a data file the message names) and ``err``."""
-        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        text = one_line(err)  # one line, no ANSI colour codes of a tool's message
         if text.startswith(f"{self.spec.source}: model "):
             self.problems.append(text)
         else:
@@ -254,6 +255,24 @@ def _candidate(ctx, spec, v, reference_ok):
         v.problem("outputs" if "cannot pair outputs" in str(err) else "onnx", err)
         return
     v.checked.append("candidate inputs" + (" and outputs" if reference_ok else ""))
+    _returns_in_time(spec, v, runner)
+
+
+def _returns_in_time(spec, v, runner):
+    """One seeded batch-1 sample through the fp32 candidate: a graph that never returns (an ONNX Loop of 10**12
+    iterations passes onnx.checker and loads) is one line here, at the inference time limit (backend.deadline), not
+    a hung first check. Any other failure is the checks' to judge (a candidate failing on valid inputs fails)."""
+    from paritygate.backend.base import InferenceTimeout
+    from paritygate.inputs.sampling import sample_inputs
+
+    if not isinstance(runner, inputspec.MappedRunner):
+        runner = inputspec.MappedRunner(runner, inputspec.input_names(spec, runner))
+    try:
+        runner.infer(sample_inputs(spec, 1, np.random.default_rng(0)))
+    except InferenceTimeout as err:
+        v.problem("onnx", err)
+    except Exception:  # noqa: BLE001, S110 - judged by the checks, each with its own verdict
+        pass
 
 
 def _fp32_onnx_runner(ctx, spec, reference_ok):

@@ -3,8 +3,8 @@
 
 import numpy as np
 
-from paritygate.backend.base import BaseRunner, CandidateFault
-from paritygate.backend.onnxrt.loader import CPU, SessionFromOnnx
+from paritygate.backend.base import BaseRunner, CandidateFault, InferenceTimeout
+from paritygate.backend.onnxrt.loader import CPU, SessionFromOnnx, ort
 from paritygate.common.numerics import DEFAULT_NUMERICS
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
@@ -42,9 +42,18 @@ class OnnxrtRunner(BaseRunner):
         self._sess = self.loader()
         self.output_names = [o.name for o in self._sess.get_outputs()]
 
-    def infer_impl(self, feed):
+    def infer_bounded(self, feed):
+        """In the caller's thread (latency measures the call itself): the watchdog stops a call past the limit
+        through ``RunOptions.terminate``, which ONNX Runtime checks between nodes and in every Loop iteration."""
+        from paritygate.backend.deadline import bounded
+
+        run_options = ort.RunOptions()
+        return bounded(lambda: self.infer_impl(feed, run_options), self.where(), in_thread=False, error=InferenceTimeout,
+                       cancel=lambda: terminate(run_options))
+
+    def infer_impl(self, feed, run_options=None):
         try:
-            values = self._sess.run(None, feed)
+            values = self._sess.run(None, feed, run_options)
         except Exception as err:
             shapes = {k: (v.dtype.name, list(v.shape)) for k, v in feed.items()}
             raise CandidateFault(f"{self.path}: ONNX Runtime failed on inputs {shapes}: {str(err)[:400]}") from err
@@ -57,3 +66,10 @@ class OnnxrtRunner(BaseRunner):
 
     def deactivate_impl(self):
         self._sess = None
+
+
+def terminate(run_options):
+    """Stop the ONNX Runtime run that ``run_options`` drives (from another thread), without its error log line:
+    the caller's InferenceTimeout says what happened."""
+    run_options.log_severity_level = 4  # fatal only
+    run_options.terminate = True
