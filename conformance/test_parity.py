@@ -19,25 +19,29 @@ def test_engine_builds(parity_context, parity_case, parity_result):
 
 def _engine_builds(ctx, spec, precision, result):
     from paritygate.backend.base import CandidateFault
-    from paritygate.backend.engines import engine_build, engine_gate
+    from paritygate.backend.engines import builder_fault, built_once, engine_gate
     from paritygate.backend.onnx.artifacts.loader import artifact_report
     from paritygate.backend.trt import aot, layers
+    from paritygate.verdict import SuiteError
 
     if ctx.runtime == "tensorrt" or precision in spec.engines:
         pytest.skip(f"the candidate runtime ({ctx.runtime}) builds or loads its own engine")
-    reason = aot.missing_reason()
+    reason = aot.missing_reason() or (None if ctx.engine_build else "turned off (--parity-engine-build=off)")
     if reason:
         lint = artifact_report(spec, precision, ctx.fp16_keep_fp32)["lint"]
         result.details.update(lint=lint, builder=None)
         pytest.skip(f"TensorRT's builder is not here: {reason}; the lint stands in ({len(lint)} findings in the "
                     "details, not a verdict)")
-    built = engine_build(ctx, spec, precision)
+    built = built_once(ctx, spec, precision)  # an artifact that could not be made: one error a run
     result.details.update(engine={k: built[k] for k in ("builder", "targets", "built", "error", "seconds",
                                                         "artifact", "coverage", "warnings", "layers")},
                           fused=layers.fused_groups(built["layers"]))
     for warning in built["warnings"]:
         result.finding("engine_warning", {"summary": f"{built['builder']} warned: {warning}",
                                           "builder": built["builder"], "message": warning})
+    fault = builder_fault(spec, precision, built)
+    if fault:  # the builder could not run: this row's error alone, the numeric checks run without the engine
+        raise SuiteError(fault)
     try:
         engine_gate(ctx, spec, precision)  # a SuiteError (the suite's build) is the row's error
     except CandidateFault as err:

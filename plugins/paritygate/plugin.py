@@ -64,6 +64,10 @@ def pytest_addoption(parser):
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
                     help="on a failing fp16/int8 check, localize the node adding the most error and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
+    group.addoption("--parity-engine-build", metavar="on|off", choices=("on", "off"), default="on",
+                    help="build every candidate ONNX into an engine with TensorRT-RTX's builder before its numeric "
+                         "checks, where it is installed (docs/engine.md); off: no build, engine_builds skips with "
+                         "the static lint standing in, recorded in the report (default: on)")
     group.addoption("--parity-cache", metavar="on|off", choices=("on", "off"), default="on",
                     help="serve the TF reference's outputs for a batch it ran before from $PARITYGATE_CACHE/reference "
                          "(keyed by its files, signature, TF version, device and the exact batch); goldens and "
@@ -118,6 +122,7 @@ def _options(config):
     """The run's RunOptions from pytest's command line (ValueError names a bad --parity-shard)."""
     return RunOptions(**{k: config.getoption(dest) for k, dest in _OPTIONS.items()},
                       localize=config.getoption("parity_localize") != "off",
+                      engine_build=config.getoption("parity_engine_build") != "off",
                       reference_cache=config.getoption("parity_cache") != "off",
                       is_xdist_worker=hasattr(config, "workerinput"))
 

@@ -9,7 +9,7 @@ Each runner is kept in this module's memos (``paritygate.common.memo``), once pe
 import numpy as np
 
 from paritygate.backend.base import BaseRunner, RunnerError
-from paritygate.backend.engines import FAILED_CANDIDATES
+from paritygate.backend.engines import FAILED_CANDIDATES, artifact_failure
 from paritygate.common.memo import ArtifactKey, Memo, ModelKey
 from paritygate.common.numerics import NUMERICS
 from paritygate.verdict import SuiteError
@@ -138,7 +138,7 @@ def candidate_runner(ctx, spec, precision, engine=True):
 
         engine_gate(ctx, spec, precision)
     key = ArtifactKey(ctx.runtime, spec.name, precision)
-    failed = FAILED_CANDIDATES.peek(ctx, key)
+    failed = artifact_failure(ctx, spec, precision)  # its own, or the fp32 conversion's it would be built from
     if failed is not None:
         raise failed.with_traceback(None)
 
@@ -319,7 +319,11 @@ def _build(ctx, spec, precision):
         from paritygate.backend.trt.loader import EngineFromPath
         from paritygate.backend.trt.runner import TrtRunner
 
-        what = engine_build(ctx, spec, precision)["plan"]
+        built = engine_build(ctx, spec, precision)
+        if not (built or {}).get("built"):  # the builder could not run here (engines.builder_fault), or is off
+            raise SuiteError(f"no TensorRT-RTX engine of '{spec.name}' {precision} to run: "
+                             f"{(built or {}).get('error') or 'the builder is not installed or turned off'}")
+        what = built["plan"]
         runner = TrtRunner(EngineFromPath(what, spec), name=f"tensorrt-rtx:{spec.name}:{precision}")
         runner.time_as = "candidate"
         runner.activate()

@@ -3,6 +3,7 @@
 
 import re
 
+from paritygate.report.engine import OFF
 from paritygate.report.engine import markdown as engine_lines
 from paritygate.report.text import (
     by_severity,
@@ -68,7 +69,7 @@ def _environment_line(data):
     return (f"Runtime **{data.get('runtime')}** · device class `{data.get('device_class')}` · "
             f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
             f"TensorRT {env.get('tensorrt') or 'not installed'} · TensorRT-RTX builder "
-            f"{env.get('tensorrt-rtx') or 'not installed'} · Beam {env.get('apache-beam')} · GPU: {gpu} · "
+            f"{env.get('tensorrt-rtx') or 'not installed'}{OFF if data.get('engine_build') == 'off' else ''} · Beam {env.get('apache-beam')} · GPU: {gpu} · "
             f"CPU {', '.join(env.get('cpu_isa') or []) or 'unknown'}")
 
 
