@@ -130,7 +130,7 @@ class RunOptions:
             if fp16_keep_fp32 is not None else None
         self.is_xdist_worker = is_xdist_worker
         self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
-        self.engine_build = engine_build  # --parity-engine-build: TensorRT-RTX's builder in the loop (docs/engine.md)
+        self.engine_build = engine_build not in (False, "off")  # --parity-engine-build on|off: TensorRT-RTX's builder
         self.reference_cache = reference_cache  # --parity-cache: TF outputs served from backend.reference_cache
         self.shard = parse_shard(shard)  # --parity-shard=K/N: (K, N), this run judges every N-th model from the K-th
         self.numerics = numerics  # --parity-numerics: strict FP16 emulation (default) or ONNX Runtime's own

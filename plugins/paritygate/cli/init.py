@@ -176,8 +176,11 @@ def _input_lines(name, dtype, shape, mapped, max_batch=4, hint=None, least=(None
     low, high = DEFAULT_RANGES.get(np.dtype(dtype).kind, (0, 1))
     if hint:  # the graph tells: (low, high, why); a float input's bounds written as floats
         low, high = (float(v) for v in hint[:2]) if np.dtype(dtype).kind == "f" else (int(v) for v in hint[:2])
-    rule = (f"{CONFIRM if hint[3:] else '#'} from the model: {hint[2]}" if hint else f"{CONFIRM}: the inclusive bounds of valid values (default "
-            f"for {np.dtype(dtype).name}; generated inputs stay inside); look for {LOOK_FOR}")
+    unknown = ("cannot tell from the model (no Rescaling or Normalization layer reads this image, and no Keras "
+               "Applications backbone is known by its layer names): " if np.dtype(dtype).kind == "f" and _image_like(shape)
+               else "")
+    rule = (f"{CONFIRM if hint[3:] else '#'} from the model: {hint[2]}" if hint else f"{CONFIRM}: {unknown}the inclusive "
+            f"bounds of valid values (default for {np.dtype(dtype).name}; generated inputs stay inside); look for {LOOK_FOR}")
     lines = [f"[models.inputs.{_key(name)}]", f"shape = {json.dumps(dims)}",
              *([_profile_line(shape, max_batch, least)] if -1 in dims[1:] else []),
              f'dtype = "{np.dtype(dtype).name}"', f"range = [{low!r}, {high!r}]  {rule}"]

@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 
+from paritygate.inputs.sampling import valid_rows
 from paritygate.lazy import lazy_import
 from paritygate.verdict import SuiteError
 
@@ -124,5 +125,5 @@ def smoke_feeds(spec, model, names, calibration=None):
                 value = rng.integers(int(low), int(high) + 1, size=shape)
             else:
                 value = rng.uniform(float(low), float(high), size=shape)
-        feeds[names[ref]] = np.asarray(value).astype(dtype)
+        feeds[names[ref]] = valid_rows(tensor, np.asarray(value).astype(dtype))  # inputs.<name>.not_all
     return feeds
