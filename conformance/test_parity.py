@@ -28,7 +28,7 @@ def _engine_builds(ctx, spec, precision, result):
         pytest.skip(f"the candidate runtime ({ctx.runtime}) builds or loads its own engine")
     reason = aot.missing_reason() or (None if ctx.engine_build else "turned off (--parity-engine-build=off)")
     if reason:
-        lint = artifact_report(spec, precision, ctx.fp16_keep_fp32)["lint"]
+        lint = built_once(ctx, spec, precision, lambda *_: artifact_report(spec, precision, ctx.fp16_keep_fp32))["lint"]
         result.details.update(lint=lint, builder=None)
         pytest.skip(f"TensorRT's builder is not here: {reason}; the lint stands in ({len(lint)} findings in the "
                     "details, not a verdict)")

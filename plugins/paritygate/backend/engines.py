@@ -79,14 +79,15 @@ def engine_gate(ctx, spec, precision):
     raise FAILED_CANDIDATES.put(ctx, key, fault)
 
 
-def built_once(ctx, spec, precision):
-    """``engine_build``, where an artifact that could not be made (a failed conversion) is one error a run: the
-    error this run met first is raised again (``artifact_failure``), and the one met now is kept for later checks."""
+def built_once(ctx, spec, precision, make=engine_build):
+    """``make(ctx, spec, precision)`` (``engine_build``), where an artifact that could not be made (a failed
+    conversion) is one error a run: the error this run met first is raised again (``artifact_failure``), and the one
+    met now is kept for later checks."""
     failed = artifact_failure(ctx, spec, precision)
     if failed is not None:
         raise failed.with_traceback(None)
     try:
-        return engine_build(ctx, spec, precision)
+        return make(ctx, spec, precision)
     except (SuiteError, RunnerError) as err:
         raise FAILED_CANDIDATES.put(ctx, ArtifactKey(ctx.runtime, spec.name, precision), err) from None
 

@@ -35,6 +35,7 @@ import numpy as np
 from paritygate.backend import runtimes
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
+from paritygate.backend.onnx.artifacts.validate import ArtifactError
 from paritygate.common.memo import Memo, ModelKey
 from paritygate.judge import declared
 from paritygate.lazy import available, missing_reason
@@ -293,8 +294,9 @@ def _candidate(ctx, spec, v, reference_ok):
         runner = _fp32_onnx_runner(ctx, spec, reference_ok)
         if reference_ok:
             v.io_mapping = runtimes.recorded_mapping(ctx, spec) or runtimes.io_mapping(ctx, spec, runner)
-    except SuiteError as err:
-        v.note("onnx", f"candidate not checked: {err} (its checks report this as error)")
+    except SuiteError as err:  # a converter's failure is said once, by the first check that meets it
+        said = f"{err.converter} could not make it" if isinstance(err, ArtifactError) else str(err)
+        v.note("onnx", f"candidate not checked: {said} (its checks report this as error)")
         return
     except RunnerError as err:
         if not reference_ok and isinstance(err.__cause__, BindingsError):  # said once, by the reference's line
