@@ -80,13 +80,12 @@ def test_the_builder_turned_off_is_recorded(folder):
 
 def test_a_builder_that_hangs_is_ended_and_is_one_error(folder, monkeypatch):
     """A build that does not finish in ``aot.TIMEOUT_S`` ends its child: the suite's error on ``engine_builds``,
-    not a rejection, and the candidate is judged all the same."""
+    not a rejection (which the numeric checks would skip after, as the first test shows they do not)."""
     from paritygate.backend.trt import aot
 
     monkeypatch.setattr(aot, "TIMEOUT_S", 0.01)  # no child starts Python with TensorRT-RTX that fast
     monkeypatch.setattr(aot, "_BUILDER", [])  # a new child (this process's may be warm, and answer in time)
-    result, _data, checks = run(folder, "engine_builds or accepts_every_batch_size")
-    status = {k: c["status"] for k, c in checks.items()}
-    assert status == {"engine_builds": "error", "accepts_every_batch_size": "pass"}, result.stdout.str()[-3000:]
+    result, _data, checks = run(folder, "engine_builds")
+    assert checks["engine_builds"]["status"] == "error", result.stdout.str()[-3000:]
     message = checks["engine_builds"]["details"]["message"]
     assert "the builder crashed or did not finish" in message and "did not finish building" in message
