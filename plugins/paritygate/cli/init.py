@@ -77,7 +77,8 @@ def _probe(found, runner):
     """What running the reference tells (``cli.probe``): the least size of its dynamic dims, its softmax outputs."""
     from paritygate.cli import probe
 
-    found.least = probe.least_size(runner, found.inputs, DYNAMIC_DIM)
+    starts = [_sizes(shape)[0] for _dtype, shape in found.inputs.values() if -1 in shape[1:]]
+    found.least = probe.least_size(runner, found.inputs, min(starts, default=DYNAMIC_DIM))
     dims = {name: [_sizes(shape, found.least[0])[1] if d == -1 else int(d) for d in shape[1:]]
             for name, (_dtype, shape) in found.inputs.items()}
     ranges = {name: DEFAULT_RANGES.get(np.dtype(dtype).kind, (0, 1)) for name, (dtype, _shape) in found.inputs.items()}
@@ -163,10 +164,10 @@ def _profile_line(shape, max_batch, least=(None, None)):
                       for k, b, size in zip(("min", "opt", "max"), (1, max_batch, max_batch), sizes))
     why = ("image sizes; opt 224 is ImageNet's: use the sizes your pipeline feeds" if image else
            f"{sizes[0]}..{sizes[2]} proposed")
-    if least[0] and least[0] > DYNAMIC_DIM:
-        why += f"; the model takes {least[0]} and more, not less: at {DYNAMIC_DIM} {least[1]}"
+    if least[0] and least[1]:
+        why += f"; the model takes {least[0]} and more, not less: {least[1]}"
     elif least[1]:
-        why += f"; no size up to {LIMIT} ran: at {DYNAMIC_DIM} {least[1]}"
+        why += f"; no size up to {LIMIT} ran: {least[1]}"
     return (f"profile = {{ {table} }}  {CONFIRM}: dimension(s) {', '.join(map(str, dynamic))} dynamic in the model: "
             f"the sizes it must take, min <= opt <= max ({why}; TensorRT builds this optimization profile)")
 

@@ -47,9 +47,9 @@ def _fails(runner, inputs, size):
         outputs = runner.infer(feed)
     except Exception as err:  # noqa: BLE001 - TensorFlow raises many types; a size it refuses is the answer
         first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-        return f"it fails there ({first.strip()[:160]})"
+        return f"at {size} it fails ({first.strip()[:160]})"
     empty = {k: list(np.shape(v)) for k, v in outputs.items() if np.size(v) == 0}
-    return f"its output {empty} is empty" if empty else None
+    return f"at {size} its output {empty} is empty" if empty else None
 
 
 def softmax_outputs(runner, inputs, dims, ranges):
