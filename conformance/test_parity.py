@@ -8,7 +8,9 @@ pytestmark = [pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_availa
 def test_engine_builds(parity_context, parity_case, parity_result):
     """TensorRT's parser and builder (TensorRT-RTX, ahead of time, no GPU needed: backend.trt.aot) turn the candidate's
     ONNX artifact into an engine over the model's optimization profile. A rejection is the candidate's ``fail`` (the
-    suite's ``error`` for an artifact the suite built), and no numeric check of this precision can pass. The details
+    suite's ``error`` for an artifact the suite built), and no numeric check of this precision can pass. A builder
+    that cannot run here (a CUDA call on a CPU-only machine, a crash, a hang) is this row's ``error`` alone: the
+    numeric checks judge the candidate without an engine (``--parity-engine-build=off`` turns the builder off). The details
     hold what the engine runs: its kernels, the ONNX nodes fused into each, its tensors' datatypes and the
     engine-side precision coverage; the builder's warnings are findings."""
     from paritygate.judge import coverage
