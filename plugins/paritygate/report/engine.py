@@ -31,7 +31,7 @@ def _built(engine, error):
     if engine.get("built"):
         return "yes"
     if error.get("cannot_run"):  # the builder's failure, not the artifact's (backend.engines.builder_fault)
-        return f"the builder could not run: {error['cannot_run']}: {error.get('message') or ''}"
+        return f"could not run: {error['cannot_run']}: {error.get('message') or ''}"
     return f"NO: {error.get('op') or ''} node '{error.get('node') or '?'}': {error.get('message') or ''}"
 
 
