@@ -50,6 +50,7 @@ def _said_once(fault, precision):
     if isinstance(fault, CandidateFault):
         return f"the {precision} candidate is wrong: {getattr(fault, 'failed_check', None)} failed with it ({short}...)"
     if isinstance(fault, SuiteError):
+        short = f"known converter gap '{fault.gap}'" if getattr(fault, "gap", None) else f"{str(fault)[:160]}..."
         return (f"the suite could not make the {precision} candidate: {getattr(fault, 'failed_check', None)} "
-                f"[{getattr(fault, 'failed_precision', precision)}] erred with it ({short}...)")
+                f"[{getattr(fault, 'failed_precision', precision)}] erred with it ({short})")
     return None
