@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
+from paritygate.backend import registry
 from paritygate.common.numerics import DEFAULT_NUMERICS, NUMERICS
-from paritygate.context import RUNTIMES, RunOptions
+from paritygate.context import RunOptions
 from paritygate.extras import require_extras, restore_importorskip
 from paritygate.gpu.device import pin_xdist_worker
 from paritygate.lazy import available
@@ -36,9 +37,7 @@ def pytest_addoption(parser):
     group = parser.getgroup("paritygate", "paritygate: TF -> ONNX -> TensorRT parity and RunInference conformance")
     group.addoption("--parity-config", metavar="PATH", default=None,
                     help=f"model config (TOML); exactly its models are validated (default: {BUNDLED_CONFIG})")
-    group.addoption("--parity-runtime", metavar="NAME", choices=RUNTIMES, default=None,
-                    help="candidate runtime: onnxruntime|tensorrt|tensorrt-rtx (compute capability 8.0/8.6/8.9/12.x; "
-                         "docs/engine.md) (default: tensorrt when importable and a GPU is present, else onnxruntime)")
+    group.addoption("--parity-runtime", metavar="NAME", choices=registry.names(), help=registry.option_help())
     group.addoption("--parity-report", metavar="DIR", default=None,
                     help="write parity-report.json/.md/.html and reproducers into DIR (default: no report)")
     group.addoption("--parity-baseline", metavar="PATH", default=None,
@@ -142,9 +141,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         model, precision = case_of(item)
         if model is not None and known:
-            mark_known_failures(item, model, precision, options.runtime, known, options.numerics)
-        if options.runtime != "onnxruntime" and "parity_candidate_available" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.trt if options.runtime == "tensorrt" else pytest.mark.gpu)  # on a GPU: `-m gpu` selects
+            mark_known_failures(item, model, precision, options.runtime, known, options.numerics_label)
+        mark = options.runtime_entry.mark  # a GPU runtime's candidate checks: `-m gpu` selects them
+        if mark and "parity_candidate_available" in getattr(item, "fixturenames", ()):
+            item.add_marker(getattr(pytest.mark, mark))
         if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.gpu)  # trt implies gpu
         if item.get_closest_marker("gpu") or item.get_closest_marker("trt"):
@@ -340,7 +340,7 @@ def parity_candidate_available(parity_options):
     """Skip (or fail under --require-gpu) when the selected candidate runtime cannot run here."""
     reason = parity_options.runtime_skip_reason()
     if reason:
-        if parity_options.require_gpu:
+        if parity_options.require_gpu and parity_options.runtime_refusal():  # the GPU's, not TensorFlow's
             pytest.fail(f"--require-gpu: {reason}", pytrace=False)
         pytest.skip(f"candidate runtime {parity_options.runtime}: {reason}")
 

@@ -166,8 +166,8 @@ class ParitySession:
 
         options = self.options
         details.setdefault("rerun", commands.rerun(options.config_path, item.nodeid))
-        if precision in ("fp16", "int8") and result.numerics is None:  # every reduced-precision row names its numerics
-            result.numerics = options.numerics if options.runtime == "onnxruntime" else options.runtime
+        if precision in ("fp16", "int8") and result.numerics is None and status != "skip":
+            result.numerics = options.numerics_label  # a reduced-precision row that ran names what computed it
         return self.record(result)
 
     def merge_worker(self, workeroutput):

@@ -52,7 +52,7 @@ def build_parser():
     run.add_argument("config", metavar="CONFIG", help="the model config (TOML)")
     run.add_argument("--report", metavar="DIR", help="write parity-report.json/.md/.html into DIR")
 
-    from paritygate.cli.replay import REPLAYS, RUNTIMES
+    from paritygate.cli.replay import REPLAYS, add_run_arguments
 
     replay = sub.add_parser("replay", help="replay a saved reproducer (.npz)", epilog="exit status: 0 passes (not "
                             "reproduced), 1 fails (reproduced), 2 usage, 3 error (the file, its config or a runtime "
@@ -60,7 +60,7 @@ def build_parser():
     replay.add_argument("file", metavar="FILE", help="a reproducer written by a failing property check")
     replay.add_argument("--check", choices=sorted(REPLAYS), help="the check to replay (default: the one recorded "
                         "in FILE)")
-    replay.add_argument("--runtime", choices=RUNTIMES, help="candidate runtime (default: the one recorded in FILE)")
+    add_run_arguments(replay)
 
     report = sub.add_parser("report", help="re-render parity-report.md and .html from a parity-report.json, or "
                             "merge shard reports into one", description="One JSON: re-render its Markdown and "
@@ -137,7 +137,7 @@ def _run(args, extra):
 def _replay(args, _extra):
     from paritygate.cli import replay
 
-    argv = [args.file] + [f"--{k}={v}" for k in ("check", "runtime") if (v := getattr(args, k))]
+    argv = [args.file] + [f"--{k}={v}" for k in ("check", "runtime", "numerics") if (v := getattr(args, k))]
     return int(replay.main(argv) or 0)
 
 

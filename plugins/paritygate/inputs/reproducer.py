@@ -20,15 +20,16 @@ class ReplayError(Exception):
     """The reproducer, its config or a runtime could not be loaded; the message names the file."""
 
 
-def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, fp16_keep_fp32=None):
+def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, fp16_keep_fp32=None, numerics=None):
     """Write ``<model>-<precision>-<check>-<hash>.npz`` (+ Polygraphy inputs JSON) under ``folder``; returns the
-    paths and the one-line replay command."""
+    paths and the one-line replay command. The meta records the candidate ``runtime`` and the run's ``numerics``
+    (--parity-numerics), which replay honours."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     digest = content_digest(inputs)[:12]
     stem = folder / f"{spec.name}-{precision}-{check}-{digest}"
     meta = {"schema": SCHEMA, "config": str(spec.source), "model": spec.name, "precision": precision, "check": check,
-            "runtime": runtime, "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,
+            "runtime": runtime, "numerics": numerics, "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,
             "failures": failures[:20]}
     npz = stem.with_suffix(".npz")
     np.savez(npz, **{f"input:{k}": v for k, v in inputs.items()}, **{META: np.array(json.dumps(meta))})

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.backend import runtimes
+from paritygate.backend import inputspec, registry, runtimes
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
 from paritygate.backend.onnx.artifacts.validate import ArtifactError
@@ -247,7 +247,7 @@ def _profile_corners(ctx, spec, v, reference_outputs):
     if not reference_outputs:
         return
     runners = {}
-    if "candidate inputs and outputs" in v.checked and ctx.runtime == "onnxruntime" and "fp32" in spec.precisions:
+    if "candidate inputs and outputs" in v.checked and ctx.runtime_entry.validated and "fp32" in spec.precisions:
         runners["fp32 candidate"] = runtimes.candidate_runner(ctx, spec, "fp32", engine=False)
     key = next(f"inputs.{k}.profile" for k, t in spec.inputs.items() if t.profile)
     for label, _batch, feed, at in _corners(spec):
@@ -283,7 +283,7 @@ def _unlike_outputs(ctx, spec, outs, at):
 
 # -- candidate ------------------------------------------------------------------------------------------
 def _candidate(ctx, spec, v, reference_ok):
-    missing = runtimes.candidate_missing([spec], fp16=False)
+    missing = registry.candidate_missing([spec], fp16=False)
     if missing:
         v.note("onnx", "candidate not checked: " + missing)
         return
@@ -311,7 +311,7 @@ def _fp32_onnx_runner(ctx, spec, reference_ok):
     """An ONNX Runtime runner over the fp32 ONNX, its inputs checked: the fp32 candidate itself when the
     checks will run it (cached, so they reuse it; it resolves the mapping, which needs the reference), else a
     bare one kept for this pass."""
-    if reference_ok and ctx.runtime == "onnxruntime" and "fp32" in spec.precisions:
+    if reference_ok and ctx.runtime_entry.validated and "fp32" in spec.precisions:
         return runtimes.candidate_runner(ctx, spec, "fp32", engine=False)
 
     def bare():
@@ -325,8 +325,8 @@ def _fp32_onnx_runner(ctx, spec, reference_ok):
             if spec.onnx is None:  # the suite converted it: a tool failure, not the config's
                 raise SuiteError(f"the fp32 ONNX converted from {spec.reference} is not usable: {err}") from err
             raise
-        mapped = runtimes.MappedRunner(runner, runtimes.input_names(spec, runner))
-        runtimes.check_input_spec(spec, mapped.input_metadata(), str(path))
+        mapped = inputspec.MappedRunner(runner, inputspec.input_names(spec, runner))
+        inputspec.check_input_spec(spec, mapped.input_metadata(), str(path))
         return runner
 
     return BARE_RUNNERS.get(ctx, ModelKey(spec.name), bare)

@@ -5,7 +5,8 @@
     check = "property_parity"       # required: the report's check name (the test function without `test_`)
     precision = "int8"              # optional: every precision when absent
     runtime = "tensorrt"            # optional: every runtime when absent
-    numerics = "strict"             # optional (onnxruntime): every --parity-numerics mode when absent
+    numerics = "strict"             # optional: the numerics label (onnxruntime: strict or ort; any other runtime:
+                                    # its own name), every label when absent
     upstream_defect = "onnx-numpy-first-output"   # optional: the [[expectations]] id of the upstream defect
     reproducer = "reproducers/x.npz"  # optional: the failing input (a saved reproducer of this model and check,
                                     # path relative to expectations.toml), tried first by the property check
@@ -157,6 +158,8 @@ def known_failure_feeds(spec, precision=None, check=None):
 
 
 def mark_known_failures(item, model, precision, runtime, entries, numerics=None):
+    """Mark ``item`` a strict xfail where an entry matches it; ``numerics``: the run's numerics label
+    (``backend.registry.numerics_label``)."""
     check = item.originalname.removeprefix("test_")
     for entry in entries:
         if (entry["model"] == model and entry["check"] == check

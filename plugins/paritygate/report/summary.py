@@ -3,7 +3,7 @@ artifact and reference caches, where the time went, the numerics of fp16/int8 ro
 the comparison with the baseline and where the report was written. Read from the recorder
 (``paritygate.session.ParitySession``) and its run's options."""
 
-from paritygate.common.numerics import describe as describe_numerics
+from paritygate.backend.registry import describe_numerics
 from paritygate.common.timeline import summary_line as time_line
 from paritygate.report.baseline import summary_lines as baseline_lines
 from paritygate.report.text import counts, precision_label
