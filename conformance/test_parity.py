@@ -8,7 +8,9 @@ pytestmark = [pytest.mark.onnx, pytest.mark.usefixtures("parity_candidate_availa
 def test_engine_builds(parity_context, parity_case, parity_result):
     """TensorRT's parser and builder (TensorRT-RTX, ahead of time, no GPU needed: backend.trt.aot) turn the candidate's
     ONNX artifact into an engine over the model's optimization profile. A rejection is the candidate's ``fail`` (the
-    suite's ``error`` for an artifact the suite built), and no numeric check of this precision can pass. The details
+    suite's ``error`` for an artifact the suite built), and no numeric check of this precision can pass. A builder
+    that cannot run here (a CUDA call on a CPU-only machine, a crash, a hang) is this row's ``error`` alone: the
+    numeric checks judge the candidate without an engine (``--parity-engine-build=off`` turns the builder off). The details
     hold what the engine runs: its kernels, the ONNX nodes fused into each, its tensors' datatypes and the
     engine-side precision coverage; the builder's warnings are findings."""
     from paritygate.judge import coverage
@@ -19,28 +21,32 @@ def test_engine_builds(parity_context, parity_case, parity_result):
 
 def _engine_builds(ctx, spec, precision, result):
     from paritygate.backend.base import CandidateFault
-    from paritygate.backend.engines import engine_build, engine_gate
+    from paritygate.backend.engines import builder_fault, built_once, engine_gate
     from paritygate.backend.onnx.artifacts.loader import artifact_report
     from paritygate.backend.trt import aot, layers
+    from paritygate.verdict import SuiteError
 
     if ctx.runtime_entry.own_engine or precision in spec.engines:
         pytest.skip(f"the candidate runtime ({ctx.runtime}) builds or loads its own engine")
     if not ctx.runtime_entry.engine_gate:
         pytest.skip(f"the candidate runtime ({ctx.runtime}) runs the ONNX itself: no TensorRT engine is built, and "
                     "TensorRT's builder does not gate its checks (docs/gpu.md)")
-    reason = aot.missing_reason()
+    reason = aot.missing_reason() or (None if ctx.engine_build else "turned off (--parity-engine-build=off)")
     if reason:
-        lint = artifact_report(spec, precision, ctx.fp16_keep_fp32)["lint"]
+        lint = built_once(ctx, spec, precision, lambda *_: artifact_report(spec, precision, ctx.fp16_keep_fp32))["lint"]
         result.details.update(lint=lint, builder=None)
         pytest.skip(f"TensorRT's builder is not here: {reason}; the lint stands in ({len(lint)} findings in the "
                     "details, not a verdict)")
-    built = engine_build(ctx, spec, precision)
+    built = built_once(ctx, spec, precision)  # an artifact that could not be made: one error a run
     result.details.update(engine={k: built[k] for k in ("builder", "targets", "built", "error", "seconds",
                                                         "artifact", "coverage", "warnings", "layers")},
                           fused=layers.fused_groups(built["layers"]))
     for warning in built["warnings"]:
         result.finding("engine_warning", {"summary": f"{built['builder']} warned: {warning}",
                                           "builder": built["builder"], "message": warning})
+    fault = builder_fault(spec, precision, built)
+    if fault:  # the builder could not run: this row's error alone, the numeric checks run without the engine
+        raise SuiteError(fault)
     try:
         engine_gate(ctx, spec, precision)  # a SuiteError (the suite's build) is the row's error
     except CandidateFault as err:

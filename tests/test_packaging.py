@@ -42,6 +42,18 @@ def test_the_package_list_holds_every_package_under_plugins():
     assert listed == found
 
 
+def test_every_data_file_of_the_package_is_in_package_data():
+    """A data file the code reads (a JSON table, a C source) that no ``package-data`` pattern names would be missing
+    from the wheel, and only an installed run would find out (backend/onnx/artifacts/gaps.json, issue 37)."""
+    from fnmatch import fnmatch
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["paritygate"]
+    package = ROOT / "plugins" / "paritygate"
+    data = [p.relative_to(package).as_posix() for p in package.rglob("*")
+            if p.is_file() and p.suffix in (".json", ".c", ".toml", ".txt") and "__pycache__" not in p.parts]
+    assert data and not [f for f in data if not any(fnmatch(f, pattern) for pattern in patterns)]
+
+
 # -- the installed wheel ----------------------------------------------------------------------------
 def _run(cmd, cwd, env, timeout=900):
     done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,

@@ -31,6 +31,7 @@ class RunContext:
     beam_runner: str = None  # --parity-beam-runner (None: the local runners)
     beam_options: tuple = ()  # --parity-beam-option pass-through
     localize: bool = True  # --parity-localize: explain and repair failing fp16/int8 checks (judge.divergence)
+    engine_build: bool = True  # --parity-engine-build: TensorRT-RTX's builder in the loop (backend.engines)
     reproducer_dir: object = None  # where failing inputs are saved (--parity-report DIR/reproducers, else the cache's)
     device_class: str = "cpu"  # latency budget class (--parity-device-class, or derived from the GPU)
     serial: bool = True  # False on an xdist worker: latency is never measured beside other work
@@ -122,7 +123,7 @@ class RunOptions:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False, update_goldens=False,
                  device_class=None, beam_runner=None, beam_options=(), fp16_keep_fp32=None, is_xdist_worker=False,
                  localize=True, baseline=None, baseline_fail=(), numerics=DEFAULT_NUMERICS, reference_cache=True,
-                 shard=None, max_infer_s=None, allow_unsafe_deserialization=False):
+                 shard=None, max_infer_s=None, allow_unsafe_deserialization=False, engine_build=True):
         from paritygate.backend.deadline import configure, infer_limit_s
         from paritygate.models.config import BUNDLED_CONFIG
 
@@ -150,6 +151,7 @@ class RunOptions:
             if fp16_keep_fp32 is not None else None
         self.is_xdist_worker = is_xdist_worker
         self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
+        self.engine_build = engine_build not in (False, "off")  # --parity-engine-build on|off: TensorRT-RTX's builder
         self.reference_cache = reference_cache  # --parity-cache: TF outputs served from backend.reference_cache
         self.shard = parse_shard(shard)  # --parity-shard=K/N: (K, N), this run judges every N-th model from the K-th
         self.numerics = numerics  # --parity-numerics: strict FP16 emulation (default) or ONNX Runtime's own
@@ -225,6 +227,7 @@ class RunOptions:
         if self._context is None:
             self._context = RunContext(runtime=self.runtime, fp16_keep_fp32=self.fp16_keep_fp32, numerics=self.numerics,
                                        reference_cache=self.reference_cache, localize=self.localize,
+                                       engine_build=self.engine_build,
                                        beam_runner=self.beam_runner, beam_options=tuple(self.beam_options),
                                        reproducer_dir=self.report_dir / "reproducers" if self.report_dir else None,
                                        device_class=self.device_class, serial=not self.is_xdist_worker,

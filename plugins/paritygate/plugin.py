@@ -1,7 +1,5 @@
-"""The pytest plugin (wired through the ``pytest11`` entry point). It only talks to pytest.
-
-Importing this module imports none of tensorflow, tensorrt, apache_beam or cuda.
-"""
+"""The pytest plugin (wired through the ``pytest11`` entry point). It only talks to pytest; importing this module
+imports none of tensorflow, tensorrt, apache_beam or cuda."""
 
 import functools
 import sys
@@ -63,6 +61,8 @@ def pytest_addoption(parser):
     group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
                     help="on a failing fp16/int8 check, localize the node adding the most error and search a verified "
                          "plan of nodes to keep in FP32 / leave unquantized (default: on)")
+    group.addoption("--parity-engine-build", metavar="on|off", choices=("on", "off"), default="on", help="off: no "
+                    "TensorRT-RTX build (docs/engine.md), engine_builds skips, the report says so (default: on)")
     group.addoption("--parity-cache", metavar="on|off", choices=("on", "off"), default="on",
                     help="serve the TF reference's outputs for a batch it ran before from $PARITYGATE_CACHE/reference "
                          "(keyed by its files, signature, TF version, device and the exact batch); goldens and "
@@ -115,7 +115,8 @@ _OPTIONS = {"config_path": "parity_config", "runtime": "parity_runtime", "report
             "beam_runner": "parity_beam_runner", "beam_options": "parity_beam_option",
             "fp16_keep_fp32": "parity_fp16_keep_fp32", "numerics": "parity_numerics", "baseline": "parity_baseline",
             "baseline_fail": "parity_baseline_fail", "shard": "parity_shard", "max_infer_s": "parity_max_infer_s",
-            "allow_unsafe_deserialization": "parity_allow_unsafe_deserialization"}
+            "allow_unsafe_deserialization": "parity_allow_unsafe_deserialization",
+            "engine_build": "parity_engine_build"}
 
 
 def _options(config):

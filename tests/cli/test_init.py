@@ -243,3 +243,61 @@ def test_an_output_key_that_writes_a_handler_line_stays_a_name_and_nothing_runs(
 
     handler(spec, ModelValidation(spec))
     assert not (folder / "PWNED").exists()
+
+
+# -- what running the reference tells (paritygate.cli.probe) -------------------------------------------------
+@pytest.mark.tf
+def test_a_softmax_output_proposes_classification(tmp_path):
+    """A [batch, classes] softmax: task = "classification", marked to confirm; among several outputs task_output
+    names it. A model without one stays generic."""
+    keras = pytest.importorskip("keras")
+    from tests.conftest import embedding_classifier
+
+    embedding_classifier().save(tmp_path / "senti.keras")
+    write_starter(tmp_path / "senti.keras", tmp_path / "one.toml")
+    (spec,) = load_config(tmp_path / "one.toml")
+    assert spec.task == "classification" and spec.task_output is None
+    line = next(x for x in (tmp_path / "one.toml").read_text().splitlines() if x.startswith("task = "))
+    assert CONFIRM in line and 'output "probs" is a [batch, 3] softmax' in line, line
+    x = keras.Input((4,), name="x")
+    hidden = keras.layers.Dense(8, name="embedding")(x)
+    keras.Model(x, [hidden, keras.layers.Dense(5, activation="softmax", name="probs")(hidden)]).save(
+        tmp_path / "two.keras")
+    write_starter(tmp_path / "two.keras", tmp_path / "two.toml")
+    (spec,) = load_config(tmp_path / "two.toml")
+    assert spec.task == "classification" and spec.task_output == "probs"
+    keras.Model(x, keras.layers.Dense(5, name="logits")(x)).save(tmp_path / "logits.keras")
+    write_starter(tmp_path / "logits.keras", tmp_path / "logits.toml")
+    assert load_config(tmp_path / "logits.toml")[0].task == "generic"
+
+
+@pytest.mark.tf
+def test_a_crop_puts_its_least_length_into_the_profile(tmp_path):
+    """SpliceAI's case: a Cropping1D of 20 each side takes 41 steps and more; the profile starts there, and the
+    validation pass accepts it."""
+    keras = pytest.importorskip("keras")
+    seq = keras.Input((None, 4), name="seq")
+    cropped = keras.layers.Cropping1D((20, 20))(keras.layers.Conv1D(3, 3, dilation_rate=2, padding="same")(seq))
+    keras.Model(seq, keras.layers.Conv1D(2, 1, name="out")(cropped)).save(tmp_path / "cropped.keras")
+    write_starter(tmp_path / "cropped.keras", tmp_path / "parity.toml")
+    (spec,) = load_config(tmp_path / "parity.toml")
+    assert spec.inputs["seq"].profile == ((1, 41, 4), (4, 57, 4), (4, 89, 4))
+    assert "the model takes 41 and more, not less: at 16 its output" in (tmp_path / "parity.toml").read_text()
+
+
+@pytest.mark.tf
+def test_a_keras_applications_resnet_gets_caffe_pixels_and_an_unknown_image_says_init_cannot_tell(tmp_path):
+    """ResNet50's preprocess_input is Caffe mode (keras.applications.resnet): told by the layer names its builder
+    writes. An image nothing tells about says so, beside the default."""
+    keras = pytest.importorskip("keras")
+    image = keras.Input((None, None, 3), name="image")
+    x = keras.layers.Conv2D(2, 1, name="conv2_block1_0_conv")(image)
+    keras.Model(image, keras.layers.Conv2D(2, 1, name="conv2_block1_3_conv")(x)).save(tmp_path / "resnet.keras")
+    write_starter(tmp_path / "resnet.keras", tmp_path / "resnet.toml")
+    line = _range_line(tmp_path / "resnet.toml", "image")
+    assert line.startswith(f"range = [-123.68, 151.061]  {CONFIRM} from the model: a Keras Applications "
+                           "ResNet50/101/152 (v1) backbone"), line
+    keras.Model(image, keras.layers.Conv2D(2, 1, name="head")(image)).save(tmp_path / "plain.keras")
+    write_starter(tmp_path / "plain.keras", tmp_path / "plain.toml")
+    line = _range_line(tmp_path / "plain.toml", "image")
+    assert line.startswith(f"range = [-1.0, 1.0]  {CONFIRM}: cannot tell from the model"), line

@@ -124,3 +124,17 @@ def test_every_reader_gives_the_same_answer_for_the_same_file(tmp_path):
     assert goldens.input_set(spec)[0]["x"].shape == (3, 2)
     assert len(model_input_pool(spec)) == 6  # its rows as the input set and as the calibration set
     assert load_calibration(spec)["ids"].shape == (3, 3)
+
+
+def test_a_row_the_config_declares_not_valid_is_refused_naming_it(tmp_path):
+    """``inputs.ids.not_all = [0]``: an input set holding a row of only 0 is the team's data disagreeing with its
+    own config: one line naming the file, the array, the row and the key."""
+    import dataclasses
+
+    spec = spec_at(tmp_path)
+    spec.inputs["ids"] = dataclasses.replace(spec.inputs["ids"], not_all=(0,))
+    arrays = good()
+    arrays["ids"][1] = 0
+    with pytest.raises(InputSetError, match=r"set\.npz: array 'ids' row 1 \(1 row\(s\)\) holds only \[0\], which "
+                                            r"inputs\.ids\.not_all of .*parity\.toml declares not a valid input"):
+        read_input_set(spec, saved(tmp_path, **arrays))

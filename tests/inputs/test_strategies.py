@@ -1,6 +1,7 @@
 """paritygate.inputs.strategies: every generated feed respects dtype, shape (batch 1..max_batch) and the inclusive
 range, for every pattern; bounds not representable in float32 work; 'padded' makes prefix masks; profiles."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -187,3 +188,37 @@ def test_perturbation_stays_within_the_range(seed):
     ids = strategies.perturb(spec.inputs["ids"], np.array([0, 9, 5], np.int32), rng)
     assert x.dtype == np.float32 and -1.0 <= x.min() and x.max() <= 1.0
     assert ids.dtype == np.int32 and 0 <= ids.min() and ids.max() <= 9
+
+
+# A BERT attention mask: a row of only 0 masks every token (softmax over nothing: NaN at fp16), not a valid input
+MASKED = toy_spec(max_batch=3, inputs={"mask": ((-1, 6), "int32", (0, 1)), "x": ((-1, 2), "float32", (-1.0, 1.0))})
+MASKED.inputs["mask"] = dataclasses.replace(MASKED.inputs["mask"], not_all=(0,))
+
+
+def _rows_all_zero(x):
+    return int(np.all(x.reshape(len(x), -1) == 0, axis=1).sum())
+
+
+def test_corners_keep_a_row_the_config_declares_invalid_out():
+    """The low and zero corners set the mask to 0: its rows get their first element at 1 (a mask over [CLS])."""
+    corners = strategies.corner_feeds(MASKED)
+    assert len(corners) == 3
+    for feed in corners:
+        assert _rows_all_zero(feed["mask"]) == 0, feed.sources
+    low = corners[0]
+    assert low["mask"][:, 0].tolist() == [1, 1, 1] and not low["mask"][:, 1:].any() and (low["x"] == -1.0).all()
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(feeds(MASKED))
+def test_no_drawn_row_is_one_the_config_declares_invalid(feed):
+    assert_respects(MASKED, feed)
+    assert _rows_all_zero(feed["mask"]) == 0
+
+
+def test_samples_and_perturbations_keep_rows_valid():
+    rng = np.random.default_rng(0)
+    tensor = MASKED.inputs["mask"]
+    for seed in range(20):
+        assert _rows_all_zero(sample_inputs(MASKED, 8, np.random.default_rng(seed))["mask"]) == 0
+        assert _rows_all_zero(strategies.perturb(tensor, np.zeros(6, np.int32), rng)[None]) == 0

@@ -348,3 +348,22 @@ def test_an_input_set_of_no_rows_or_over_the_row_limit_is_one_line(folder, toy_s
     np.savez(path, x=np.zeros((rows, 1), np.float32))
     line = one_problem(folder, model("m", toy_saved_model, onnx="toy.onnx"))
     assert line == f"{folder / 'parity.toml'}: model 'm': {path}: input set {words}"
+
+
+def test_a_profile_size_the_reference_returns_nothing_for_is_the_configs_not_the_converters(folder):
+    """SpliceAI's case (issue 37): a Cropping1D of 20 each side returns an empty output below 41 steps. At the
+    profile's min of 16 the run stops with one line naming ``inputs.seq.profile`` and the empty output, before
+    anything is converted (tf2onnx's smoke run at that size was blamed on the converter)."""
+    import keras
+
+    seq = keras.Input((None, 4), name="seq")
+    cropped = keras.layers.Cropping1D((20, 20))(keras.layers.Conv1D(3, 3, padding="same")(seq))
+    keras.Model(seq, keras.layers.Conv1D(2, 1, name="out")(cropped)).save(folder / "cropped.keras")
+    line = one_problem(folder, model("cropped", folder / "cropped.keras", inputs={"seq": {
+        "shape": [-1, -1, 4], "dtype": "float32", "range": [-1.0, 1.0],
+        "profile": {"min": [1, 16, 4], "opt": [2, 64, 4], "max": [2, 80, 4]}}}))
+    assert "key 'inputs.seq.profile': the reference returns an empty output at the profile's min [1, 16, 4]" in line
+    assert "raise the profile's min" in line, line
+    from paritygate.backend.cache import cache_root
+
+    assert not list((cache_root() / "onnx").glob("cropped-fp32-*.onnx")), "nothing converted"

@@ -172,6 +172,12 @@ BAD = {
     "lossy float->int cast": (_input(candidate_dtype="int32"), "m", ["'inputs.x.candidate_dtype'", "float32", "int32"]),
     "narrowing float cast": (_input(candidate_dtype="float16"), "m", ["'inputs.x.candidate_dtype'", "float16"]),
     "candidate name empty": (_input(candidate=""), "m", ["'inputs.x.candidate'"]),
+    "not_all outside the range": (_input(not_all=[2.0]), "m", ["'inputs.x.not_all'", "[2.0]", "within the range"]),
+    "not_all not of the dtype": (_input(dtype="int32", range=[0, 1], not_all=[0.5]), "m",
+                                 ["'inputs.x.not_all'", "int32 values"]),
+    "not_all every value": (_input(dtype="int32", range=[0, 1], not_all=[0, 1]), "m",
+                            ["'inputs.x.not_all'", "every value of the range [0, 1] is excluded"]),
+    "not_all empty": (_input(not_all=[]), "m", ["'inputs.x.not_all'"]),
 }
 
 

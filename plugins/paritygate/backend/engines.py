@@ -15,10 +15,13 @@ FAILED_CANDIDATES = Memo("failed_candidates", key=ArtifactKey)
 def engine_build(ctx, spec, precision):
     """TensorRT-RTX's ahead-of-time build of the candidate's ONNX artifact at ``precision``
     (``backend.trt.aot.engine_report``) with its engine-side ``coverage``, once per process; None where its builder
-    is not installed, where the candidate is a prebuilt engine, or where the candidate runtime builds its own engines
-    (``backend.registry``: a runtime without ``engine_gate``). The profile is the config's, under the artifact's own input names."""
+    is not installed or turned off, where the candidate is a prebuilt engine, or where the candidate runtime builds
+    its own engines (``backend.registry``: a runtime without ``engine_gate``). The profile is the config's, under the
+    artifact's own input names."""
     from paritygate.backend.trt import aot
 
+    if not ctx.engine_build:
+        return None  # --parity-engine-build=off
     if not ctx.runtime_entry.engine_gate or precision in spec.engines or aot.missing_reason():
         return None
     return ENGINE_BUILDS.get(ctx, PrecisionKey(spec.name, precision), lambda: _engine_build(ctx, spec, precision))
@@ -42,8 +45,10 @@ def _engine_build(ctx, spec, precision):
     settings["profile"] = {renamed.get(k, k): v for k, v in settings["profile"].items()}
     try:
         report = aot.engine_report(path, settings)
-    except RuntimeError as err:
-        raise SuiteError(f"model '{spec.name}' {precision}: {err}") from err
+    except RuntimeError as err:  # the child crashed or hung: the builder could not run, once per artifact
+        report = {"builder": aot.builder_name(), "targets": aot.TARGETS, "built": False, "seconds": None,
+                  "warnings": [], "layers": [], "error": {"message": str(err), "node": None, "op": None,
+                                                          "cannot_run": "the builder crashed or did not finish"}}
     return {**report, "artifact": str(path), "coverage": layers.coverage(report["layers"], precision)}
 
 
@@ -60,7 +65,7 @@ def engine_gate(ctx, spec, precision):
     failed = FAILED_CANDIDATES.peek(ctx, key)
     if failed is not None:
         raise failed.with_traceback(None)
-    rejected = cannot_build(spec, precision, engine_build(ctx, spec, precision))
+    rejected = cannot_build(spec, precision, built_once(ctx, spec, precision))
     if not rejected:
         return
     blamed = precision
@@ -75,9 +80,49 @@ def engine_gate(ctx, spec, precision):
     raise FAILED_CANDIDATES.put(ctx, key, fault)
 
 
+def built_once(ctx, spec, precision, make=engine_build):
+    """``make(ctx, spec, precision)`` (``engine_build``), where an artifact that could not be made (a failed
+    conversion) is one error a run: the error this run met first is raised again (``artifact_failure``), and the one
+    met now is kept for later checks."""
+    failed = artifact_failure(ctx, spec, precision)
+    if failed is not None:
+        raise failed.with_traceback(None)
+    try:
+        return make(ctx, spec, precision)
+    except (SuiteError, RunnerError) as err:
+        raise FAILED_CANDIDATES.put(ctx, ArtifactKey(ctx.runtime, spec.name, precision), err) from None
+
+
+def artifact_failure(ctx, spec, precision):
+    """The error this run already met making the candidate at ``precision`` (``FAILED_CANDIDATES``), or the fp32
+    conversion's when the suite builds this precision from it (an fp16 or int8 artifact cannot be made from an
+    fp32 ONNX that could not): None when there is none."""
+    from paritygate.backend.onnx.artifacts.validate import ArtifactError
+
+    failed = FAILED_CANDIDATES.peek(ctx, ArtifactKey(ctx.runtime, spec.name, precision))
+    if failed is None and precision != "fp32" and precision not in spec.onnx_artifacts:
+        source = FAILED_CANDIDATES.peek(ctx, ArtifactKey(ctx.runtime, spec.name, "fp32"))
+        failed = source if isinstance(source, ArtifactError) else None
+    return failed
+
+
+def builder_fault(spec, precision, report):
+    """The one-line reason TensorRT-RTX's builder could not run on the candidate's artifact (a CUDA call on a
+    CPU-only machine, a crash, a hang), or None: not a verdict on the artifact, the suite's ``error`` on
+    ``engine_builds`` alone; the numeric checks run without the engine (docs/engine.md)."""
+    if report is None or report["built"] or not (report["error"] or {}).get("cannot_run"):
+        return None
+    error = report["error"]
+    return (f"{report['builder']} could not run its build of {report['artifact']} ({spec.name} {precision}): "
+            f"{error['cannot_run']}: {error.get('message')}. Not a verdict on the artifact: its numeric checks run "
+            "without an engine (docs/troubleshooting.md, 'The engine builder'; --parity-engine-build=off turns the "
+            "builder off)")
+
+
 def cannot_build(spec, precision, report):
-    """The one-line reason a candidate whose engine TensorRT-RTX could not build fails (None when it built)."""
-    if report is None or report["built"]:
+    """The one-line reason a candidate whose engine TensorRT-RTX could not build fails (None when it built, or
+    when the builder could not run at all: ``builder_fault``)."""
+    if report is None or report["built"] or builder_fault(spec, precision, report):
         return None
     error = report["error"] or {}
     where = f" at node '{error['node']}' (op {error['op']})" if error.get("node") or error.get("op") else ""

@@ -124,8 +124,13 @@ def _load_tensorrt_rtx(ctx, spec, precision):
     from paritygate.backend.engines import engine_build
     from paritygate.backend.trt.loader import EngineFromPath
     from paritygate.backend.trt.runner import TrtRunner
+    from paritygate.verdict import SuiteError
 
-    plan = engine_build(ctx, spec, precision)["plan"]
+    built = engine_build(ctx, spec, precision)
+    if not (built or {}).get("built"):  # the builder could not run here (engines.builder_fault), or is turned off
+        raise SuiteError(f"no TensorRT-RTX engine of '{spec.name}' {precision} to run: "
+                         f"{(built or {}).get('error') or 'the builder is not installed or turned off'}")
+    plan = built["plan"]
     return _runner(TrtRunner(EngineFromPath(plan, spec), name=f"tensorrt-rtx:{spec.name}:{precision}"), plan)
 
 

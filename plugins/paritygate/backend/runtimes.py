@@ -7,7 +7,7 @@ decorated or single), kept in the run's context (``paritygate.context.RunContext
 Each runner is kept in this module's memos (``paritygate.common.memo``), once per run."""
 
 from paritygate.backend.base import RunnerError
-from paritygate.backend.engines import FAILED_CANDIDATES
+from paritygate.backend.engines import FAILED_CANDIDATES, artifact_failure
 from paritygate.backend.inputspec import MappedRunner, check_input_spec, declared_casts, half_inputs, input_names
 from paritygate.common.memo import ArtifactKey, Memo, ModelKey
 from paritygate.common.numerics import NUMERICS
@@ -98,7 +98,7 @@ def candidate_runner(ctx, spec, precision, engine=True):
 
         engine_gate(ctx, spec, precision)
     key = ArtifactKey(ctx.runtime, spec.name, precision)
-    failed = FAILED_CANDIDATES.peek(ctx, key)
+    failed = artifact_failure(ctx, spec, precision)  # its own, or the fp32 conversion's it would be built from
     if failed is not None:
         raise failed.with_traceback(None)
 

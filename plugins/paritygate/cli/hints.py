@@ -8,9 +8,13 @@ Read, each where the model holds it:
 - a Rescaling layer reading the input (Keras; in the ONNX a Mul by a constant, then an optional Add): the raw range
   it maps onto [0, 1] or [-1, 1], i.e. pixels ``[0, 255]``;
 - a Normalization layer reading the input (Keras): mean +- 3 standard deviations, over its channels;
-- a Keras Applications VGG backbone (``block1_conv1`` among the graph's names: VGG16/19, and HED built on it), whose
-  ``preprocess_input`` is Caffe mode (keras/applications/imagenet_utils.py): BGR pixels minus the ImageNet mean
-  (103.939, 116.779, 123.68), so ``[-123.68, 151.061]``.
+- a Keras Applications backbone whose ``preprocess_input`` is not inside the model, told by the layer names it
+  creates (``APPLICATIONS``; keras/applications/imagenet_utils.py gives each mode): Caffe mode for VGG16/19 (and HED
+  built on VGG16) and ResNet50/101/152, BGR pixels minus the ImageNet mean (103.939, 116.779, 123.68), so
+  ``[-123.68, 151.061]``; "tf" mode, ``[-1, 1]``, for ResNetV2, MobileNet, MobileNetV2, InceptionV3, Xception and
+  InceptionResNetV2; "torch" mode for DenseNet, (x / 255 - mean) / std, so ``[-2.118, 2.64]``. A name is not the
+  preprocessing itself: the range is proposed with ``# CONFIRM``. (EfficientNet, MobileNetV3, ConvNeXt, RegNet
+  carry their own Rescaling and Normalization layers: read above.)
 """
 
 import zipfile
@@ -23,7 +27,26 @@ onnx = lazy_import("onnx")
 
 CAFFE_MEAN = (103.939, 116.779, 123.68)  # keras/applications/imagenet_utils.py, mode "caffe" (BGR order)
 CAFFE_RANGE = (round(-max(CAFFE_MEAN), 3), round(255 - min(CAFFE_MEAN), 3))  # (-123.68, 151.061)
-VGG_NAME = b"block1_conv1"  # Keras Applications VGG16/VGG19's first layer
+TORCH_MEAN, TORCH_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # imagenet_utils.py, mode "torch" (RGB)
+TORCH_RANGE = (round(min(-m / s for m, s in zip(TORCH_MEAN, TORCH_STD)), 3),
+               round(max((1 - m) / s for m, s in zip(TORCH_MEAN, TORCH_STD)), 3))  # (-2.118, 2.64)
+# preprocess_input's modes (keras/applications/imagenet_utils.py): the input range each gives raw pixels 0..255
+MODES = {"caffe": (*CAFFE_RANGE, "Caffe-mode input, BGR pixels minus the ImageNet mean (103.939, 116.779, 123.68)"),
+         "tf": (-1.0, 1.0, "'tf'-mode input, pixels scaled to [-1, 1] (x / 127.5 - 1)"),
+         "torch": (*TORCH_RANGE, "'torch'-mode input, (x / 255 - mean) / std with ImageNet's mean and std")}
+# Keras Applications backbones, told by layer names their builders create (Keras 3.15's keras/src/applications/):
+# (family, names all present, names absent, preprocess_input's mode). The first that matches wins.
+APPLICATIONS = (
+    ("VGG16/VGG19", (b"block1_conv1",), (), "caffe"),
+    ("ResNetV2 (ResNet50V2/101V2/152V2)", (b"conv2_block1_preact_bn",), (), "tf"),
+    ("ResNet50/101/152 (v1)", (b"conv2_block1_0_conv", b"conv2_block1_3_conv"), (b"preact",), "caffe"),
+    ("DenseNet121/169/201", (b"conv2_block1_concat",), (), "torch"),
+    ("MobileNetV2", (b"expanded_conv_project",), (), "tf"),
+    ("MobileNet", (b"conv_dw_1", b"conv_pw_1"), (), "tf"),
+    ("InceptionV3", (b"mixed10",), (), "tf"),
+    ("InceptionResNetV2", (b"conv_7b",), (), "tf"),
+    ("Xception", (b"block14_sepconv2",), (), "tf"),
+)
 LOOK_FOR = ("the model's preprocessing: x/255 -> [0.0, 1.0]; (x-127.5)/127.5 -> [-1.0, 1.0]; raw pixels -> [0, 255]; "
             f"Caffe/VGG (BGR minus the ImageNet mean) -> [{CAFFE_RANGE[0]}, {CAFFE_RANGE[1]}]; ids/indices (e.g. "
             "token ids into an Embedding of N rows) -> [0, N-1]")
@@ -39,11 +62,22 @@ def input_hints(reference, keras, onnx_path=None, input_map=None):
         hints.update({back.get(k, k): v for k, v in onnx_hints(onnx_path).items()})
     if keras:
         hints = {**keras_hints(reference), **hints}
-    if VGG_NAME in _names(reference, onnx_path):
-        why = ("a Keras Applications VGG backbone (block1_conv1): Caffe-mode input, BGR pixels minus the ImageNet "
-               "mean (103.939, 116.779, 123.68)")
-        return {"*": (*CAFFE_RANGE, why, "confirm"), **hints}  # a name, not the preprocessing itself: confirm  # "*": every float image input without a hint of its own
+    backbone = application(_names(reference, onnx_path))
+    if backbone:  # "*": every float image input without a hint of its own; a name, not the preprocessing: confirm
+        family, mode = backbone
+        low, high, said = MODES[mode]
+        return {"*": (low, high, f"a Keras Applications {family} backbone (its layer names): {said}", "confirm"),
+                **hints}
     return hints
+
+
+def application(names):
+    """(family, preprocess_input mode) of the Keras Applications backbone whose layer names ``names`` (bytes)
+    holds (``APPLICATIONS``), or None."""
+    for family, present, absent, mode in APPLICATIONS:
+        if all(n in names for n in present) and not any(n in names for n in absent):
+            return family, mode
+    return None
 
 
 # -- the ONNX ------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import numpy as np
 
 from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras
 from paritygate.cli.hints import LOOK_FOR
+from paritygate.cli.probe import LIMIT
 from paritygate.files import check_file, write_file
 from paritygate.models import writer
 from paritygate.models.config import ConfigError, check_model_value, load_config
@@ -40,6 +41,8 @@ class Inspected:
     input_map: dict = field(default_factory=dict)  # ref -> (candidate, rule)
     output_map: dict = field(default_factory=dict)  # ref -> (candidate, rule)
     artifacts: dict = field(default_factory=dict)  # the team's own reduced-precision ONNX: precision -> Path
+    least: tuple = (None, None)  # (the least size the dynamic dims take, why less fails): cli.probe.least_size
+    classes: dict = field(default_factory=dict)  # output -> classes, for a [batch, classes] softmax (cli.probe)
 
 
 class InitError(ValueError):
@@ -63,10 +66,24 @@ def inspect_reference(path, signature="serving_default"):
     except RunnerError as err:
         raise InitError(str(err)) from err
     try:
-        return Inspected(path, signature, dict(runner.input_metadata()), list(_reference_outputs(path, signature,
-                                                                                                 runner)))
+        found = Inspected(path, signature, dict(runner.input_metadata()), list(_reference_outputs(path, signature,
+                                                                                                  runner)))
+        _probe(found, runner)
+        return found
     finally:
         runner.deactivate()
+
+
+def _probe(found, runner):
+    """What running the reference tells (``cli.probe``): the least size of its dynamic dims, its softmax outputs."""
+    from paritygate.cli import probe
+
+    starts = [_sizes(shape)[0] for _dtype, shape in found.inputs.values() if -1 in shape[1:]]
+    found.least = probe.least_size(runner, found.inputs, min(starts, default=DYNAMIC_DIM))
+    dims = {name: [_sizes(shape, found.least[0])[1] if d == -1 else int(d) for d in shape[1:]]
+            for name, (_dtype, shape) in found.inputs.items()}
+    ranges = {name: DEFAULT_RANGES.get(np.dtype(dtype).kind, (0, 1)) for name, (dtype, _shape) in found.inputs.items()}
+    found.classes = probe.softmax_outputs(runner, found.inputs, dims, ranges)
 
 
 def _reference_outputs(path, signature, runner):
@@ -125,29 +142,46 @@ def _image_like(shape):
     return len(shape) == 4 and (shape[3] in (1, 3, 4) or shape[1] in (1, 3, 4))
 
 
-def _profile_line(shape, max_batch):
-    """``profile = { min, opt, max }`` for the dynamic dims of ``shape`` (batch 1, max_batch, max_batch): an image's
-    height and width at IMAGE_SIZES, any other dimension at DYNAMIC_DIM x 1, 2, 4."""
+def _sizes(shape, least=None):
+    """(min, opt, max) of a dynamic dimension of ``shape``: an image's height and width at IMAGE_SIZES, any other
+    dimension at DYNAMIC_DIM x 1, 2, 4; moved up to start at ``least`` where the model takes nothing smaller."""
+    sizes = IMAGE_SIZES if _image_like(shape) else (DYNAMIC_DIM, 2 * DYNAMIC_DIM, 4 * DYNAMIC_DIM)
+    if least and least > sizes[0]:
+        sizes = tuple(least + size - sizes[0] for size in sizes)
+    return sizes
+
+
+def _profile_line(shape, max_batch, least=(None, None)):
+    """``profile = { min, opt, max }`` for the dynamic dims of ``shape`` (batch 1, max_batch, max_batch) at
+    ``_sizes``; ``least``: (the least size the model takes, why a smaller one fails), from ``cli.probe``."""
     dynamic = [i for i, d in enumerate(shape) if i > 0 and d == -1]
     image = _image_like(shape)
-    sizes = IMAGE_SIZES if image else (DYNAMIC_DIM, 2 * DYNAMIC_DIM, 4 * DYNAMIC_DIM)
+    sizes = _sizes(shape, least[0])
     table = ", ".join(f"{k} = {json.dumps([b] + [size if d == -1 else int(d) for d in shape[1:]])}"
                       for k, b, size in zip(("min", "opt", "max"), (1, max_batch, max_batch), sizes))
     why = ("image sizes; opt 224 is ImageNet's: use the sizes your pipeline feeds" if image else
            f"{sizes[0]}..{sizes[2]} proposed")
+    if least[0] and least[1]:
+        why += f"; the model takes {least[0]} and more, not less: {least[1]}"
+    elif least[1]:
+        why += f"; no size up to {LIMIT} ran: {least[1]}"
     return (f"profile = {{ {table} }}  {CONFIRM}: dimension(s) {', '.join(map(str, dynamic))} dynamic in the model: "
             f"the sizes it must take, min <= opt <= max ({why}; TensorRT builds this optimization profile)")
 
 
-def _input_lines(name, dtype, shape, mapped, max_batch=4, hint=None):
+def _input_lines(name, dtype, shape, mapped, max_batch=4, hint=None, least=(None, None)):
     dims = [-1] + [int(d) for d in shape[1:]]
     low, high = DEFAULT_RANGES.get(np.dtype(dtype).kind, (0, 1))
     if hint:  # the graph tells: (low, high, why); a float input's bounds written as floats
         low, high = (float(v) for v in hint[:2]) if np.dtype(dtype).kind == "f" else (int(v) for v in hint[:2])
-    rule = (f"{CONFIRM if hint[3:] else '#'} from the model: {writer.comment(hint[2])}" if hint else f"{CONFIRM}: the inclusive bounds of valid values (default "
-            f"for {np.dtype(dtype).name}; generated inputs stay inside); look for {LOOK_FOR}")
+    unknown = ("cannot tell from the model (no Rescaling or Normalization layer reads this image, and no Keras "
+               "Applications backbone is known by its layer names): " if np.dtype(dtype).kind == "f" and _image_like(shape)
+               else "")
+    rule = (f"{CONFIRM if hint[3:] else '#'} from the model: {writer.comment(hint[2])}" if hint else f"{CONFIRM}: "
+            f"{unknown}the inclusive bounds of valid values (default for {np.dtype(dtype).name}; generated inputs stay "
+            f"inside); look for {LOOK_FOR}")
     lines = [f"[models.inputs.{writer.key(name)}]", f"shape = {json.dumps(dims)}",
-             *([_profile_line(shape, max_batch)] if -1 in dims[1:] else []),
+             *([_profile_line(shape, max_batch, least)] if -1 in dims[1:] else []),
              f"dtype = {writer.string(np.dtype(dtype).name)}", f"range = [{low!r}, {high!r}]  {rule}"]
     if mapped:
         cand, rule = mapped
@@ -179,14 +213,12 @@ def render(found, name, config_dir, max_batch=4, config_name="parity.toml", hint
         lines.append("# onnx = \"model.onnx\"                # absent: converted from the reference with tf2onnx")
     lines.append(f"precisions = {writer.array(['fp32', *found.artifacts])}" if found.artifacts else
                  'precisions = ["fp32"]                  # add "fp16"; "int8" needs calibration = "<inputs>.npz"')
-    lines += [
-              f"max_batch = {max_batch}                          {CONFIRM}: every batch size 1..max_batch is checked",
-              f'task = "generic"                       {CONFIRM}: classification | regression | detection | generic',
-              ""]
+    lines += [f"max_batch = {max_batch}                          {CONFIRM}: every batch size 1..max_batch is checked",
+              *_task_lines(found), ""]
     for inp, (dtype, shape) in found.inputs.items():
         image = np.dtype(dtype).kind == "f" and _image_like(shape)
         hint = hints.get(inp) or (hints.get("*") if image else None)
-        lines += _input_lines(inp, dtype, shape, found.input_map.get(inp), max_batch, hint) + [""]
+        lines += _input_lines(inp, dtype, shape, found.input_map.get(inp), max_batch, hint, found.least) + [""]
     lines.append("# reference output -> candidate output" if found.output_map else
                  "# " + writer.comment(f"reference outputs: {', '.join(map(writer.string, found.outputs))} (paired "
                                        "with the candidate's by name when converted here)"))
@@ -199,6 +231,19 @@ def render(found, name, config_dir, max_batch=4, config_name="parity.toml", hint
               "# paritygate.beam.tf_handler.TFNumpyHandler(path, min_batch_size=..., max_batch_size=...)",
               "# [models.beam]", '# handler = "my_handlers:make"       # a module beside this file']
     return "\n".join(lines) + "\n"
+
+
+def _task_lines(found):
+    """``task`` (and ``task_output`` among several outputs): classification for a [batch, classes] softmax."""
+    if len(found.classes) != 1:
+        return [f'task = "generic"                       {CONFIRM}: classification | regression | detection | generic']
+    (output, classes), = found.classes.items()
+    lines = [(f'task = "classification"                {CONFIRM}: from the model: output '
+              f"{writer.string(output)} is a [batch, {classes}] softmax (rows in [0, 1] summing to 1); else "
+              "regression | detection | generic")]
+    if len(found.outputs) > 1:
+        lines.append(f"task_output = {writer.string(output)}  {CONFIRM}: the output the task metric judges")
+    return lines
 
 
 def _hints(found):

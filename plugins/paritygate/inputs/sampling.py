@@ -8,6 +8,33 @@ INT_PATTERNS = ("uniform", "bounds", "constant", "padded")
 
 
 def _fill(pattern, tensor, shape, rng):
+    return valid_rows(tensor, _filled(pattern, tensor, shape, rng))
+
+
+def valid_value(dtype, bounds, excluded):
+    """A value within ``bounds`` (inclusive) that is not in ``excluded``: the high bound, else the low one, else one
+    in between (the first integer for an integer dtype); None when the range holds no other value."""
+    low, high = bounds
+    picks = [high, low] + (list(range(int(low) + 1, min(int(high), int(low) + 66))) if np.dtype(dtype).kind in "iub"
+                           else [(low + high) / 2])
+    return next((v for v in picks if v not in excluded), None)
+
+
+def valid_rows(tensor, x):
+    """``x`` (batch first) with no row made only of ``tensor.not_all`` values (the config says such a row is not a
+    valid input: an attention mask of all 0): each such row's first element is set to ``valid_value``."""
+    if not getattr(tensor, "not_all", ()) or not np.size(x):
+        return x
+    flat = x.reshape(len(x), -1)
+    bad = np.all(np.isin(flat, np.asarray(tensor.not_all, dtype=x.dtype)), axis=1)
+    if bad.any():
+        flat = flat.copy()
+        flat[bad, 0] = valid_value(tensor.dtype, tensor.range, tensor.not_all)
+        x = flat.reshape(x.shape)
+    return x
+
+
+def _filled(pattern, tensor, shape, rng):
     low, high = tensor.range
     kind = tensor.dtype.kind
     if kind in "iub":

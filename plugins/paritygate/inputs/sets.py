@@ -208,6 +208,12 @@ def _check_values(spec, path, name, tensor, x):
         outside = int(np.count_nonzero((x < low) | (x > high)))
         raise InputSetError(f"{path}: array '{name}' holds values in [{lo}, {hi}] ({outside} outside), expected "
                             f"values in the declared range [{low}, {high}] (inputs.{name}.range of {spec.source})")
+    bad = np.flatnonzero(np.all(np.isin(x.reshape(len(x), -1), np.asarray(tensor.not_all)), axis=1)) \
+        if tensor.not_all else ()
+    if len(bad):
+        raise InputSetError(f"{path}: array '{name}' row {int(bad[0])} ({len(bad)} row(s)) holds only "
+                            f"{list(tensor.not_all)}, which inputs.{name}.not_all of {spec.source} declares not a "
+                            "valid input; remove those rows, or the declaration")
 
 
 def check_labels(spec, path, labels, rows, what="input set"):

@@ -24,6 +24,7 @@ from paritygate.inputs.sampling import (
     _fill,
     _inward_bounds,
     sample_inputs,
+    valid_rows,
 )
 from paritygate.inputs.sets import check_arrays, read_input_set
 
@@ -153,9 +154,11 @@ def perturb(tensor, x, rng):
     low, high = tensor.range
     if tensor.dtype.kind in "iub":
         redraw = rng.random(x.shape) < PERTURB_REDRAW
-        return np.where(redraw, rng.integers(int(low), int(high), x.shape, endpoint=True), x).astype(tensor.dtype)
-    y = x.astype(np.float64) + rng.normal(0.0, PERTURB_SCALE * (high - low), x.shape)
-    return np.clip(y, *_inward_bounds(tensor)).astype(tensor.dtype)
+        y = np.where(redraw, rng.integers(int(low), int(high), x.shape, endpoint=True), x).astype(tensor.dtype)
+    else:
+        y = np.clip(x.astype(np.float64) + rng.normal(0.0, PERTURB_SCALE * (high - low), x.shape),
+                    *_inward_bounds(tensor)).astype(tensor.dtype)
+    return valid_rows(tensor, y[None])[0]
 
 
 def pool_feeds(spec, pool, batch=None):
@@ -195,7 +198,9 @@ def batch_feeds(spec, inputs, batch):
 def corner_feeds(spec):
     """Feeds Hypothesis always tries first: every input at its low bound, its high bound, and zero (clipped
     into range), at the largest batch, at each corner of a dynamic input's profile (min, opt, max). Defects at
-    the edges of the valid range and of the profile are then found every run."""
+    the edges of the valid range and of the profile are then found every run. An input whose config says a row of
+    that value alone is not valid (``not_all``: an attention mask of all 0) gets a valid row nearest to it
+    (``sampling.valid_rows``: its first element changed)."""
     batch = spec.max_batch
     corners = []
     for dims in profile_corners(spec):
@@ -204,7 +209,7 @@ def corner_feeds(spec):
             for name, t in spec.inputs.items():
                 low, high = t.range
                 v = {"low": low, "high": high, "zero": min(max(0, low), high)}[value]
-                feed[name] = np.full(t.with_batch(batch, dims[name]), v, dtype=t.dtype)
+                feed[name] = valid_rows(t, np.full(t.with_batch(batch, dims[name]), v, dtype=t.dtype))
             corners.append(Feed(feed, [f"corner:{value}"] * batch))
     return corners
 
@@ -289,7 +294,7 @@ def _draw_tensor(draw, tensor, shape):
     for _ in range(draw(st.integers(0, 3))):
         index = tuple(draw(st.integers(0, d - 1)) for d in shape)
         x[index] = draw(_values(tensor))
-    return x
+    return valid_rows(tensor, x)
 
 
 def _values(tensor):

@@ -10,8 +10,9 @@ What is checked, each part where its library is installed (else a note says what
 
     reference     the SavedModel loads and has the signature (or the .keras, .h5 or .hdf5 file loads); the inputs' names,
                   ranks, dtypes and fixed dims match the config; the task finds its outputs on a sample batch
-    profile       a dynamic input's profile min and max: the reference and the fp32 candidate each run a seeded
-                  sample at both (the checks run opt most; a corner the model cannot take is one line here)
+    profile       a dynamic input's profile min, opt and max: the reference runs a seeded sample at each before
+                  anything is converted (a size it fails at, or returns an empty output for, is one line naming
+                  the profile: the conversion would be blamed for it), then the fp32 candidate at min and max
     candidate     the fp32 ONNX (configured, or converted from the reference) passes onnx.checker and loads
                   in ONNX Runtime; its inputs match the config; reference and candidate names pair
                   (paritygate.backend.iomap); the mapping is recorded
@@ -34,6 +35,7 @@ import numpy as np
 from paritygate.backend import inputspec, registry, runtimes
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
+from paritygate.backend.onnx.artifacts.validate import ArtifactError
 from paritygate.common.escape import one_line
 from paritygate.common.memo import Memo, ModelKey
 from paritygate.judge import declared
@@ -129,12 +131,18 @@ def validate_model(ctx, spec):
         reference = _reference(ctx, spec, v)
         if reference is not None:
             _task_outputs(spec, reference, v)
-    with v.guard("onnx"):
-        _candidate(ctx, spec, v, reference_ok=reference is not None)
-    with v.guard("onnx"):
-        declared.own_artifacts(spec, v)
-    with v.guard("profile"):
-        _profile_corners(ctx, spec, v, reference)
+    corners = {}
+    with v.guard("profile"):  # before the conversion: a size the model cannot take is the config's to fix
+        corners = _reference_corners(spec, v, reference)
+    if corners is None:
+        v.note("onnx", "candidate not checked: the reference cannot take the profile (above)")
+    else:
+        with v.guard("onnx"):
+            _candidate(ctx, spec, v, reference_ok=reference is not None)
+        with v.guard("onnx"):
+            declared.own_artifacts(spec, v)
+        with v.guard("profile"):
+            _profile_corners(ctx, spec, v, corners)
     declared.data_files(ctx, spec, v)
     with v.guard("engines"):
         declared.engines(spec, v)
@@ -181,39 +189,81 @@ def _task_outputs(spec, reference, v):
     v.checked.append("task outputs")
 
 
-def _profile_corners(ctx, spec, v, reference):
-    dynamic = [k for k, t in spec.inputs.items() if t.profile]
-    if not dynamic:
-        return
+def _corners(spec):
+    """(label, batch, feed, where) at a dynamic input's profile min, opt and max: one seeded sample each, the
+    other inputs at their declared dims; [] without a dynamic input."""
     from paritygate.inputs.sampling import sample_inputs
 
-    runners = {"reference": reference} if reference is not None else {}
-    if "candidate inputs and outputs" in v.checked and ctx.runtime_entry.validated and "fp32" in spec.precisions:
-        runners["fp32 candidate"] = runtimes.candidate_runner(ctx, spec, "fp32", engine=False)
-    key = f"inputs.{dynamic[0]}.profile"
-    for corner, label in ((0, "min"), (2, "max")):
+    dynamic = [k for k, t in spec.inputs.items() if t.profile]
+    found = []
+    for corner, label in ((0, "min"), (1, "opt"), (2, "max")) if dynamic else ():
         shapes = {k: t.profile[corner] if t.profile else t.with_batch(1) for k, t in spec.inputs.items()}
         batch, at = spec.inputs[dynamic[0]].profile[corner][0], f"the profile's {label} {list(shapes[dynamic[0]])}"
         feed = sample_inputs(spec, batch, np.random.default_rng(corner), {k: s[1:] for k, s in shapes.items()})
-        outs = {}
+        found.append((label, batch, feed, at))
+    return found
+
+
+def _reference_corners(spec, v, reference):
+    """The reference's outputs at the profile's min, opt and max ({label: outputs}), before anything is converted;
+    None when it cannot take one: it fails there, or returns an output with no element (SpliceAI crops 5,000
+    bases each side: below 10,001 its output is empty), which is a size the config must not ask for, not a
+    converter's fault. A detector may find nothing: ``task = "detection"`` outputs may be empty."""
+    outs = {}
+    key = next((f"inputs.{k}.profile" for k, t in spec.inputs.items() if t.profile), None)
+    for label, batch, feed, at in _corners(spec) if reference is not None else ():
+        outs[label] = out = _ran(v, key, "reference", reference, feed, batch, at)
+        if out is None:
+            return None
+        empty = {k: list(np.shape(o)) for k, o in out.items() if np.size(o) == 0}
+        if empty and spec.task != "detection":
+            v.problem(key, f"the reference returns an empty output at {at}: {empty}; the model cannot take this "
+                           f"size (a crop or an unpadded convolution needs a longer input): raise the profile's {label} "
+                           "to a size whose outputs hold values (`paritygate init` proposes the least a Keras "
+                           "model's layers take)")
+            return None
+    return outs
+
+
+def _ran(v, key, side, runner, feed, batch, at):
+    """``side``'s outputs on ``feed`` (a profile corner), or None with a problem under ``key``: it fails there, or
+    an output's batch dimension is not ``batch`` (None: not checked, the candidate's outputs are compared with the
+    reference's instead, ``_unlike_outputs``)."""
+    try:
+        out = runner.infer(feed)
+    except Exception as err:  # noqa: BLE001 - each runtime raises its own types: one line either way
+        first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        v.problem(key, f"the {side} fails at {at}: {first.strip()[:300]}; expected it to run every shape within "
+                       "the profile")
+        return None
+    wrong = {k: list(np.shape(o)) for k, o in out.items() if batch is not None and np.shape(o)[:1] != (batch,)}
+    if wrong:
+        v.problem(key, f"the {side} at {at} returns outputs {wrong}, expected batch dimension {batch}")
+        return None
+    return out
+
+
+def _profile_corners(ctx, spec, v, reference_outputs):
+    """The fp32 candidate at the profile's min and max, against the reference's outputs there (``_reference_corners``)."""
+    if not reference_outputs:
+        return
+    runners = {}
+    if "candidate inputs and outputs" in v.checked and ctx.runtime_entry.validated and "fp32" in spec.precisions:
+        runners["fp32 candidate"] = runtimes.candidate_runner(ctx, spec, "fp32", engine=False)
+    key = next(f"inputs.{k}.profile" for k, t in spec.inputs.items() if t.profile)
+    for label, _batch, feed, at in _corners(spec):
+        if label == "opt":
+            continue
+        outs = {"reference": reference_outputs[label]}
         for side, runner in runners.items():
-            try:
-                outs[side] = runner.infer(feed)
-            except Exception as err:  # noqa: BLE001 - each runtime raises its own types: one line either way
-                first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-                v.problem(key, f"the {side} fails at {at}: {first.strip()[:300]}; expected it to run every shape "
-                               "within the profile")
+            outs[side] = _ran(v, key, side, runner, feed, None, at)
+            if outs[side] is None:
                 return
         unlike = _unlike_outputs(ctx, spec, outs, at)
         if unlike:  # the conversion's fault, not the profile's: say which output and how
             v.problem("outputs", unlike)
             return
-        for side, out in outs.items():
-            wrong = {k: list(np.shape(o)) for k, o in out.items() if np.shape(o)[:1] != (batch,)}
-            if wrong:
-                v.problem(key, f"the {side} at {at} returns outputs {wrong}, expected batch dimension {batch}")
-                return
-    v.checked.append("profile min and max on " + " and ".join(runners))
+    v.checked.append("profile min and max on " + " and ".join(["reference", *runners]))
 
 
 def _unlike_outputs(ctx, spec, outs, at):
@@ -245,8 +295,9 @@ def _candidate(ctx, spec, v, reference_ok):
         runner = _fp32_onnx_runner(ctx, spec, reference_ok)
         if reference_ok:
             v.io_mapping = runtimes.recorded_mapping(ctx, spec) or runtimes.io_mapping(ctx, spec, runner)
-    except SuiteError as err:
-        v.note("onnx", f"candidate not checked: {err} (its checks report this as error)")
+    except SuiteError as err:  # a converter's failure is said once, by the first check that meets it
+        said = f"{err.converter} could not make it" if isinstance(err, ArtifactError) else str(err)
+        v.note("onnx", f"candidate not checked: {said} (its checks report this as error)")
         return
     except RunnerError as err:
         if not reference_ok and isinstance(err.__cause__, BindingsError):  # said once, by the reference's line

@@ -42,6 +42,7 @@ class TensorSpec:
     reference_dtype: np.dtype = None  # the dtype a side declares, when it differs: its feed is cast, exactly
     candidate_dtype: np.dtype = None
     profile: tuple = None  # (min, opt, max) shapes, TensorRT's optimization profile; None for a fixed shape
+    not_all: tuple = ()  # values a row (one batch item) may not be made of alone: not a valid input (inputs.sampling)
 
     @property
     def dynamic(self):
@@ -227,7 +228,24 @@ def _tensor_spec(where, name, table, max_batch=None):
     sides = {f"{side}_dtype": _exact_cast(key(f"{side}_dtype"), name, dtype, (low, high), table.get(f"{side}_dtype"))
              for side in ("reference", "candidate")}
     return TensorSpec(name=name, shape=shape, dtype=dtype, range=(low, high), candidate=table.get("candidate"),
-                      profile=profile, **sides)
+                      profile=profile, not_all=_not_all(key("not_all"), dtype, (low, high), table.get("not_all", ())),
+                      **sides)
+
+
+def _not_all(where, dtype, bounds, values):
+    """``not_all``: values within the range, of the input's dtype, leaving a value a row can be made valid with."""
+    from paritygate.inputs.sampling import valid_value
+
+    values = tuple(values)
+    if not values:
+        return ()
+    cast = np.asarray(values).astype(dtype)
+    if any(float(c) != float(v) or not bounds[0] <= v <= bounds[1] for c, v in zip(cast.tolist(), values)):
+        raise ConfigError(f"{where}: {list(values)}: expected {dtype} values within the range {list(bounds)}")
+    if valid_value(dtype, bounds, values) is None:
+        raise ConfigError(f"{where}: {list(values)}: every value of the range {list(bounds)} is excluded: no row "
+                          "could be a valid input")
+    return values
 
 
 def _profile(key, name, shape, table, max_batch):

@@ -15,7 +15,7 @@ def report_dict(session):
     options (``session.options``) and environment."""
     options = session.options
     data = {"schema": SCHEMA, "environment": options.context.versions(), "runtime": options.runtime,
-            "numerics": options.numerics_label,
+            "numerics": options.numerics_label, "engine_build": "on" if options.engine_build else "off",
             "config": str(options.config_path), "device_class": options.device_class,
             "artifact_cache": session.cache_stats(),
             "reference_cache": session.reference_cache_stats(), "time": session.time_spent(), "validation": session.validation,

@@ -7,6 +7,7 @@ from paritygate.common.escape import html_text as ESC
 from paritygate.common.escape import md_text
 
 CAVEAT = "not TensorRT 11, whose own parser and builder may differ; no engine was run"
+OFF = " (turned off: --parity-engine-build=off)"  # the environment line's note on a run without the builder
 
 
 def rows(checks):
@@ -18,13 +19,20 @@ def rows(checks):
         cov, error = engine.get("coverage") or {}, engine.get("error") or {}
         fused = c.details.get("fused") or []
         out.append({"model": c.model, "precision": c.precision, "builder": engine.get("builder"),
-                    "built": "yes" if engine.get("built") else f"NO: {error.get('op') or ''} node "
-                             f"'{error.get('node') or '?'}': {error.get('message') or ''}",
+                    "built": _built(engine, error),
                     "kernels": cov.get("kernels"), "share": _share(cov), "fused": len(fused),
                     "largest": max((len(g) for g in fused), default=0),
                     "datatypes": ", ".join(f"{k} {v}" for k, v in (cov.get("tensor_datatypes") or {}).items()),
                     "warnings": len(engine.get("warnings") or [])})
     return out
+
+
+def _built(engine, error):
+    if engine.get("built"):
+        return "yes"
+    if error.get("cannot_run"):  # the builder's failure, not the artifact's (backend.engines.builder_fault)
+        return f"could not run: {error['cannot_run']}: {error.get('message') or ''}"
+    return f"NO: {error.get('op') or ''} node '{error.get('node') or '?'}': {error.get('message') or ''}"
 
 
 def _share(cov):

@@ -1,6 +1,7 @@
 """paritygate.backend.trt.aot and .layers: TensorRT-RTX's real parser and builder, run ahead of time on this CPU-only
 machine in a child process; what its log says made data (layers, fusions, datatypes, warnings, a rejection's node)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -37,6 +38,23 @@ def rms_norm_fp16(path):
              h.make_node("Add", ["ms", "eps"], ["var"], name="add_eps"), h.make_node("Sqrt", ["var"], ["rms"], name="root"),
              h.make_node("Div", ["x", "rms"], ["y"], name="norm")]
     return _save(path, nodes, [("x", ["N", 64])], [("y", ["N", 64])], [eps], T.FLOAT16)
+
+
+def pads_of_a_shape(path):
+    """x float32 [N, L, 4] padded at the end of L by L % 4, its pads computed at run time from a Pad of a shape
+    tensor whose own pads depend on x's rank: the shape arithmetic tf2onnx writes for a dilated Conv1D's
+    SpaceToBatchND (SpliceAI 1.3.1; 13 of its nodes). TensorRT-RTX 1.7's CPU-only build of it calls CUDA."""
+    c = lambda name, v: onnx.numpy_helper.from_array(np.array(v, np.int64), name)
+    nodes = [h.make_node("Shape", ["x"], ["length"], start=1, end=2), h.make_node("Mod", ["length", "four"], ["r"]),
+             h.make_node("Concat", ["zero", "r"], ["pr"], axis=0), h.make_node("Unsqueeze", ["pr", "zero"], ["row"]),
+             h.make_node("Pad", ["row", "first"], ["rows"]), h.make_node("Shape", ["x"], ["shape"]),
+             h.make_node("Size", ["shape"], ["rank"]), h.make_node("Sub", ["rank", "two"], ["k"]),
+             h.make_node("Mul", ["last", "k"], ["more"]), h.make_node("Pad", ["rows", "more"], ["table"]),
+             h.make_node("Transpose", ["table"], ["columns"], perm=[1, 0]),
+             h.make_node("Reshape", ["columns", "flat"], ["pads"]), h.make_node("Pad", ["x", "pads"], ["y"], name="pad_x")]
+    inits = [c("four", [4]), c("zero", [0]), c("first", [1, 0, 0, 0]), c("last", [0, 0, 1, 0]), c("flat", [-1]),
+             c("two", 2)]
+    return _save(path, nodes, [("x", ["N", "L", 4])], [("y", ["N", "M", 4])], inits)
 
 
 def settings(spec):
@@ -105,6 +123,32 @@ def test_a_rejection_names_the_node_and_op(tmp_path):
     error = report["error"]
     assert error["node"] == "quant_x" and error["op"] == "QuantizeLinear"
     assert "Non-zero zero point is not supported" in error["message"]
+
+
+def test_a_builder_that_calls_cuda_where_there_is_none_could_not_run_it_did_not_reject(tmp_path):
+    """SpliceAI's case (issue 37): the build stops on "cudaError 35: CUDA driver version is insufficient". That is the
+    machine's, not the artifact's: the report says the builder could not run (``error.cannot_run``)."""
+    from paritygate.backend.trt import aot
+
+    spec = make_spec(inputs={"x": ((-1, -1, 4), "float32")})
+    spec.inputs["x"] = dataclasses.replace(spec.inputs["x"], profile=((1, 16, 4), (4, 32, 4), (4, 64, 4)))
+    report = aot.engine_report(pads_of_a_shape(tmp_path / "pads.onnx"), settings(spec))
+    if report["built"]:
+        pytest.skip("this machine has a CUDA driver: TensorRT-RTX built the graph")
+    error = report["error"]
+    assert "cudaError 35" in error["message"] and error["op"] == "Pad", error
+    assert error["cannot_run"] == "the builder called CUDA, which this machine does not have"
+
+
+def test_cannot_run_tells_the_machines_failures_from_the_artifacts():
+    from paritygate.backend.trt.layers import cannot_run
+
+    logged = ("[checkMacros.cpp::catchCudaError::250] Error Code 1: Cuda Runtime (In catchCudaError at "
+              "/_src/common/dispatch/checkMacros.cpp:250 (cudaError 35: CUDA driver version is insufficient for CUDA "
+              "runtime version))")  # TensorRT-RTX 1.7.1.116 on SpliceAI 1.3.1's fp32 ONNX, this machine
+    assert cannot_run([logged]) == "the builder called CUDA, which this machine does not have"
+    assert cannot_run(["std::bad_alloc"]) == "the builder ran out of host memory"
+    assert cannot_run(["ModelImporter.cpp:...: ERROR: ... Non-zero zero point is not supported"]) is None
 
 
 def test_a_file_the_parser_cannot_read_is_a_rejection_not_a_crash(tmp_path):

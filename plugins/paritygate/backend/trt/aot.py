@@ -36,7 +36,7 @@ from paritygate.backend.trt import layers
 
 MODULE = "tensorrt_rtx"
 ENV = "POLYGRAPHY_USE_TENSORRT_RTX"
-BUILD = "aot-v1"  # part of the cache key: bump when the request or the report changes
+BUILD = "aot-v2"  # part of the cache key: bump when the request or the report changes (v2: error.cannot_run)
 TIMEOUT_S = 600  # one build; the bundled models build in 0.1-1.1 s each (docs/engine.md)
 TARGETS = "8.0, 8.6, 8.9, 12.x (the builder's default portable set)"
 

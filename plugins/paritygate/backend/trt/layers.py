@@ -89,7 +89,29 @@ def parse_error(errors, exception_text):
             node = named["name"].strip()
     causes = [t for t in errors if "ERROR:" in t or "Assertion failed" in t or "In node" in t] or errors
     message = " ".join(_last_line(t) for t in causes[-2:]) or exception_text
-    return {"message": message[:800], "node": node or None, "op": op, "node_index": index}
+    return {"message": message[:800], "node": node or None, "op": op, "node_index": index,
+            "cannot_run": cannot_run([*errors, exception_text])}
+
+
+# What a builder that could not run logs, as opposed to a parser or builder that rejected the network: TensorRT-RTX
+# 1.7's CPU-only build of tf2onnx's dynamic Pad (SpliceAI 1.3.1) calls into CUDA and logs "cudaError 35: CUDA driver
+# version is insufficient for CUDA runtime version"; no CUDA device, a CUDA initialization failure, and the host
+# running out of memory are the machine's, not the artifact's.
+CANNOT_RUN = (
+    (re.compile(r"cudaError\s*\d+|CUDA driver version is insufficient|CUDA initialization failure|"
+                r"no CUDA-capable device|cudaErrorNoDevice|cudaErrorInsufficientDriver|Cuda Runtime \("),
+     "the builder called CUDA, which this machine does not have"),
+    (re.compile(r"std::bad_alloc|[Oo]ut of (?:host )?memory"), "the builder ran out of host memory"),
+)
+
+
+def cannot_run(texts):
+    """Why the builder could not run, from what it logged (``texts``), or None: a rejection of the network is the
+    artifact's (the parser's or builder's message), these are the machine's (``CANNOT_RUN``)."""
+    for pattern, why in CANNOT_RUN:
+        if any(pattern.search(text or "") for text in texts):
+            return why
+    return None
 
 
 def _last_line(text):

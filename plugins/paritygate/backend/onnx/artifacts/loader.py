@@ -25,7 +25,7 @@ from pathlib import Path
 
 from paritygate.backend.base import RunnerError
 from paritygate.backend.cache import cache_root, cached_file, hash_path, key_of, report_path
-from paritygate.backend.onnx.artifacts import validate
+from paritygate.backend.onnx.artifacts import failures, gaps, validate
 from paritygate.backend.onnx.artifacts.validate import ArtifactError
 from paritygate.backend.onnx.lint import trt_lint
 from paritygate.files import check_file
@@ -96,7 +96,14 @@ def fp32_onnx(spec):
     key = key_of(reference=hash_path(spec.reference), signature=None if is_keras(spec.reference) else spec.signature,
                  opset=OPSET, tf2onnx=_version("tf2onnx"), tf=_version("tensorflow-cpu") or _version("tensorflow"),
                  keras=(EXPORT_VERSION, keras_name(spec.reference)) if is_keras(spec.reference) else None, build=BUILD["fp32"])
-    return cached_file("onnx", f"{spec.name}-fp32-{key}", ".onnx", lambda tmp: _convert(spec, tmp, key))
+    failed = failures.recorded(key)  # an earlier run's conversion of the same bytes with the same tools failed
+    if failed is not None:
+        raise failed
+    try:
+        return cached_file("onnx", f"{spec.name}-fp32-{key}", ".onnx", lambda tmp: _convert(spec, tmp, key))
+    except ArtifactError as err:
+        failures.record(key, err)
+        raise
 
 
 def _convert(spec, out, key):
@@ -119,12 +126,18 @@ def _convert(spec, out, key):
         cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", source, "--signature_def", signature,
                "--opset", str(OPSET), "--output", str(out)]
         proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_quiet_env())
-        if proc.returncode != 0:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-            raise ArtifactError(TF2ONNX, f"conversion of {spec.reference} ({' '.join(cmd)})", tail,
-                                validate.node_of(tail))
+        if proc.returncode != 0:  # its own error (gaps.tool_error), not the last lines of its log
+            said = gaps.tool_error(proc.stderr, proc.returncode)
+            raise ArtifactError(TF2ONNX, f"conversion of {spec.reference} (exit {proc.returncode}: {' '.join(cmd)})",
+                                said, validate.node_of(said), lasting=proc.returncode > 0)
     model = onnx.load(str(out))
-    validate.validate(model, validate.smoke_feeds(spec, model, _input_names(spec, model)), TF2ONNX)
+    try:
+        validate.check_graph(model, TF2ONNX)
+    except ArtifactError as err:  # the checker on tf2onnx's output: as lasting as the conversion itself
+        err.lasting = True
+        raise
+    feeds = validate.smoke_feeds(spec, model, _input_names(spec, model))
+    validate.check_runtime(model.SerializeToString(), feeds, TF2ONNX)
     return {"converter": TF2ONNX, "version": _version("tf2onnx"), "command": cmd, "source": source,
             "lint": trt_lint.lint(model), **({"copied_from": str(twin)} if twin is not None else {})}
 

@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 
+from paritygate.inputs.sampling import valid_rows
 from paritygate.lazy import lazy_import
 from paritygate.verdict import SuiteError
 
@@ -32,13 +33,24 @@ class ArtifactError(SuiteError):
     """An artifact the suite built is invalid: a converter's (or the suite's) failure, never the candidate's.
 
     ``converter`` built it, ``node`` is the node the validator named (None when it named none), ``step`` the
-    validation step that failed."""
+    validation step that failed. A known converter gap (``gaps.json``) the message matches is named first, with
+    its fix (``gap``: its id). ``lasting``: the failure depends on nothing but the artifact's cache key (the
+    converter's own exit, the checker), so it is recorded in the cache (``failures``) and not computed again."""
 
-    def __init__(self, converter, step, message, node=None, path=None):
-        self.converter, self.step, self.node, self.path = converter, step, node, path
+    def __init__(self, converter, step, message, node=None, path=None, lasting=False):
+        from paritygate.backend.onnx.artifacts.gaps import gap_line, known_gap
+
+        self.converter, self.step, self.node, self.path, self.lasting = converter, step, node, path, lasting
+        self.message = message
         where = f" at node '{node}'" if node else ""
-        super().__init__(f"{converter} built an invalid artifact{f' {path}' if path else ''}: {step} failed{where}: "
-                         f"{message}")
+        said = f"{step} failed{where}: {message}"
+        gap = known_gap(converter, said)
+        self.gap = gap["id"] if gap else None
+        if gap:
+            super().__init__(f"{converter} cannot convert this model{f' ({path})' if path else ''}: {gap_line(gap)} "
+                             f"(its own error: {said})")
+        else:
+            super().__init__(f"{converter} built an invalid artifact{f' {path}' if path else ''}: {said}")
 
 
 def node_of(message):
@@ -118,5 +130,5 @@ def smoke_feeds(spec, model, names, calibration=None):
                 value = rng.integers(int(low), int(high) + 1, size=shape)
             else:
                 value = rng.uniform(float(low), float(high), size=shape)
-        feeds[names[ref]] = np.asarray(value).astype(dtype)
+        feeds[names[ref]] = valid_rows(tensor, np.asarray(value).astype(dtype))  # inputs.<name>.not_all
     return feeds
