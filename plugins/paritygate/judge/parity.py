@@ -46,8 +46,8 @@ def judge_outputs(spec, precision, ref_outputs, cand_outputs, labels=None, compa
         o._plot = (ref_outputs[o.output], cand_outputs[o.candidate_output])
         if not o.passed:
             failures.append(f"{spec.name} {precision}: {o.describe()}")
-    if compare_task:
-        task = task_metrics(spec, precision, ref_outputs, cand_outputs, labels)
+    if compare_task:  # the reference's own noise (floors) widens the tie rule where the check measured it
+        task = task_metrics(spec, precision, ref_outputs, cand_outputs, labels, floors)
         if task is not None and not task["passed"]:
             failures.append(f"{spec.name} {precision}: task metric failed: {summary(task)}")
     return outputs, task, failures
@@ -116,7 +116,8 @@ def _parity(ctx, spec, precision):
     infos = []
     for g in ref.groups:
         outputs = [g.outputs]
-        infos.append(vacuity.informativeness(resolved, outputs, limit, tolerance, task_outputs=outputs))
+        infos.append(vacuity.informativeness(resolved, outputs, limit, tolerance, task_outputs=outputs,
+                                             precision=precision))
     result.details["informativeness"] = next((i for i in infos if i["informative"]), infos[0])
     result.set_inconclusive(vacuity.verdict(resolved, "matches_reference", result.details["informativeness"]))
     return result, group

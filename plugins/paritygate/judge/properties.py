@@ -47,7 +47,7 @@ def parity_check(spec, precision, candidate, ledger, task_rows=None):
         floors = {k: K_REFERENCE * v for k, v in profile.spread(kernel_order=order).items()}
         cand = candidate.infer(feed)
         if task_rows is not None:  # in-distribution rows: judged with the task metric too (paritygate.judge.task_rows)
-            task_rows.add(feed, profile.outputs, cand)
+            task_rows.add(feed, profile.outputs, cand, floors)
         outputs, _, failures = judge_outputs(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
                                              cosine_floors=profile.cosine_floors(K_REFERENCE, order))
         ledger.keep_worst(outputs)
@@ -74,7 +74,7 @@ def property_parity(ctx, spec, precision, result=None):
     task_outputs = None
     if rows is not None and len(pool):
         failing = judge_task_rows(ctx, spec, precision, rows, pool, candidate, result)
-        task_outputs = [ref for source_rows in rows.rows.values() for _, ref, _ in source_rows] or None
+        task_outputs = [ref for source_rows in rows.rows.values() for _, ref, *_ in source_rows] or None
         if failing is not None and "divergence" not in result.details:  # only the task metric failed
             from paritygate.judge.divergence import localize_failure
 
@@ -217,7 +217,7 @@ def _vacuity(spec, precision, name, ledger, result, limit, task_outputs=None):
     if not result.passed or result.inconclusive:
         return
     tolerance = (lambda out: tolerance_for(spec, precision, out)) if name == "property_parity" else None
-    info = vacuity.informativeness(spec, ledger.reference_outputs, limit, tolerance, task_outputs)
+    info = vacuity.informativeness(spec, ledger.reference_outputs, limit, tolerance, task_outputs, precision)
     result.details["informativeness"] = info
     result.set_inconclusive(vacuity.verdict(spec, name, info))
 
