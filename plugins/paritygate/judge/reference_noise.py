@@ -155,6 +155,8 @@ class Ledger:
         self.unstable = []  # one entry per input where the reference's spread exceeded the check's limit
         self.shapes = Counter()  # the distinct feed shapes run: ((input, shape), ...) -> examples
         self.kernel_order = False  # the reference also ran under its other kernel order (FP32: judge.kernel_order)
+        self.digests = []  # the digest of each entry of reference_outputs, in order
+        self.limits = {}  # digest -> {output: the per-element limit the check applied} (``applied``)
 
     def add(self, feed, profile):
         self.examples += 1
@@ -165,6 +167,26 @@ class Ledger:
             self.feeds.append(feed)
             self.sources.update(getattr(feed, "sources", ["unlabelled"] * len(next(iter(feed.values())))))
             self.reference_outputs.append(profile.outputs)
+            self.digests.append(profile.digest)
+
+    def applied(self, profile, limits):
+        """Record the per-element limit the check held the candidate to on ``profile``'s input (its policy or bound
+        with every floor that widened it), per output: vacuity asks of exactly these limits whether any
+        candidate could have failed (``applied_limits``). The most lenient one is kept for an input seen twice."""
+        kept = self.limits.setdefault(profile.digest, {})
+        for name, limit in limits.items():
+            limit = np.broadcast_to(np.asarray(limit, np.float32), np.shape(profile.outputs[name]))
+            kept[name] = limit if name not in kept else np.maximum(kept[name], limit)
+
+    def applied_limits(self, limit):
+        """The per-element limits parallel to ``reference_outputs`` (a list of dicts), ``limit(name, ref)`` where
+        the check recorded none for an input."""
+        out = []
+        for d, outputs in zip(self.digests, self.reference_outputs):
+            kept = self.limits.get(d, {})
+            out.append({name: kept[name] if name in kept else np.broadcast_to(limit(name, ref), np.shape(ref))
+                        for name, ref in outputs.items()})
+        return out
 
     def keep_worst(self, outputs, result=None):
         self.last_worst = {o.output: o for o in outputs}

@@ -60,13 +60,16 @@ def stack_outputs(outputs_list):
     return stacked
 
 
-def informativeness(spec, outputs_list, limit, tolerance=None, task_outputs=None, precision=None):
+def informativeness(spec, outputs_list, limit, tolerance=None, task_outputs=None, precision=None, limits=None):
     """Statistics and reasons for the stacked reference outputs. ``limit(name, ref)`` gives the check's per-element
     limit (broadcastable to ``ref``) within which a candidate passes; ``tolerance(name)``: the policy's Tolerance,
     whose cosine budget the check enforces (None: no cosine criterion, as in within-candidate checks);
     ``task_outputs``: the reference outputs the task metric judged (a list like ``outputs_list``; None: it did not
-    run in this check); ``precision``: the check's, whose resolution widens the tie rule (None: fp32's)."""
+    run in this check); ``precision``: the check's, whose resolution widens the tie rule (None: fp32's);
+    ``limits``: the per-element limits the check applied, parallel to ``outputs_list`` (``Ledger.applied_limits``:
+    its floors included), used instead of ``limit``."""
     stacked = stack_outputs(outputs_list)
+    applied = stack_outputs(limits) if limits else None
     rows = len(next(iter(stacked.values()))) if stacked else 0
     info = {"inputs": rows, "outputs": {}, "reasons": []}
     task = _task_criteria(spec, stacked, info, precision)  # the task statistics of the check's inputs, always reported
@@ -79,7 +82,7 @@ def informativeness(spec, outputs_list, limit, tolerance=None, task_outputs=None
     why = {}
     for name, ref in stacked.items():
         tol = tolerance(name) if tolerance else None
-        info["outputs"][name] = stats = _output_stats(ref, limit(name, ref), tol)
+        info["outputs"][name] = stats = _output_stats(ref, applied[name] if applied else limit(name, ref), tol)
         criteria = {"elementwise": not stats.pop("constant_candidate_passes")}
         if tol is not None and tol.cosine_min is not None:
             criteria["cosine"] = stats.pop("cosine_can_fail")
@@ -111,8 +114,12 @@ def task_named(spec, stacked):
 
 
 def _unjudged_reason(name, rows, stats, task):
-    text = (f"output '{name}' is constant over the {rows} inputs within the check's limit (spread "
-            f"{stats['max_range']:.3g}): a candidate ignoring its inputs would pass")
+    if stats["max_range"] > 0 and stats["max_limit"] >= stats["max_range"]:
+        text = (f"output '{name}': the check's limit (up to {stats['max_limit']:.3g}) is at or above the output's "
+                f"own spread over the {rows} inputs ({stats['max_range']:.3g}): no candidate could fail it")
+    else:
+        text = (f"output '{name}' is constant over the {rows} inputs within the check's limit (spread "
+                f"{stats['max_range']:.3g}): a candidate ignoring its inputs would pass")
     if "cosine" in stats["criteria"]:
         text += " (its cosine budget too)"
     return text + (f"; {task[2]}" if task else "")
@@ -130,9 +137,11 @@ def _output_stats(ref, limit, tol=None):
         mean = np.where(ok, r, 0.0).sum(axis=0) / np.maximum(n, 1)
         std = np.sqrt(np.where(ok, (r - mean) ** 2, 0.0).sum(axis=0) / np.maximum(n, 1))
         mid = (lo + hi) / 2
-        passes = bool(np.all(~(np.abs(r - mid) > np.broadcast_to(limit, r.shape))))
+        limit = np.broadcast_to(limit, r.shape)
+        passes = bool(np.all(~(np.abs(r - mid) > limit)))
     stats = {"std_across_inputs_max": float(np.max(std, initial=0.0)) if r.size else 0.0,
              "max_range": float(np.max(hi - lo, initial=0.0)) if r.size else 0.0,
+             "max_limit": float(np.max(limit, initial=0.0)) if r.size else 0.0,  # inf: an Inf reference element
              "constant_candidate_passes": passes}
     if tol is not None and tol.cosine_min is not None:
         stats["cosine_can_fail"] = _cosine_can_fail(np.where(ok, r, 0.0), np.where(ok, mid, 0.0), tol)
