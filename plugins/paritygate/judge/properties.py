@@ -27,7 +27,7 @@ from paritygate.comparator.tolerance import (
     tolerance_for,
 )
 from paritygate.inputs.strategies import feeds, input_pool, with_corner_examples
-from paritygate.judge import coverage, kernel_order, vacuity
+from paritygate.judge import conditioning, coverage, kernel_order, vacuity
 from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import judge_outputs, output_records
 from paritygate.judge.reference_noise import K_REFERENCE, Ledger, reference_noise
@@ -43,17 +43,26 @@ from paritygate.verdict import SuiteError, inconclusive
 def parity_check(spec, precision, candidate, ledger, task_rows=None):
     order = kernel_order.applies(precision)  # FP32: TensorFlow's other kernel order is reference noise too
 
+    def limit(name, ref):
+        return _policy_limit(spec, precision, name, ref)
+
     def check(feed, profile):
         floors = {k: K_REFERENCE * v for k, v in profile.spread(kernel_order=order).items()}
         cand = candidate.infer(feed)
-        if task_rows is not None:  # in-distribution rows: judged with the task metric too (paritygate.judge.task_rows)
-            task_rows.add(feed, profile.outputs, cand, floors)
         outputs, _, failures = judge_outputs(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
                                              cosine_floors=profile.cosine_floors(K_REFERENCE, order))
-        ledger.applied(profile, {k: np.maximum(_policy_limit(spec, precision, k, ref), floors[k])
-                                 for k, ref in profile.outputs.items()})
+        wider = conditioning.floors(profile, floors) if failures else None
+        if wider is not None:  # it would fail: is the reference itself that sensitive here? (judge.conditioning)
+            conditioning.note(ledger.ill_conditioned, spec, feed, profile, limit)
+            floors = wider
+            outputs, _, failures = judge_outputs(
+                spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
+                cosine_floors=profile.cosine_floors(K_REFERENCE, order, conditioned=True))
+        if task_rows is not None:  # in-distribution rows: judged with the task metric too (paritygate.judge.task_rows)
+            task_rows.add(feed, profile.outputs, cand, floors)
+        ledger.applied(profile, {k: np.maximum(limit(k, ref), floors[k]) for k, ref in profile.outputs.items()})
         ledger.keep_worst(outputs)
-        ledger.note_unstable(feed, profile, lambda name, ref: _policy_limit(spec, precision, name, ref))
+        ledger.note_unstable(feed, profile, limit)
         assert not failures, _explain(spec, precision, feed, failures)
 
     return check
@@ -89,45 +98,64 @@ def property_parity(ctx, spec, precision, result=None):
 
 
 def invariance_check(spec, precision, candidate, ledger, computed=None):
+    def judge(pairs, spread, caps):
+        return [[_within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE,
+                         computed=computed, cap=_row(caps.get(name), i)) for name in alone]
+                for i, _, alone, other in pairs]
+
     def check(feed, profile):
-        together = _identity(spec, candidate.infer(feed))
-        n = len(next(iter(feed.values())))
-        order = np.roll(np.arange(n), 1)  # every element gets other companions at another position
-        shuffled = _identity(spec, candidate.infer({k: v[order] for k, v in feed.items()}))
-        spread = profile.spread()
-        caps = invariance_caps(spec, precision, profile)
-        ledger.note_unstable(feed, profile, lambda name, ref: _invariance_limit(spec, ref, computed, caps[name]),
-                             "batch1")
+        pairs = _invariance_pairs(spec, candidate, feed)
+        spread, caps = profile.spread(), invariance_caps(spec, precision, profile)
+
+        def limit(name, ref):
+            return _invariance_limit(spec, ref, computed, caps[name])
+
+        ledger.note_unstable(feed, profile, limit, "batch1")
+        judged = judge(pairs, spread, caps)
+        if any(not o.passed for outs in judged for o in outs) and profile.conditioning() is not None:
+            conditioning.note(ledger.ill_conditioned, spec, feed, profile, limit)  # judge.conditioning
+            spread, caps = profile.spread(conditioned=True), invariance_caps(spec, precision, profile, True)
+            judged = judge(pairs, spread, caps)
         applied = {name: np.zeros(np.shape(ref), np.float32) for name, ref in profile.outputs.items()}
-        for i in range(n):
-            alone = _identity(spec, candidate.infer({k: v[i:i + 1] for k, v in feed.items()}))
-            moved = int(np.flatnonzero(order == i)[0])
-            for other, label in (({k: v[i:i + 1] for k, v in together.items()}, f"element {i} of a batch of {n}"),
-                                 ({k: v[moved:moved + 1] for k, v in shuffled.items()},
-                                  f"element {i} moved within the batch")):
-                outs = [_within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE,
-                                computed=computed, cap=_row(caps.get(name), i)) for name in alone]
-                ledger.keep_worst(outs)
-                for o in outs:  # the most lenient limit this row was held to: what vacuity asks about
-                    if o.output in applied:
-                        applied[o.output][i] = np.maximum(applied[o.output][i], o._limit.reshape(applied[o.output][i].shape))
-                bad = [o.describe() for o in outs if not o.passed]
-                assert not bad, (f"{spec.name} {precision}: batch invariance: {label} differs from the same "
-                                 "element alone (batch of 1):\n" + "\n".join(bad))
+        for (i, label, _, _), outs in zip(pairs, judged):
+            ledger.keep_worst(outs)
+            for o in outs:  # the most lenient limit this row was held to: what vacuity asks about
+                if o.output in applied:
+                    applied[o.output][i] = np.maximum(applied[o.output][i], o._limit.reshape(applied[o.output][i].shape))
+            bad = [o.describe() for o in outs if not o.passed]
+            assert not bad, (f"{spec.name} {precision}: batch invariance: {label} differs from the same element alone "
+                             "(batch of 1):\n" + "\n".join(bad))
         ledger.applied(profile, applied)
 
     return check
 
 
-def invariance_caps(spec, precision, profile):
+def _invariance_pairs(spec, candidate, feed):
+    """[(element, label, its outputs alone, its outputs in the batch)]: each element of ``feed`` alone against itself
+    in the whole batch and moved within it (other companions at another position)."""
+    together = _identity(spec, candidate.infer(feed))
+    n = len(next(iter(feed.values())))
+    order = np.roll(np.arange(n), 1)
+    shuffled = _identity(spec, candidate.infer({k: v[order] for k, v in feed.items()}))
+    pairs = []
+    for i in range(n):
+        alone = _identity(spec, candidate.infer({k: v[i:i + 1] for k, v in feed.items()}))
+        moved = int(np.flatnonzero(order == i)[0])
+        pairs += [(i, f"element {i} of a batch of {n}", alone, {k: v[i:i + 1] for k, v in together.items()}),
+                  (i, f"element {i} moved within the batch", alone, {k: v[moved:moved + 1] for k, v in shuffled.items()})]
+    return pairs
+
+
+def invariance_caps(spec, precision, profile, conditioned=False):
     """Per output, per element of the feed's reference: 2 x the parity limit there plus the reference's own spread
     between the whole batch and each element alone. A candidate within the parity limit L of the reference at
     both batch sizes, where the reference itself moves by s between them, differs from itself by at most
     2L + s (the triangle inequality): a larger bound could never fail a candidate that parity passes, and the
     batch bound alone (10 sqrt(n) u max|output|) reaches an output's whole range for large inputs at FP16
     (issue 37: ResNet50, n = 150528: 1.89 on a softmax). L is property_parity's own: the policy limit, raised to
-    K x the reference's spread over its configurations (at fp32 TensorFlow's other kernel order too)."""
-    every = profile.spread(kernel_order=kernel_order.applies(precision))
+    K x the reference's spread over its configurations (at fp32 TensorFlow's other kernel order too; ``conditioned``:
+    the input moved by its resolution too, judge.conditioning)."""
+    every = profile.spread(kernel_order=kernel_order.applies(precision), conditioned=conditioned)
     batch = profile.spread("batch1") if "batch1" in profile.configs else {}
     out = {}
     for name, ref in profile.outputs.items():
@@ -235,6 +263,7 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
 
         attach_worst_inputs(result.outputs, dict(ledger.failing_feed))
     ledger.record_findings(ctx, spec, precision, result)
+    conditioning.record_findings(ctx, spec, precision, name, ledger.ill_conditioned, result)
     result.set_inconclusive(inconclusive(nonfinite.conclude(ctx, spec, precision, result)))
     if judge_vacuity:
         _vacuity(spec, precision, name, ledger, result, limit)
