@@ -208,7 +208,8 @@ def key_numbers(result):
 
 def divergence_text(check, code=str):
     """Where precision broke and the plan that repairs it (``details["divergence"]``, paritygate/judge/divergence.py),
-    in words; ``code`` wraps node and op names (backticks in Markdown, <code> in HTML)."""
+    in words, each node named once (the node adding the most error is "that node" in the plan, a verified plan is
+    its config line); ``code`` wraps node and op names (backticks in Markdown, <code> in HTML)."""
     d = check.details.get("divergence")
     if not d:
         return ""
@@ -223,10 +224,13 @@ def divergence_text(check, code=str):
     if plan is None:
         return where
     verb = "keep in FP32" if "keep_fp32" in d else "leave unquantized"
-    status = "verified" if d.get("verified") else "NOT verified"
-    config = f"; config: {code(d['config'].splitlines()[1])}" if d.get("config") and "\n" in d["config"] else ""
+    if d.get("verified") and d.get("config") and "\n" in d["config"]:
+        text = f"{where}; {verb} (verified): {code(d['config'].splitlines()[1])}"
+    else:
+        named = ", ".join("that node" if n == d.get("first_node") else code(n) for n in plan) or "nothing"
+        text = f"{where}; {verb} {named} ({'verified' if d.get('verified') else 'NOT verified'})"
     if d.get("plan_note"):
-        config += f"; {d['plan_note']}"
+        text += f"; {d['plan_note']}"
     if len(d.get("covers") or []) > 1:
-        config += f"; one plan for {', '.join(d['covers'])}"
-    return f"{where}; {verb} {', '.join(code(n) for n in plan) or 'nothing'} ({status}){config}"
+        text += f"; one plan for {', '.join(d['covers'])}"
+    return text
