@@ -5,19 +5,23 @@ import pytest
 
 from paritygate.context import RunOptions
 from paritygate.judge.divergence import localize_failure
-from paritygate.judge.localization_budget import DEFAULT_SHARE, SOURCE, Clock, clock, parse_localize
+from paritygate.judge.localization_budget import DEFAULT_SHARE, MIN_SECONDS, SOURCE, Clock, clock, parse_localize
 from tests.conftest import toy_spec
 
 
 def test_the_allowance_keeps_localization_within_its_share_of_the_run():
     c = Clock(started=0.0, share=0.2)
-    assert c.allowance(now=100.0) == pytest.approx(25.0)  # 25 s of 125: 20%
-    c.spend(25.0)
-    assert c.allowance(now=125.0) == pytest.approx(0.0)  # 100 s of other work, 25 s localizing: spent
-    assert c.allowance(now=225.0) == pytest.approx(25.0)  # 100 s more of other work: 25 s more
+    assert c.allowance(now=400.0) == pytest.approx(100.0)  # 100 s of 500: 20%
+    c.spend(100.0)
+    assert c.allowance(now=500.0) == pytest.approx(0.0)  # 400 s of other work, 100 s localizing: spent
+    assert c.allowance(now=900.0) == pytest.approx(100.0)  # 400 s more of other work: 100 s more
+    short = Clock(started=0.0, share=0.2)  # a run of seconds: MIN_SECONDS in all, whatever its share
+    assert MIN_SECONDS == 30.0 and short.allowance(now=5.0) == pytest.approx(30.0)
+    short.spend(20.0)
+    assert short.allowance(now=25.0) == pytest.approx(10.0)
     assert Clock(0.0, 1.0).allowance(now=1.0) == float("inf")
     record = c.describe(25.0, 25.0, True)
-    assert record["share"] == 0.2 and record["stopped"] and record["run_localization_s"] == 25.0
+    assert record["share"] == 0.2 and record["stopped"] and record["run_localization_s"] == 100.0
     assert record["source"] == SOURCE and "issue 37" in SOURCE and DEFAULT_SHARE == 0.2
 
 
@@ -36,7 +40,7 @@ def test_a_spent_budget_starts_no_localization_and_says_so():
     found = localize_failure(ctx, toy_spec(precisions=("fp16",)), "fp16", {})
     assert found["first_node"] is None and found["budget"]["stopped"] and found["budget"]["share"] == 0.2
     assert found["note"].startswith("not localized: localization took 3600 s of this run already, its budget of "
-                                    "20% of the run (--parity-localize=SHARE)")
+                                    "20% of the run or 30 s (--parity-localize=SHARE)")
 
 
 def test_the_plugin_option_reaches_the_run_context_and_a_bad_one_stops_the_run(pytester):

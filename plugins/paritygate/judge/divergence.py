@@ -37,14 +37,14 @@ def localize_failure(ctx, spec, precision, feed, reference_outputs=None, labels=
     if precision not in PLAN_KEY or not ctx.localize:
         return None
     from paritygate.backend.runtimes import resolved_spec
-    from paritygate.judge.localization_budget import clock
+    from paritygate.judge.localization_budget import MIN_SECONDS, clock
 
     budget = clock(ctx)
     allowed = budget.allowance()
     if allowed <= 0:  # the run's localization time is spent (judge.localization_budget): nothing started
         return {"first_node": None, "verified": None, "budget": budget.describe(allowed, 0.0, True),
                 "note": f"not localized: localization took {budget.spent:.0f} s of this run already, its budget of "
-                        f"{budget.share:.0%} of the run (--parity-localize=SHARE)"}
+                        f"{budget.share:.0%} of the run or {MIN_SECONDS:.0f} s (--parity-localize=SHARE)"}
     spec = resolved_spec(ctx, spec)
     if reference_outputs is None:
         from paritygate.backend.runtimes import reference_runner
@@ -62,7 +62,7 @@ def localize_failure(ctx, spec, precision, feed, reference_outputs=None, labels=
     out["budget"] = budget.describe(allowed, out["seconds"], time.monotonic() >= deadline and not out.get("verified"))
     if out["budget"]["stopped"] and out.get("plan_note"):
         out["plan_note"] += (f"; the search stopped at its time budget ({_seconds(allowed)}: {budget.share:.0%} of the "
-                             "run, --parity-localize=SHARE)")
+                             f"run or {MIN_SECONDS:.0f} s, --parity-localize=SHARE)")
     return out
 
 

@@ -7,8 +7,9 @@ of a 635 s run, printing nothing. So localization may take at most ``share`` of 
 ``--parity-localize=off`` turns localization off.
 
 How. With L the time localization has taken so far and O the time the run has spent on everything else, L may grow
-while L <= share x (O + L), so a localization about to start may take ``share / (1 - share) x O - L``. It is counted
-per process (an xdist worker keeps its own clock, from its own start). A localization whose allowance is already
+while L <= share x (O + L), so a localization about to start may take ``share / (1 - share) x O - L``; or, where that
+is more, up to ``MIN_SECONDS`` in all: a run of a few seconds (a small model, a warm cache) still gets its plan. It
+is counted per process (an xdist worker keeps its own clock, from its own start). A localization whose allowance is already
 spent does not start; one that starts runs its first ranking whole and stops its plan search before the rebuild that
 would begin past its allowance (``repair.search``'s deadline). Either way its ``divergence.budget`` says so.
 """
@@ -18,6 +19,9 @@ import time
 from paritygate.common.memo import Memo, Once
 
 DEFAULT_SHARE = 0.2
+# The least localization may take in a run, whatever its share: what the searches of the suite's own models take,
+# measured on this 2-core machine (docs/artifacts.md): 4.7-6.6 s for a 99-node fp16 graph, 10.1-18.0 s for fer's int8.
+MIN_SECONDS = 30.0
 SOURCE = ("issue 37 item 4: localization explains a failure already judged, so it takes at most this share of the "
           "run (--parity-localize=SHARE; measured before: 474 s, 75% of EfficientNetB0's run)")
 CLOCKS = Memo("localization_clock", key=Once)  # the run's Clock (clock)
@@ -49,7 +53,7 @@ class Clock:
         if self.share >= 1.0:
             return float("inf")
         other = (time.monotonic() if now is None else now) - self.started - self.spent
-        return self.share / (1.0 - self.share) * max(other, 0.0) - self.spent
+        return max(self.share / (1.0 - self.share) * max(other, 0.0), MIN_SECONDS) - self.spent
 
     def spend(self, seconds):
         self.spent += seconds
@@ -57,7 +61,8 @@ class Clock:
     def describe(self, allowed, took, stopped):
         """The ``divergence.budget`` record: the share, this localization's allowance and time, whether the
         budget stopped it, and the run's localization time so far."""
-        return {"share": self.share, "allowed_s": None if allowed == float("inf") else round(max(allowed, 0.0), 3),
+        return {"share": self.share, "min_s": MIN_SECONDS,
+                "allowed_s": None if allowed == float("inf") else round(max(allowed, 0.0), 3),
                 "took_s": round(took, 3), "stopped": stopped, "run_localization_s": round(self.spent, 3),
                 "source": SOURCE}
 
