@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from paritygate.cli.replay import replay
 from paritygate.judge.reference_noise import resolution_step
 from tests.conftest import OPSET, toy_spec, write_config
 
@@ -95,6 +96,8 @@ def test_an_ill_conditioned_output_is_excused_with_its_factor_and_a_defect_still
         with np.load(ill["reproducer"]["npz"], allow_pickle=False) as saved:
             assert saved["input:x"].shape[1:] == (WIDTH,)
         assert "ill-conditioned" in ill["summary"] and "one step of its resolution" in ill["summary"]
+        again = replay(ill["reproducer"]["npz"])  # `paritygate replay` of the finding: the reference, measured again
+        assert (again.check, again.status) == ("ill_conditioned", "fail") and "output 'ill'" in again.details["lines"][0]
         assert status[("scaled", check)] == "fail", (check, status)  # the well-conditioned output is not excused
         assert status[("offset", check)] == "fail", (check, status)  # nor an error beyond the reference's own move
     failing = {c["check"]: c for c in data["checks"] if c["model"] == "scaled"}
