@@ -114,9 +114,10 @@ def task_named(spec, stacked):
 
 
 def _unjudged_reason(name, rows, stats, task):
-    if stats["max_range"] > 0 and stats["max_limit"] >= stats["max_range"]:
+    if 0 < stats["max_abs"] <= stats["max_limit"]:  # e.g. a batch bound of 1.89 on a softmax (issue 37)
         text = (f"output '{name}': the check's limit (up to {stats['max_limit']:.3g}) is at or above the output's "
-                f"own spread over the {rows} inputs ({stats['max_range']:.3g}): no candidate could fail it")
+                f"own magnitude (values up to {stats['max_abs']:.3g}, spread {stats['max_range']:.3g} over the "
+                f"{rows} inputs): a candidate ignoring its inputs would pass")
     else:
         text = (f"output '{name}' is constant over the {rows} inputs within the check's limit (spread "
                 f"{stats['max_range']:.3g}): a candidate ignoring its inputs would pass")
@@ -142,6 +143,7 @@ def _output_stats(ref, limit, tol=None):
     stats = {"std_across_inputs_max": float(np.max(std, initial=0.0)) if r.size else 0.0,
              "max_range": float(np.max(hi - lo, initial=0.0)) if r.size else 0.0,
              "max_limit": float(np.max(limit, initial=0.0)) if r.size else 0.0,  # inf: an Inf reference element
+             "max_abs": float(np.max(np.abs(np.where(ok, r, 0.0)), initial=0.0)) if r.size else 0.0,
              "constant_candidate_passes": passes}
     if tol is not None and tol.cosine_min is not None:
         stats["cosine_can_fail"] = _cosine_can_fail(np.where(ok, r, 0.0), np.where(ok, mid, 0.0), tol)
