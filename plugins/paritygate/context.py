@@ -10,12 +10,14 @@ results and writes the report). ``replay`` builds a RunContext without pytest.
 """
 
 import platform
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from paritygate.backend import registry
 from paritygate.common.memo import Memo, Once, Store
 from paritygate.common.numerics import DEFAULT_NUMERICS
+from paritygate.judge.localization_budget import DEFAULT_SHARE, parse_localize
 from paritygate.lazy import available, module_dist
 from paritygate.lazy import dist_version as _version
 
@@ -32,6 +34,8 @@ class RunContext:
     beam_options: tuple = ()  # --parity-beam-option pass-through
     localize: bool = True  # --parity-localize: explain and repair failing fp16/int8 checks (judge.divergence)
     engine_build: bool = True  # --parity-engine-build: TensorRT-RTX's builder in the loop (backend.engines)
+    localize_budget: float = DEFAULT_SHARE  # --parity-localize=SHARE: its share of the run (judge.localization_budget)
+    started: float = field(default_factory=time.monotonic)  # when the run began: localization's budget counts from it
     reproducer_dir: object = None  # where failing inputs are saved (--parity-report DIR/reproducers, else the cache's)
     device_class: str = "cpu"  # latency budget class (--parity-device-class, or derived from the GPU)
     serial: bool = True  # False on an xdist worker: latency is never measured beside other work
@@ -150,8 +154,9 @@ class RunOptions:
         self.fp16_keep_fp32 = tuple(op.strip() for op in fp16_keep_fp32.split(",") if op.strip()) \
             if fp16_keep_fp32 is not None else None
         self.is_xdist_worker = is_xdist_worker
-        self.localize = localize  # --parity-localize: explain and repair failing fp16/int8 checks
         self.engine_build = engine_build not in (False, "off")  # --parity-engine-build on|off: TensorRT-RTX's builder
+        # --parity-localize: explain and repair failing fp16/int8 checks (on, off, or the share of the run it may take)
+        self.localize, self.localize_budget = parse_localize(localize)
         self.reference_cache = reference_cache  # --parity-cache: TF outputs served from backend.reference_cache
         self.shard = parse_shard(shard)  # --parity-shard=K/N: (K, N), this run judges every N-th model from the K-th
         self.numerics = numerics  # --parity-numerics: strict FP16 emulation (default) or ONNX Runtime's own
@@ -228,6 +233,7 @@ class RunOptions:
             self._context = RunContext(runtime=self.runtime, fp16_keep_fp32=self.fp16_keep_fp32, numerics=self.numerics,
                                        reference_cache=self.reference_cache, localize=self.localize,
                                        engine_build=self.engine_build,
+                                       localize_budget=self.localize_budget,
                                        beam_runner=self.beam_runner, beam_options=tuple(self.beam_options),
                                        reproducer_dir=self.report_dir / "reproducers" if self.report_dir else None,
                                        device_class=self.device_class, serial=not self.is_xdist_worker,

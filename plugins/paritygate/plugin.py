@@ -58,9 +58,10 @@ def pytest_addoption(parser):
     group.addoption("--parity-fp16-keep-fp32", metavar="OPS", default=None,
                     help="comma-separated ONNX op types kept in FP32 in the fp16 artifact (default: "
                          "LayerNormalization,Softmax,Exp,Pow,Sqrt,ReduceMean,ReduceSum,Erf)")
-    group.addoption("--parity-localize", metavar="on|off", choices=("on", "off"), default="on",
+    group.addoption("--parity-localize", metavar="on|off|SHARE", default="on",
                     help="on a failing fp16/int8 check, localize the node adding the most error and search a verified "
-                         "plan of nodes to keep in FP32 / leave unquantized (default: on)")
+                         "plan of nodes to keep in FP32 / leave unquantized, in at most SHARE of the run, 0 < SHARE "
+                         "<= 1 (on: 0.2) (default: on)")
     group.addoption("--parity-engine-build", metavar="on|off", choices=("on", "off"), default="on", help="off: no "
                     "TensorRT-RTX build (docs/engine.md), engine_builds skips, the report says so (default: on)")
     group.addoption("--parity-cache", metavar="on|off", choices=("on", "off"), default="on",
@@ -122,7 +123,7 @@ _OPTIONS = {"config_path": "parity_config", "runtime": "parity_runtime", "report
 def _options(config):
     """The run's RunOptions from pytest's command line (ValueError names a bad --parity-shard)."""
     return RunOptions(**{k: config.getoption(dest) for k, dest in _OPTIONS.items()},
-                      localize=config.getoption("parity_localize") != "off",
+                      localize=config.getoption("parity_localize"),
                       reference_cache=config.getoption("parity_cache") != "off",
                       is_xdist_worker=hasattr(config, "workerinput"))
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from paritygate.comparator.task import (
+    TIE_RULE,
     TaskSpecError,
     classification,
     classification_outputs,
@@ -15,6 +16,7 @@ from paritygate.comparator.task import (
     flips_text,
     summary,
     task_metrics,
+    tie_rows,
 )
 from paritygate.comparator.tolerance import DETECTION_IOU, TASK_RATIO, TASK_SOURCE
 from tests.conftest import toy_spec, write_config
@@ -65,6 +67,41 @@ def test_a_flipped_row_carries_the_reference_margin_in_the_details_and_the_text(
     assert text.startswith("top-1 agreement 0.667 < 0.99 on 'probs': rows [1] flip (row 1: reference class 1 by "
                            "margin 0.022 [0.509, 0.487] vs candidate class 0 [0.489, 0.507])")
     assert "rows [1] flip" in flips_text(r["flipped_rows"]) and flips_text([]) == "no row flips"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_ties_are_unjudged_at_every_precision_never_flips(precision):
+    """Issue 37: EfficientNetB0 with weights=None answers 0.001 for every class, its margins 1e-8 to 1e-10; fp32
+    called those rows ties, fp16 and int8 counted them as flips and failed. A tie is neither an agreement nor a flip
+    at any precision: the metric judges nothing there (and vacuity makes the check inconclusive)."""
+    rng = np.random.default_rng(0)
+    ref = (0.001 + rng.uniform(-1e-8, 1e-8, (16, 1000))).astype(np.float64)
+    cand = (0.001 + rng.uniform(-1e-6, 1e-6, (16, 1000))).astype(np.float64)  # other argmax on every row
+    assert np.all(np.argmax(ref, 1) != np.argmax(cand, 1))
+    r = task_metrics(toy_spec(task="classification"), precision, {"probs": ref}, {"probs": cand})
+    assert r["passed"] and r["top1_agreement"] is None and r["flipped_rows"] == [] and r["judged_rows"] == 0
+    assert r["ties"]["count"] == 16 and r["ties"]["max_margin"] < 2e-8 and r["ties"]["rule"] == TIE_RULE
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_a_decided_row_that_flips_still_fails_beside_ties(precision):
+    """The ties leave the agreement; the decided rows keep it: one real flip among 3 decided rows fails."""
+    ref = np.array([[0.5, 0.5 + 1e-9, 0.0], [0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]])
+    cand = np.array([[0.5 + 1e-3, 0.5, 0.0], [0.2, 0.7, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]])
+    r = task_metrics(toy_spec(task="classification"), precision, {"probs": ref}, {"probs": cand})
+    assert not r["passed"] and r["top1_agreement"] == pytest.approx(2 / 3) and r["judged_rows"] == 3
+    assert [f["row"] for f in r["flipped_rows"]] == [1] and r["ties"]["rows"] == [0]
+
+
+def test_the_tie_margin_grows_with_the_precisions_resolution_and_the_measured_noise():
+    """A margin of 5e-4 at a top score of 0.9: decided at fp32 (tie limit 1e-5 + 0.9e-5) and int8 (float32 tensors),
+    a tie at fp16 (two float16 roundings: 2^-10 x 0.9 = 8.8e-4); a measured reference noise of 1e-3 on the row
+    makes it a tie at every precision."""
+    scores = np.array([[0.9, 0.9 - 5e-4, 0.0]])
+    assert [bool(tie_rows(scores, p)[0][0]) for p in ("fp32", "fp16", "int8")] == [False, True, False]
+    assert bool(tie_rows(scores, "fp32", noise=np.full((1, 3), 1e-3))[0][0])
+    assert tie_rows(scores, None)[1][0] == pytest.approx(5e-4)
+    assert not tie_rows(np.array([[np.nan, 0.5]]), "fp16")[0][0]  # a NaN score is judged by the non-finite rule
 
 
 def test_classification_reads_the_mapped_candidate_output():

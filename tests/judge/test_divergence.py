@@ -45,7 +45,7 @@ def test_plugin_option_turns_localization_off(pytester):
 def test_markdown_row_shows_the_first_node_and_the_verified_plan():
     text = _divergence_note(CheckResult("toy", details={"divergence": DIVERGENCE}))
     assert "node adding the most error `scale_up` (Mul), max abs error inf" in text
-    assert "keep in FP32 `scale_up`, `ln` (verified)" in text and 'fp16_keep_fp32 = ["scale_up", "ln"]' in text
+    assert 'keep in FP32 (verified): `fp16_keep_fp32 = ["scale_up", "ln"]`' in text and text.count("ln") == 1
     unverified = {**DIVERGENCE, "verified": False, "config": None, "keep_fp32": [],
                   "first_node": None, "note": "no divergent node"}
     assert "(NOT verified)" in _divergence_note(CheckResult("toy", details={"divergence": unverified}))
@@ -60,3 +60,20 @@ def test_html_draws_the_error_by_depth_plot():
                         "details": {"divergence": DIVERGENCE}}]}
     page = render_html(data)
     assert '<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="error by depth"' in page and "node adding the most error <code>scale_up</code>" in page
+
+
+def test_an_unverified_plan_names_each_node_once():
+    """Issue 37: EfficientNetB0's report repeated ~10 node names 6 times (each greedy trial listed the whole growing
+    plan). The plan names each node once, the node adding the most error as "that node", and the note the trials
+    by step and only the nodes they kept beyond the plan."""
+    from paritygate.judge.divergence import tried_text
+
+    trials = [{"step": "greedy", "nodes": ["n1"]}, {"step": "greedy", "nodes": ["n1", "n2"]},
+              {"step": "greedy", "nodes": ["n1", "n2", "n3"]}, {"step": "bisect", "nodes": ["n1", "n2", "n4"]}]
+    note = tried_text(trials, ["n1", "n2", "n3"])
+    assert note == "tried 4 rebuild(s) (greedy 3, bisect 1), and kept besides the plan's nodes: n4"
+    d = {**DIVERGENCE, "first_node": "n1", "keep_fp32": ["n1", "n2", "n3"], "verified": False, "config": None,
+         "plan_note": f"no plan within the search budget (4 of 24 rebuilds) passed; {note}"}
+    text = _divergence_note(CheckResult("toy", details={"divergence": d}))
+    assert "keep in FP32 that node, `n2`, `n3` (NOT verified)" in text
+    assert [text.count(n) for n in ("n1", "n2", "n3", "n4")] == [1, 1, 1, 1], text

@@ -28,11 +28,11 @@ CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
 X = {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-10.0, 10.0]}}
 
 
-def _run(pytester, models, files=("test_properties.py", "test_parity.py")):
+def _run(pytester, models, files=("test_properties.py", "test_parity.py"), args=()):
     cfg = write_config(pytester.path, {"models": models})
     report = pytester.path / "report"
     result = pytester.runpytest(*[str(CONFORMANCE / f) for f in files], f"--parity-config={cfg}",
-                                           f"--parity-report={report}", "-p", "no:cacheprovider", "-p", "no:xdist")
+                                f"--parity-report={report}", "-p", "no:cacheprovider", "-p", "no:xdist", *args)
     data = json.loads((report / "parity-report.json").read_text())
     checks = {}
     for c in data["checks"]:
@@ -177,3 +177,61 @@ def test_a_five_percent_batch_coupling_fails_batch_invariance_at_int8(pytester, 
     assert coupled["details"]["reproducer"]["npz"]
     assert checks[("correct", "int8")]["batch_invariance"]["status"] == "pass"
     assert checks[("correct", "int8")]["determinism"]["details"]["determinism"]["mode"] == "bitwise"
+
+
+# -- 6. a batch bound that can fail ----------------------------------------------------------------------------
+WIDE = 65536  # input elements per example: at float16 the batch bound 10 sqrt(n) u max|out| is 1.25 max|out|
+
+
+def save_wide_classifier(path, w):
+    """probs = softmax(x @ w), x float32 [N, 65536]."""
+    module = tf.Module()
+    module.w = tf.Variable(w)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, WIDE], tf.float32, name="x")])
+    def serve(x):
+        return {"probs": tf.nn.softmax(tf.matmul(x, module.w))}
+
+    module.serve = serve
+    tf.saved_model.save(module, str(path), signatures={"serving_default": serve})
+    return path
+
+
+def wide_classifier_onnx(path, w, coupling=0.0):
+    """The same graph; ``coupling``: probs = (1 - c) softmax + c x its mean over the batch (exact at batch 1)."""
+    import onnx
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["p" if coupling else "probs"], axis=-1)]
+    if coupling:
+        nodes += [helper.make_node("ReduceMean", ["p"], ["m"], axes=[0], keepdims=1),
+                  *scale("keep", 1 - coupling, src="p"), *scale("mix", coupling, src="m"),
+                  helper.make_node("Add", ["keep", "mix"], ["probs"])]
+    graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", WIDE])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", 10])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def test_a_batch_bound_above_the_outputs_range_is_capped_and_a_coupling_fails_at_fp16(pytester):
+    """Issue 37: ResNet50's fp16 batch_invariance held a softmax to 1.89 (10 sqrt(150528) 2^-11 max|out|), a bound
+    no candidate can fail. Here n = 65536 gives 1.25 max|out|; the bound is capped at 2 x the parity limit plus the
+    reference's own batch spread, so a candidate mixing 20% of the batch mean into each softmax row fails, and the
+    faithful candidate passes with the capped bound recorded."""
+    w = np.random.default_rng(0).normal(0.0, 0.02, (WIDE, 10)).astype(np.float32)
+    reference = save_wide_classifier(pytester.path / "wide", w)
+    wide_classifier_onnx(pytester.path / "right.onnx", w)
+    wide_classifier_onnx(pytester.path / "coupled.onnx", w, coupling=0.2)
+    base = {"reference": str(reference), "precisions": ["fp16"], "max_batch": 4, "task": "regression",
+            "inputs": {"x": {"shape": [-1, WIDE], "dtype": "float32", "range": [-1.0, 1.0]}}}
+    _, checks, _, _ = _run(pytester, [{"name": "right", "onnx": "right.onnx", **base},
+                                      {"name": "coupled", "onnx": "coupled.onnx", **base}],
+                           files=("test_properties.py",), args=("-k", "batch_invariance"))
+    right, coupled = checks[("right", "fp16")]["batch_invariance"], checks[("coupled", "fp16")]["batch_invariance"]
+    assert right["status"] == "pass", right["details"].get("message")
+    (tol,) = [o["tolerance"] for o in right["details"]["outputs"]]
+    assert tol["batch_bound"] > 0.5 and tol["bound"] < 0.1 and "2 x the parity limit" in tol["capped_by"], tol
+    assert tol["computed_dtype"] == "float16"
+    assert coupled["status"] == "fail" and "batch invariance" in coupled["details"]["message"], coupled["details"]

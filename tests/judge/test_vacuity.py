@@ -144,3 +144,15 @@ def test_detection_needs_a_share_of_inputs_with_a_detection():
     outs["scores"][1:5, 1] = 0.6
     info = vacuity.informativeness(spec, [outs], policy(), task_outputs=[outs])
     assert info["detection"]["share_with_detection"] == 0.2 and info["informative"], info["reasons"]
+
+
+def test_a_limit_at_or_above_the_outputs_magnitude_is_named():
+    """Issue 37: a batch bound of 1.89 on a softmax (values up to 1) lets a candidate ignoring its inputs pass; the
+    reason names that limit. The limit vacuity judges is the one the check applied (``limits``), floors included."""
+    spec = toy_spec(task="regression")
+    probs = np.array([[0.99, 0.01], [0.02, 0.98], [0.5, 0.5]], np.float32)
+    applied = [{"probs": np.full(probs.shape, 1.89, np.float32)}]
+    info = vacuity.informativeness(spec, [{"probs": probs}], policy(), limits=applied)
+    assert not info["informative"] and info["outputs"]["probs"]["max_limit"] == np.float32(1.89)
+    assert "the check's limit (up to 1.89) is at or above the output's own magnitude (values up to 0.99" in info["reasons"][0]
+    assert vacuity.informativeness(spec, [{"probs": probs}], policy())["informative"]  # under the policy alone: judged

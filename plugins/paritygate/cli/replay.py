@@ -32,13 +32,17 @@ def _matches_reference(settings, spec, precision, inputs, meta):
     """The candidate vs the live TF reference on the saved inputs: the elementwise policy and the task metric."""
     from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
     from paritygate.inputs.goldens import Golden
-    from paritygate.judge import kernel_order
+    from paritygate.judge import conditioning, kernel_order
     from paritygate.judge.parity import judge_outputs
 
-    ref = reference_runner(settings, spec).infer(inputs)
-    cand = candidate_runner(settings, spec, precision).infer(inputs)
+    reference = reference_runner(settings, spec)
+    ref, cand = reference.infer(inputs), candidate_runner(settings, spec, precision).infer(inputs)
     floors, _ = kernel_order.floors(settings, spec, precision, [Golden(inputs, ref)])  # as the check judged
     outputs, task, failures = judge_outputs(resolved_spec(settings, spec), precision, ref, cand, floors=floors[0])
+    runs = conditioning.measured(spec, inputs, reference.infer) if failures else None
+    if runs is not None and runs.conditioning() is not None:  # where it would fail, as the check judged it
+        outputs, task, failures = judge_outputs(resolved_spec(settings, spec), precision, ref, cand,
+                                                floors=conditioning.floors(runs, floors[0] or {}))
     lines = [("PASS " if o.passed else "FAIL ") + o.describe() for o in outputs]
     lines += [f"task: {task}"] if task else []
     return replayed("matches_reference", spec, precision, not failures, lines + failures)
@@ -88,9 +92,29 @@ def _reference_unstable(settings, spec, precision, inputs, meta):
                     subject="the reference")
 
 
+def _ill_conditioned(settings, spec, precision, inputs, meta):
+    """The reference's move under one step of the saved inputs' resolution against the limit of the check that found
+    it (paritygate.judge.conditioning): reproduced while K x that move still exceeds the limit."""
+    from paritygate.judge import conditioning
+    from paritygate.judge import properties as p
+    from paritygate.judge.reference_noise import reference_noise
+
+    found_by = str((meta.get("failures") or [""])[0]).split(":", 1)[0].split()[-1:] or ["property_parity"]
+    limit, _ = p.check_limit(found_by[0], spec, precision)
+    profile, found = reference_noise(settings, spec).profile(inputs), []
+    if profile.conditioning() is not None:
+        conditioning.note(found, spec, inputs, profile, limit)
+    lines = [f"note: one step of the input's resolution moves the reference by {f['reference_move']:.3g} on output "
+             f"'{f['output']}': {conditioning.K_REFERENCE:g}x that is {f['factor']:.3g} times the limit "
+             f"{f['limit_at_worst']:.3g}" for f in found]
+    return replayed(conditioning.KIND, spec, precision, not found,
+                    lines or ["the reference moves within the check's limit under one step of its input's resolution"],
+                    subject="the reference")
+
+
 REPLAYS = {"matches_reference": _matches_reference, "property_parity": _property("property_parity"),
            "batch_invariance": _property("batch_invariance"), "determinism": _property("determinism"),
-           "reference_unstable": _reference_unstable}
+           "reference_unstable": _reference_unstable, "ill_conditioned": _ill_conditioned}
 
 
 def replay(path, check=None, runtime=None, numerics=None):

@@ -2,7 +2,15 @@
 
 import numpy as np
 
-from paritygate.comparator.tolerance import DETECTION_IOU, DETECTION_MIN_SCORE, TASK_RATIO, TASK_SOURCE, tolerance_for
+from paritygate.comparator.tolerance import (
+    DEFAULTS,
+    DETECTION_IOU,
+    DETECTION_MIN_SCORE,
+    TASK_RATIO,
+    TASK_SOURCE,
+    TF_TRT_BASE,
+    tolerance_for,
+)
 
 DETECTION_KEYS = ("boxes", "scores", "classes", "num_detections")
 
@@ -32,16 +40,54 @@ def classification_outputs(spec, outputs):
 
 MAX_FLIPS = 50  # flipped rows listed per output; top1_agreement counts them all
 
+# Ties (issue 37, item 6): a row whose reference margin (top-1 minus top-2 score) is within what cannot order the
+# two classes is unjudged by top-1 agreement, at every precision alike: neither an agreement nor a flip. What
+# cannot order them, the largest of:
+# - the reference's own resolution: the FP32 policy at the top score (TF-TRT's 1e-5 + 1e-5*|top|, TF_TRT_BASE),
+#   what FP32 parity grants each score; the same rule at fp32, fp16 and int8 (a reference property);
+# - the precision's resolution: two roundings of the scores in the float type the precision stores them in,
+#   2 * u * |top| (float16 at fp16: u = 2^-11; int8 artifacts keep float32 tensors between their explicit Q/DQ
+#   pairs, whose steps are the error the metric exists to judge, not a resolution);
+# - the reference's own noise on that row where the check measured it: the caller's ``noise`` (K_REFERENCE times
+#   the reference's spread over its configurations, paritygate.judge.reference_noise).
+# Measured (issue 37): EfficientNetB0 with weights=None answers 0.001 for every class, margins 1e-8 to 1e-10; at
+# fp16 and int8 those rows were counted as flips and failed the check, while fp32 called them ties.
+TIE_TOLERANCE = DEFAULTS["fp32"]
+RESOLUTION = {"fp32": np.float32, "fp16": np.float16, "int8": np.float32}
+TIE_RULE = (f"reference top-2 margin <= max(fp32 policy at the top score ({TF_TRT_BASE}), 2 x the unit roundoff of "
+            "the precision's float type x |top|, K x the reference's own spread on that row where measured)")
 
-def flipped_rows(ref_scores, cand_scores):
+
+def tie_rows(ref_scores, precision=None, noise=None):
+    """(a boolean per row: the reference cannot order its top two classes there, the reference margins): the
+    rule above. ``noise``: the reference's own spread, K-scaled, broadcastable to ``ref_scores`` (None: not
+    measured)."""
+    scores = np.asarray(ref_scores, dtype=np.float64)
+    if scores.ndim != 2 or scores.shape[1] < 2:
+        return np.zeros(len(scores), dtype=bool), np.full(len(scores), np.inf)
+    top2 = np.sort(scores, axis=1)[:, -2:]
+    margin = top2[:, 1] - top2[:, 0]
+    limit = TIE_TOLERANCE.limit(top2[:, 1])
+    if precision is not None:
+        limit = np.maximum(limit, float(np.finfo(RESOLUTION.get(precision, np.float32)).eps) * np.abs(top2[:, 1]))  # 2u = eps
+    if noise is not None:
+        row = np.broadcast_to(np.asarray(noise, dtype=np.float64), scores.shape).max(axis=1)
+        limit = np.maximum(limit, row)
+    with np.errstate(invalid="ignore"):  # a NaN margin (a NaN score) is no tie: the non-finite rule judges it
+        return margin <= limit, margin
+
+
+def flipped_rows(ref_scores, cand_scores, judged=None):
     """One record per row whose top-1 class differs, named by ``row`` (its index among the rows judged): the
     reference's and the candidate's class, both sides' scores at those two classes ([reference's class, candidate's
     class]) and the reference's margin, ref[its class] - ref[the candidate's class]: how near a tie the flip was
-    (reference [0.509, 0.487] vs candidate [0.489, 0.507]: margin 0.022)."""
+    (reference [0.509, 0.487] vs candidate [0.489, 0.507]: margin 0.022). ``judged``: a boolean per row, the rows
+    that are not ties (``tie_rows``); None: every row."""
     ref_scores, cand_scores = np.asarray(ref_scores), np.asarray(cand_scores)
     r, c = np.argmax(ref_scores, axis=-1), np.argmax(cand_scores, axis=-1)
     flips = []
-    for i in np.flatnonzero(r != c)[:MAX_FLIPS]:
+    judged = np.ones(len(r), dtype=bool) if judged is None else judged
+    for i in np.flatnonzero((r != c) & judged)[:MAX_FLIPS]:
         ref_pair = [float(ref_scores[i][r[i]]), float(ref_scores[i][c[i]])]
         flips.append({"row": int(i), "reference_class": int(r[i]), "candidate_class": int(c[i]),
                       "reference_margin": ref_pair[0] - ref_pair[1], "reference": ref_pair,
@@ -63,6 +109,7 @@ def summary(metric):
     """One line for a failed task metric, the same in matches_reference and property_parity."""
     if metric["metric"] == "classification":
         a, ratio = metric["top1_agreement"], metric["min_ratio"]
+        a = 1.0 if a is None else a  # every row a tie: nothing disagreed
         accuracy = (f", accuracy {metric['candidate_accuracy']:.3f} vs the reference's "
                     f"{metric['reference_accuracy']:.3f}" if "candidate_accuracy" in metric else "")
         return (f"top-1 agreement {a:.3f} {'<' if a < ratio else '>='} {ratio} on {metric['output']!r}{accuracy}: "
@@ -71,29 +118,40 @@ def summary(metric):
             f"{metric['iou_min']}); missed {metric['missed'][:5]}")
 
 
-def _classification_one(spec, name, ref, cand, labels):
+def _classification_one(spec, name, ref, cand, labels, precision=None, noise=None):
     scores = cand[spec.outputs.get(name, name)]
     r, c = np.argmax(ref[name], axis=-1), np.argmax(scores, axis=-1)
-    agreement = float(np.mean(r == c))
-    result = {"metric": "classification", "output": name, "samples": int(r.size),
+    tied, margins = tie_rows(ref[name], precision, noise)
+    judged = ~tied  # ties are neither agreements nor flips: the rows the agreement is over
+    agreement = float(np.mean(r[judged] == c[judged])) if judged.any() else None
+    result = {"metric": "classification", "output": name, "samples": int(r.size), "judged_rows": int(judged.sum()),
               "top1_agreement": agreement, "min_ratio": TASK_RATIO, "source": TASK_SOURCE,
-              "flipped_rows": flipped_rows(ref[name], scores)}
-    passed = agreement >= TASK_RATIO
-    if labels is not None:
-        acc_ref, acc_cand = float(np.mean(r == labels)), float(np.mean(c == labels))
+              "flipped_rows": flipped_rows(ref[name], scores, judged)}
+    if tied.any():
+        result["ties"] = {"rows": [int(i) for i in np.flatnonzero(tied)[:MAX_FLIPS]], "count": int(tied.sum()),
+                          "max_margin": float(np.max(margins[tied])), "rule": TIE_RULE}
+    passed = agreement is None or agreement >= TASK_RATIO
+    if labels is not None and judged.any():
+        labels = np.asarray(labels)[judged]
+        acc_ref, acc_cand = float(np.mean(r[judged] == labels)), float(np.mean(c[judged] == labels))
         result.update(reference_accuracy=acc_ref, candidate_accuracy=acc_cand)
         passed = passed and acc_cand >= TASK_RATIO * acc_ref
     result["passed"] = passed
     return result
 
 
-def classification(spec, ref, cand, labels=None):
-    """Top-1 agreement (and accuracy on labels) per judged output; one output gives its dict as it is, several
-    give the first one's figures plus ``per_output`` (the check passes only when every output passes)."""
-    results = [_classification_one(spec, name, ref, cand, labels) for name in classification_outputs(spec, ref)]
+def classification(spec, ref, cand, labels=None, precision=None, noise=None):
+    """Top-1 agreement (and accuracy on labels) per judged output, over the rows that are not ties (``tie_rows``;
+    ``noise``: output -> the reference's K-scaled spread, where the check measured it); one output gives its dict
+    as it is, several give the first one's figures plus ``per_output`` (the check passes only when every output
+    passes). An output whose every row is a tie passes here with ``top1_agreement`` None: it judged nothing, which
+    the vacuity rule (paritygate.judge.vacuity) turns into ``inconclusive``."""
+    noise = noise or {}
+    results = [_classification_one(spec, name, ref, cand, labels, precision, noise.get(name))
+               for name in classification_outputs(spec, ref)]
     if len(results) == 1:
         return results[0]
-    worst = min(results, key=lambda r: (r["passed"], r["top1_agreement"]))
+    worst = min(results, key=lambda r: (r["passed"], 1.0 if r["top1_agreement"] is None else r["top1_agreement"]))
     return {**worst, "output": [r["output"] for r in results], "per_output": results,
             "passed": all(r["passed"] for r in results)}
 
@@ -142,10 +200,11 @@ def detection(spec, precision, ref, cand):
             "min_score": DETECTION_MIN_SCORE, "passed": not missed}
 
 
-def task_metrics(spec, precision, ref, cand, labels=None):
-    """The task check for ``spec.task`` (None for regression/generic: elementwise only)."""
+def task_metrics(spec, precision, ref, cand, labels=None, noise=None):
+    """The task check for ``spec.task`` (None for regression/generic: elementwise only); ``noise``: output -> the
+    reference's own K-scaled spread where the check measured it (classification ties, ``tie_rows``)."""
     if spec.task == "classification":
-        return classification(spec, ref, cand, labels)
+        return classification(spec, ref, cand, labels, precision, noise)
     if spec.task == "detection":
         return detection(spec, precision, ref, cand)
     return None

@@ -37,7 +37,14 @@ def localize_failure(ctx, spec, precision, feed, reference_outputs=None, labels=
     if precision not in PLAN_KEY or not ctx.localize:
         return None
     from paritygate.backend.runtimes import resolved_spec
+    from paritygate.judge.localization_budget import MIN_SECONDS, clock
 
+    budget = clock(ctx)
+    allowed = budget.allowance()
+    if allowed <= 0:  # the run's localization time is spent (judge.localization_budget): nothing started
+        return {"first_node": None, "verified": None, "budget": budget.describe(allowed, 0.0, True),
+                "note": f"not localized: localization took {budget.spent:.0f} s of this run already, its budget of "
+                        f"{budget.share:.0%} of the run or {MIN_SECONDS:.0f} s (--parity-localize=SHARE)"}
     spec = resolved_spec(ctx, spec)
     if reference_outputs is None:
         from paritygate.backend.runtimes import reference_runner
@@ -47,8 +54,36 @@ def localize_failure(ctx, spec, precision, feed, reference_outputs=None, labels=
     book = plan_book(ctx, spec, precision)
     if feeds:
         book.evidence.add_feeds(check, feeds)
-    return localize_and_repair(spec, precision, feed, reference_outputs, ctx.fp16_keep_fp32, labels,
-                               compare_task, ctx.numerics, book=book, check=check)
+    deadline = time.monotonic() + allowed
+    with _shown(f"localizing {spec.name} {precision} {check} (at most {_seconds(allowed)})"):
+        out = localize_and_repair(spec, precision, feed, reference_outputs, ctx.fp16_keep_fp32, labels,
+                                  compare_task, ctx.numerics, book=book, check=check, deadline=deadline)
+    budget.spend(out["seconds"])
+    out["budget"] = budget.describe(allowed, out["seconds"], time.monotonic() >= deadline and not out.get("verified"))
+    if out["budget"]["stopped"] and out.get("plan_note"):
+        out["plan_note"] += (f"; the search stopped at its time budget ({_seconds(allowed)}: {budget.share:.0%} of the "
+                             f"run or {MIN_SECONDS:.0f} s, --parity-localize=SHARE)")
+    return out
+
+
+def _seconds(allowed):
+    return "no limit" if allowed == float("inf") else f"{allowed:.0f} s"
+
+
+@contextmanager
+def _shown(what):
+    """Localization's progress: a step of ``paritygate.common.progress`` where that module is installed (issue 37
+    item 3's progress line, under -q nothing), else one plain line on stderr when it starts."""
+    try:
+        from paritygate.common import progress
+    except ImportError:
+        import sys
+
+        sys.stderr.write(f"paritygate: {what}\n")
+        yield None
+        return
+    with progress.step(what) as step:
+        yield step
 
 
 def plan_book(ctx, spec, precision):
@@ -66,16 +101,17 @@ def plan_book(ctx, spec, precision):
 
 
 def localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops=None, labels=None, compare_task=False,
-                        numerics=DEFAULT_NUMERICS, book=None, check="matches_reference"):
+                        numerics=DEFAULT_NUMERICS, book=None, check="matches_reference", deadline=None):
     """Localize the break on the failing samples of ``feed``, search a plan, verify it; a dict for the report.
     Every artifact (the candidate and each plan's rebuild) is run with the check's ``numerics``. Without a
     ``book`` (no session) the evidence is ``feed`` as the reference set plus corners and the fresh sample, with
     the FP32 ONNX standing in for the reference. A tool failing inside (ONNX Runtime refusing the marked graph,
-    a converter error) is recorded under ``error``: the check has already failed on its own evidence."""
+    a converter error) is recorded under ``error``: the check has already failed on its own evidence. ``deadline``
+    (time.monotonic): the plan search starts no rebuild after it (judge.localization_budget)."""
     started = time.perf_counter()
     try:
         out = _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task,
-                                   numerics, book, check)
+                                   numerics, book, check, deadline)
     except Exception as err:  # noqa: BLE001 - any tool error is reported in the details, never hidden
         out = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:400] if str(err) else ''}"}
     out["seconds"] = round(time.perf_counter() - started, 3)
@@ -83,7 +119,7 @@ def localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops=None,
 
 
 def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task, numerics, book,
-                         check):
+                         check, deadline=None):
     from paritygate.backend.base import RunnerError
     from paritygate.backend.onnx.artifacts.loader import fp32_onnx, load_checked, precision_list
     from paritygate.backend.onnx.diagnosis import localize
@@ -112,7 +148,7 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
         return {**found, "numerics": numerics, "note": "the artifact is the team's own file "
                 f"({spec.onnx_artifacts[precision]}): no plan searched (the suite cannot rebuild it); keep the node "
                 "adding the most error in FP32 / unquantized when rebuilding it, then re-run"}
-    plan = _plan(failing, book, fp32_model, base, first_div, local_feed, tol)
+    plan = _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline)
     found = {**_details(spec, precision, first_div, plan, base, samples, feed, tol), "numerics": numerics,
              "coverage": failing.plan_coverage(base + [n for n in plan.nodes if n not in base]),
              "verification": book.evidence.describe(),
@@ -121,7 +157,7 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
     return book.publish(found, check)
 
 
-def _plan(failing, book, fp32_model, base, first_div, local_feed, tol):
+def _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline=None):
     """The artifact's plan: the one found earlier when it holds on the evidence grown by this check, else a
     search from it (``backend.onnx.diagnosis.repair``); every trial is judged on the whole evidence."""
     from paritygate.backend.onnx.artifacts.loader import INT8_OPS
@@ -164,7 +200,7 @@ def _plan(failing, book, fp32_model, base, first_div, local_feed, tol):
     plan = repair.search(ranked, passes, order,
                          lambda name, nodes: localize.upstream(fp32_model, name, eligible, set(start) | set(nodes)),
                          max_greedy=MAX_GREEDY, max_trials=MAX_TRIALS,
-                         weight=lambda name: 1 if name in mac_nodes else 0)
+                         weight=lambda name: 1 if name in mac_nodes else 0, deadline=deadline)
     plan.nodes = prior + [n for n in plan.nodes if n not in prior]
     plan.failures = list(last) if not plan.verified else []
     return plan
@@ -289,11 +325,27 @@ class FailingCheck:
 
 
 def _trigger(result, feed, max_batch):
-    """The samples the check failed on (at most ``max_batch``), or the first ``max_batch`` when it failed as a
-    whole (task metric)."""
+    """The samples the check failed on (at most ``max_batch``): elements out of tolerance and the task metric's
+    failing rows (flips, which are never ties: comparator.task.tie_rows; missed detections), or the first
+    ``max_batch`` when it failed as a whole."""
     n = len(next(iter(feed.values())))
-    failing = sorted({i for o in result.outputs or [] for i in o.get("failing_batch_elements", []) if i < n})
+    task = result.task or {}
+    rows = [f["row"] for t in task.get("per_output", [task]) for f in t.get("flipped_rows", [])]
+    rows += [m["batch_element"] for m in task.get("missed", [])]
+    failing = sorted({i for o in result.outputs or [] for i in o.get("failing_batch_elements", []) if i < n}
+                     | {i for i in rows if i < n})
     return np.array((failing or list(range(n)))[:max_batch], dtype=int)
+
+
+def tried_text(trials, shown=()):
+    """What a plan search tried, each node named once: the trials by step and the nodes they kept beyond ``shown``
+    (the plan's own, named beside it). The trials themselves stay in ``divergence.trials``."""
+    steps = {}
+    for t in trials:
+        steps[t["step"]] = steps.get(t["step"], 0) + 1
+    nodes = list(dict.fromkeys(n for t in trials for n in t["nodes"] if n not in set(shown)))
+    more = f", and kept besides the plan's nodes: {', '.join(nodes)}" if nodes else ""
+    return f"tried {len(trials)} rebuild(s) ({', '.join(f'{k} {v}' for k, v in steps.items())}){more}"
 
 
 def _details(spec, precision, div, plan, base, samples, feed, tol):
@@ -327,11 +379,10 @@ def _details(spec, precision, div, plan, base, samples, feed, tol):
                            for r in div.rows],
     }
     if plan.trials and not plan.verified:
-        tried = "; ".join(f"{t['step']} {t['nodes']}" for t in plan.trials[-6:])
         why = out["plan_failure"] = (getattr(plan, "failures", None) or ["-"])[0]
         out["plan_note"] = (f"no plan within the search budget ({len(plan.trials)} of {MAX_TRIALS} rebuilds) passed "
-                            f"every failing check plus the fresh sample; tried (last {min(6, len(plan.trials))}): "
-                            f"{tried}; the last failed: {why[:300]}")
+                            f"every failing check plus the fresh sample; {tried_text(plan.trials, plan.nodes)}; the "
+                            f"last failed: {why[:300]}")
     if top is None:
         out["note"] = "no matched intermediate leaves the magnitude-scaled tolerance; the plan was searched by bisection"
     return out

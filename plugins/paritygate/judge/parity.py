@@ -1,5 +1,6 @@
 """The checks the conformance tests run, returning results objects (the tests only assert on them)."""
 
+import numpy as np
 
 from paritygate.backend.base import run_batched
 from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
@@ -8,7 +9,7 @@ from paritygate.comparator.compare import compare_outputs, output_records
 from paritygate.comparator.task import summary, task_metrics
 from paritygate.comparator.tolerance import tolerance_for
 from paritygate.inputs import goldens
-from paritygate.judge import coverage, kernel_order
+from paritygate.judge import conditioning, coverage, kernel_order
 from paritygate.result import CheckResult
 from paritygate.verdict import inconclusive
 
@@ -46,8 +47,8 @@ def judge_outputs(spec, precision, ref_outputs, cand_outputs, labels=None, compa
         o._plot = (ref_outputs[o.output], cand_outputs[o.candidate_output])
         if not o.passed:
             failures.append(f"{spec.name} {precision}: {o.describe()}")
-    if compare_task:
-        task = task_metrics(spec, precision, ref_outputs, cand_outputs, labels)
+    if compare_task:  # the reference's own noise (floors) widens the tie rule where the check measured it
+        task = task_metrics(spec, precision, ref_outputs, cand_outputs, labels, floors)
         if task is not None and not task["passed"]:
             failures.append(f"{spec.name} {precision}: task metric failed: {summary(task)}")
     return outputs, task, failures
@@ -74,22 +75,19 @@ def candidate_parity(ctx, spec, precision):
 def _parity(ctx, spec, precision):
     from paritygate.inputs.reproducer import attach_worst_inputs, describe_inputs
     from paritygate.inputs.strategies import Feed
-    from paritygate.judge import vacuity
     from paritygate.judge.nonfinite import NonfiniteLog
 
     ref = reference_set(ctx, spec)
-    runner = candidate_runner(ctx, spec, precision)
     resolved = resolved_spec(ctx, spec)
-    floors, order = kernel_order.floors(ctx, spec, precision, ref.groups)  # FP32: the reference's own order spread
-    results = [compare(resolved, precision, g.outputs, run_batched(runner, g.inputs, spec.max_batch), g.labels,
-                       floors=f) for g, f in zip(ref.groups, floors)]
+    results, floors, found = _judge_groups(ctx, spec, resolved, precision, ref.groups)
     for r, g in zip(results, ref.groups):
         if not r.passed:
             attach_worst_inputs(r.outputs, g.inputs)
     result, group = next(((r, g) for r, g in zip(results, ref.groups) if not r.passed), (results[0], ref.groups[0]))
     if len(results) > 1:
         result = merged(results, ref.groups, result)
-    kernel_order.record(result, order)
+    kernel_order.record(result, floors.order)
+    conditioning.record_findings(ctx, resolved, precision, "matches_reference", found, result)
     result.inputs = {**describe_inputs(group.inputs, [group.source]), **({"shapes": shape_records(ref.groups, results)} if len(ref.groups) > 1 else {})}
     if not result.passed:
         result.reproducer = ctx.save_reproducer(resolved, precision, "matches_reference", group.inputs,
@@ -103,23 +101,62 @@ def _parity(ctx, spec, precision):
     if unjudged:
         result.set_inconclusive(inconclusive(unjudged))
         return result, group
+    _informativeness(resolved, precision, ref.groups, floors, result)
+    return result, group
+
+
+class _Floors(list):
+    """Per reference group, output -> the floor its comparison was judged with (None: the policy alone);
+    ``order``: the kernel order's details (judge.kernel_order.record)."""
+    order = None
+
+
+def _judge_groups(ctx, spec, resolved, precision, groups):
+    """(a CheckResult per group, their ``_Floors``, ill_conditioned entries): each group compared with the policy,
+    at FP32 raised to K x TensorFlow's second kernel order's spread; a failing group judged again with the floor
+    raised to K x the reference's move under one step of its input's resolution (judge.conditioning)."""
+    from paritygate.inputs.strategies import Feed
+
+    runner = candidate_runner(ctx, spec, precision)
+    floors = _Floors()
+    base, floors.order = kernel_order.floors(ctx, spec, precision, groups)  # FP32: the reference's own order spread
+    results, found = [], []
+    for g, f in zip(groups, base):
+        cand = run_batched(runner, g.inputs, spec.max_batch)
+        result = compare(resolved, precision, g.outputs, cand, g.labels, floors=f)
+        runs = None if result.passed else conditioning.measured(
+            spec, g.inputs, lambda feed: run_batched(reference_runner(ctx, spec), feed, spec.max_batch))
+        if runs is not None and runs.conditioning() is not None:
+            rows = [g.source.split()[0]] * len(next(iter(g.inputs.values())))
+            conditioning.note(found, spec, Feed(g.inputs, rows), runs,
+                              lambda name, out: tolerance_for(resolved, precision, name).limit(out))
+            f = conditioning.floors(runs, f or {})
+            result = compare(resolved, precision, g.outputs, cand, g.labels, floors=f)
+        results.append(result)
+        floors.append(f)
+    return results, floors, found
+
+
+def _informativeness(resolved, precision, groups, floors, result):
+    """Make a passing ``result`` inconclusive when no shape's inputs could have shown a failure under the limits
+    the check applied (its floors included): a candidate ignoring its inputs fails where those of any one shape
+    could; the first informative shape speaks, else the first."""
+    from paritygate.judge import vacuity
 
     def limit(name, out):
         return tolerance_for(resolved, precision, name).limit(out)
 
-    # Several shapes: the inputs could show a failure when those of any one shape could (a candidate ignoring its
-    # inputs fails there); the first informative shape speaks, else the first.
     def tolerance(name):
         return tolerance_for(resolved, precision, name)
 
-    # the task metric judged these very rows (judge_outputs): each group's outputs are its task outputs too
     infos = []
-    for g in ref.groups:
+    for g, f in zip(groups, floors):  # the task metric judged these very rows: each group's outputs are its task's
         outputs = [g.outputs]
-        infos.append(vacuity.informativeness(resolved, outputs, limit, tolerance, task_outputs=outputs))
+        applied = [{k: np.maximum(limit(k, v), f[k]) if f and k in f else limit(k, v) for k, v in g.outputs.items()}]
+        infos.append(vacuity.informativeness(resolved, outputs, limit, tolerance, task_outputs=outputs,
+                                             precision=precision, limits=applied))
     result.details["informativeness"] = next((i for i in infos if i["informative"]), infos[0])
     result.set_inconclusive(vacuity.verdict(resolved, "matches_reference", result.details["informativeness"]))
-    return result, group
 
 
 def shape_records(groups, results=None):

@@ -66,7 +66,6 @@ class Evidence:
     def judge(self, run):
         """Failure lines of the candidate ``run(feed) -> outputs`` over the whole evidence ([] = it passes)."""
         from paritygate.judge.parity import compare
-        from paritygate.judge.reference_noise import K_REFERENCE
         from paritygate.judge.task_rows import TASKS, TaskRows
 
         failures, self.failing_feed = [], None
@@ -80,9 +79,7 @@ class Evidence:
             profile, cand = self.profile(feed), run(dict(feed))
             if rows is not None:
                 rows.add(feed, profile.outputs, cand)
-            result = compare(self.spec, self.precision, profile.outputs, cand, compare_task=False,
-                             floors={k: K_REFERENCE * v for k, v in profile.spread().items()},
-                             cosine_floors=profile.cosine_floors(K_REFERENCE))
+            result = _judged(self.spec, self.precision, profile, cand)
             failures += _first(result.failures, f"property row ({', '.join(sorted(set(_sources(feed))))})")
             if failures and self.failing_feed is None:
                 self.failing_feed = dict(feed)
@@ -93,6 +90,20 @@ class Evidence:
         if rows is not None:
             failures += rows.judge()[1]
         return failures
+
+
+def _judged(spec, precision, profile, cand, conditioned=False):
+    """A property row judged as ``property_parity`` judges it: against max(limit, 2 x the reference's spread), and
+    where that fails, with the reference's move under one step of its input's resolution too (judge.conditioning)."""
+    from paritygate.judge.parity import compare
+    from paritygate.judge.reference_noise import K_REFERENCE
+
+    result = compare(spec, precision, profile.outputs, cand, compare_task=False,
+                     floors={k: K_REFERENCE * v for k, v in profile.spread(conditioned=conditioned).items()},
+                     cosine_floors=profile.cosine_floors(K_REFERENCE, conditioned=conditioned))
+    if result.failures and not conditioned and profile.conditioning() is not None:
+        return _judged(spec, precision, profile, cand, conditioned=True)
+    return result
 
 
 def _first(failures, where):

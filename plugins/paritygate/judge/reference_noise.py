@@ -12,7 +12,8 @@ exceeds the check's own limit, the reference is unstable on that input: a findin
 candidate failure.
 
 Reference runs are cached per feed (and batch-1 runs per row) for the whole session: the three property
-checks and every precision share them.
+checks and every precision share them. One more configuration is run only where a check would otherwise fail:
+the input moved by its own resolution (``resolution_step``; what it excuses and why: paritygate.judge.conditioning).
 """
 
 
@@ -43,7 +44,7 @@ def reference_noise(ctx, spec):
             from paritygate.backend.kernel_order import alternate_reference
 
             alternate = alternate_reference(ctx, spec)
-        return ReferenceNoise(reference_runner(ctx, spec), alternate)
+        return ReferenceNoise(reference_runner(ctx, spec), alternate, spec)
 
     return NOISE.get(ctx, ModelKey(spec.name), measure)
 
@@ -51,8 +52,9 @@ def reference_noise(ctx, spec):
 class ReferenceNoise:
     """The reference's outputs for a feed in each configuration, cached per feed."""
 
-    def __init__(self, runner, alternate=None):
+    def __init__(self, runner, alternate=None, spec=None):
         self.runner, self.alternate = runner, alternate  # alternate: the reference under another kernel order
+        self.spec = spec  # its inputs' dtypes and ranges give each input's resolution (None: not measured)
         self.alternate_error = None
         self.feeds = {}
         self.singles = {}  # row digest -> outputs of that row alone (batch 1)
@@ -75,7 +77,9 @@ class ReferenceNoise:
             if n > 1:
                 rows = [self._single({k: v[i:i + 1] for k, v in arrays.items()}) for i in range(n)]
                 configs["batch1"] = {k: np.concatenate([r[k] for r in rows]) for k in outputs}
-            self.feeds[key] = ReferenceRuns(outputs, configs, key)
+            stepped = resolution_step(self.spec, arrays) if self.spec is not None else None
+            moved = (lambda: _numpy(self.runner.infer(stepped))) if stepped is not None else None
+            self.feeds[key] = ReferenceRuns(outputs, configs, key, moved)
         return self.feeds[key]
 
     def _single(self, row):
@@ -89,21 +93,61 @@ def _numpy(outputs):
     return {k: np.asarray(v) for k, v in outputs.items()}
 
 
+RESOLUTION = "input_resolution"  # the configuration: the input moved by one step of its own resolution
+RESOLUTION_SOURCE = ("one step of the input's own resolution: eps of its float dtype x the larger bound of its declared "
+                     "range (one float32 ulp at that scale), each element moved up or down by a seeded sign, inward "
+                     "at the range's bounds (paritygate/judge/reference_noise.py, resolution_step)")
+
+
+def resolution_step(spec, feed):
+    """``feed`` with every float input moved by one step of its own resolution (``RESOLUTION_SOURCE``): the smallest
+    change its representation carries at its declared scale, as an FP32 implementation's own rounding of it does
+    (its backward error, paritygate.judge.conditioning). Integer and bool inputs stay: one step changes what they
+    mean. None when no input is a float."""
+    out, moved = {}, False
+    rng = np.random.default_rng(0)  # the same signs for an input of the same shape, in every run
+    for name, x in feed.items():
+        x, t = np.asarray(x), spec.inputs.get(name)
+        if t is None or x.dtype.kind != "f" or not x.size:
+            out[name] = x
+            continue
+        low, high = (float(b) for b in t.range)
+        step = float(np.finfo(x.dtype).eps) * max(abs(low), abs(high), np.finfo(x.dtype).tiny)
+        sign = rng.choice([-1.0, 1.0], size=x.shape)
+        wide = x.astype(np.float64)
+        sign = np.where(wide + sign * step > high, -1.0, np.where(wide + sign * step < low, 1.0, sign))
+        out[name], moved = (wide + sign * step).astype(x.dtype), True
+    return out if moved else None
+
+
 class ReferenceRuns:
     """One feed's reference outputs (the whole batch, as compared) and its other configurations. (A ``Profile``
     is something else: a latency measurement setting, ``paritygate.latency.harness.Profile``.)"""
 
-    def __init__(self, outputs, configs, digest):
+    def __init__(self, outputs, configs, digest, stepped=None):
         self.outputs, self.configs, self.digest = outputs, configs, digest
+        self._step, self._stepped = stepped, None  # the run on the input moved by its resolution, and its outputs
 
-    def spread(self, which=None, kernel_order=False):
+    def conditioning(self):
+        """The reference's outputs on the input moved by one step of its resolution (``resolution_step``), run on
+        the first call, once per input; None where no input is a float. Kept apart from ``configs``: a check asks
+        for it only where it would otherwise fail, and no other check's floor may depend on which asked first."""
+        if self._step is not None:
+            self._stepped, self._step = self._step(), None
+        return self._stepped
+
+    def spread(self, which=None, kernel_order=False, conditioned=False):
         """Per output: max |configuration - outputs| over ``which`` configurations (default all but TensorFlow's
-        other kernel order, which ``kernel_order`` adds: FP32 parity's, judge.kernel_order) and over each input's
-        (batch row's) elements, broadcast to the output's shape."""
-        names = [which] if which else [c for c in self.configs if kernel_order or c != "kernel_order"]
+        other kernel order, which ``kernel_order`` adds: FP32 parity's, judge.kernel_order; ``conditioned`` adds the
+        input moved by its resolution, measuring it) and over each input's (batch row's) elements, broadcast to the
+        output's shape."""
+        configs = dict(self.configs)
+        if conditioned and self.conditioning() is not None:
+            configs[RESOLUTION] = self.conditioning()
+        names = [which] if which else [c for c in configs if kernel_order or c != "kernel_order"]
         out = {}
         for k, ref in self.outputs.items():
-            diffs = [_difference(ref, self.configs[c][k]) for c in names if c in self.configs]
+            diffs = [_difference(ref, configs[c][k]) for c in names if c in configs]
             d = np.maximum.reduce(diffs) if diffs else np.zeros(ref.shape)
             if d.ndim > 1:
                 d = np.broadcast_to(d.reshape(d.shape[0], -1).max(axis=1).reshape((-1,) + (1,) * (d.ndim - 1)), d.shape)
@@ -114,12 +158,15 @@ class ReferenceRuns:
         diffs = {c: float(np.max(_difference(self.outputs[name], o[name]), initial=0.0)) for c, o in self.configs.items()}
         return max(diffs, key=diffs.get) if diffs else None
 
-    def cosine_floors(self, k, kernel_order=False):
+    def cosine_floors(self, k, kernel_order=False, conditioned=False):
         """Per output: 1 - k * (1 - the reference's lowest cosine with itself over its configurations, as
         ``spread`` picks them)."""
+        configs = dict(self.configs)
+        if conditioned and self.conditioning() is not None:
+            configs[RESOLUTION] = self.conditioning()
         floors = {}
         for name, ref in self.outputs.items():
-            cosines = [_cosine(ref, c[name]) for n, c in self.configs.items() if kernel_order or n != "kernel_order"]
+            cosines = [_cosine(ref, c[name]) for n, c in configs.items() if kernel_order or n != "kernel_order"]
             floors[name] = 1.0 - k * (1.0 - min(cosines, default=1.0))
         return floors
 
@@ -153,8 +200,11 @@ class Ledger:
         self.failing_feed = self.failing_worst = None
         self.feeds = []  # every distinct input, in order: what a repair plan must pass too (paritygate.judge.plans)
         self.unstable = []  # one entry per input where the reference's spread exceeded the check's limit
+        self.ill_conditioned = []  # one entry per input the model is too ill-conditioned at (judge.conditioning)
         self.shapes = Counter()  # the distinct feed shapes run: ((input, shape), ...) -> examples
         self.kernel_order = False  # the reference also ran under its other kernel order (FP32: judge.kernel_order)
+        self.digests = []  # the digest of each entry of reference_outputs, in order
+        self.limits = {}  # digest -> {output: the per-element limit the check applied} (``applied``)
 
     def add(self, feed, profile):
         self.examples += 1
@@ -165,6 +215,26 @@ class Ledger:
             self.feeds.append(feed)
             self.sources.update(getattr(feed, "sources", ["unlabelled"] * len(next(iter(feed.values())))))
             self.reference_outputs.append(profile.outputs)
+            self.digests.append(profile.digest)
+
+    def applied(self, profile, limits):
+        """Record the per-element limit the check held the candidate to on ``profile``'s input (its policy or bound
+        with every floor that widened it), per output: vacuity asks of exactly these limits whether any
+        candidate could have failed (``applied_limits``). The most lenient one is kept for an input seen twice."""
+        kept = self.limits.setdefault(profile.digest, {})
+        for name, limit in limits.items():
+            limit = np.broadcast_to(np.asarray(limit, np.float32), np.shape(profile.outputs[name]))
+            kept[name] = limit if name not in kept else np.maximum(kept[name], limit)
+
+    def applied_limits(self, limit):
+        """The per-element limits parallel to ``reference_outputs`` (a list of dicts), ``limit(name, ref)`` where
+        the check recorded none for an input."""
+        out = []
+        for d, outputs in zip(self.digests, self.reference_outputs):
+            kept = self.limits.get(d, {})
+            out.append({name: kept[name] if name in kept else np.broadcast_to(limit(name, ref), np.shape(ref))
+                        for name, ref in outputs.items()})
+        return out
 
     def keep_worst(self, outputs, result=None):
         self.last_worst = {o.output: o for o in outputs}
@@ -203,7 +273,8 @@ class Ledger:
                                       "statistics of the worst example per output")
         configurations = ["batch", "repeat", "batch1"] + (["kernel_order"] if self.kernel_order else [])
         result.details["reference_noise"] = {"k": K_REFERENCE, "configurations": configurations,
-                                             "unstable_inputs": len(self.unstable)}
+                                             "unstable_inputs": len(self.unstable),
+                                             "ill_conditioned_inputs": len(self.ill_conditioned)}
 
     def record_findings(self, ctx, spec, precision, result):
         """The ``reference_unstable`` finding (its worst input saved as a reproducer) added to ``result``."""

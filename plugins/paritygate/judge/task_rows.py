@@ -30,10 +30,13 @@ class TaskRows:
 
     def __init__(self, spec, precision):
         self.spec, self.precision = spec, precision
-        self.rows = defaultdict(list)  # source -> [(inputs, ref outputs, cand outputs)], one row each
+        self.rows = defaultdict(list)  # source -> [(inputs, ref outputs, cand outputs, noise)], one row each
         self.seen = set()
 
-    def add(self, feed, ref, cand):
+    def add(self, feed, ref, cand, noise=None):
+        """``noise``: output -> the reference's K-scaled spread on ``feed`` where measured (its ties,
+        ``comparator.task.tie_rows``); rows without it count no noise."""
+        noise = noise or {}
         sources = getattr(feed, "sources", None) or []
         for i, source in enumerate(sources):
             if not in_distribution(source):
@@ -44,7 +47,9 @@ class TaskRows:
                 continue
             self.seen.add(key)
             self.rows[source].append((row, {k: v[i:i + 1] for k, v in ref.items()},
-                                      {k: v[i:i + 1] for k, v in cand.items()}))
+                                      {k: v[i:i + 1] for k, v in cand.items()},
+                                      {k: np.broadcast_to(noise[k], np.shape(v))[i:i + 1] if k in noise
+                                       else np.zeros((1,) + np.shape(v)[1:]) for k, v in ref.items()}))
 
     def sweep(self, pool, reference, candidate):
         """Every row of ``pool`` as is, in batches of max_batch through both runners."""
@@ -61,7 +66,8 @@ class TaskRows:
         for source, rows in sorted(self.rows.items()):
             ref = {k: np.concatenate([r[1][k] for r in rows]) for k in rows[0][1]}
             cand = {k: np.concatenate([r[2][k] for r in rows]) for k in rows[0][2]}
-            metric = task_metrics(self.spec, self.precision, ref, cand)
+            noise = {k: np.concatenate([r[3][k] for r in rows]) for k in rows[0][3]}
+            metric = task_metrics(self.spec, self.precision, ref, cand, noise=noise)
             by_source[source] = {k: v for k, v in metric.items() if k not in ("per_output",)}
             if not metric["passed"]:
                 failures.append(f"{self.spec.name} {self.precision}: task metric on the {len(rows)} '{source}' "

@@ -20,20 +20,21 @@ output is listed in ``unjudged_outputs`` with its reason, and the check stands o
 Thresholds and their reasoning:
 - constant output: a candidate ignoring its inputs would pass, so the check cannot tell it from the model.
 - classification: an input is a tie when its top two scores differ by no more than the fp32 tolerance at the
-  top score (TF-TRT's 1e-5 + 1e-5*|top|): the reference itself cannot order them, so top-1 agreement there is
-  decided by rounding. Fewer than 2 distinct classes among the decided inputs means a candidate answering that
-  one class always agrees: the inputs cannot show a wrong class.
+  top score (TF-TRT's 1e-5 + 1e-5*|top|), or the precision's resolution there (``comparator.task.tie_rows``, the
+  rule top-1 agreement itself applies: a tie is neither an agreement nor a flip at any precision): the
+  reference cannot order them, so top-1 agreement there is decided by rounding. Fewer than 2 distinct classes
+  among the decided inputs means a candidate answering that one class always agrees: the inputs cannot show a
+  wrong class.
 - detection: MIN_DETECTION_SHARE below.
 """
 
 import numpy as np
 
 from paritygate.comparator.compare import cosine_similarity
-from paritygate.comparator.task import TaskSpecError, classification_outputs, detection_outputs
-from paritygate.comparator.tolerance import DEFAULTS, DETECTION_MIN_SCORE, TF_TRT_BASE
+from paritygate.comparator.task import TIE_RULE, TaskSpecError, classification_outputs, detection_outputs, tie_rows
+from paritygate.comparator.tolerance import DETECTION_MIN_SCORE
 from paritygate.verdict import inconclusive
 
-TIE_TOLERANCE = DEFAULTS["fp32"]  # a top-2 gap within the fp32 tolerance is a tie (source TF_TRT_BASE)
 # Detection: at least 10% of the inputs must hold a detection. Below that, 9 comparisons in 10 are of empty
 # outputs (zeros in every slot), which any candidate that never detects also produces; the bundled ssd's own
 # input sets have a detection in every scene, so a check drawing on them reaches far more (measured ~0.5).
@@ -59,26 +60,29 @@ def stack_outputs(outputs_list):
     return stacked
 
 
-def informativeness(spec, outputs_list, limit, tolerance=None, task_outputs=None):
+def informativeness(spec, outputs_list, limit, tolerance=None, task_outputs=None, precision=None, limits=None):
     """Statistics and reasons for the stacked reference outputs. ``limit(name, ref)`` gives the check's per-element
     limit (broadcastable to ``ref``) within which a candidate passes; ``tolerance(name)``: the policy's Tolerance,
     whose cosine budget the check enforces (None: no cosine criterion, as in within-candidate checks);
     ``task_outputs``: the reference outputs the task metric judged (a list like ``outputs_list``; None: it did not
-    run in this check)."""
+    run in this check); ``precision``: the check's, whose resolution widens the tie rule (None: fp32's);
+    ``limits``: the per-element limits the check applied, parallel to ``outputs_list`` (``Ledger.applied_limits``:
+    its floors included), used instead of ``limit``."""
     stacked = stack_outputs(outputs_list)
+    applied = stack_outputs(limits) if limits else None
     rows = len(next(iter(stacked.values()))) if stacked else 0
     info = {"inputs": rows, "outputs": {}, "reasons": []}
-    task = _task_criteria(spec, stacked, info)  # the task statistics of the check's inputs, always reported
+    task = _task_criteria(spec, stacked, info, precision)  # the task statistics of the check's inputs, always reported
     if task_outputs is None:
         task = {}  # the task metric did not run in this check: it judged nothing
     elif task_outputs is not outputs_list:  # it ran on rows of its own (property_parity's in-distribution rows)
         own = stack_outputs(task_outputs)
         info["task_metric_rows"] = scratch = {"inputs": len(next(iter(own.values()), []))}
-        task = _task_criteria(spec, own, scratch)
+        task = _task_criteria(spec, own, scratch, precision)
     why = {}
     for name, ref in stacked.items():
         tol = tolerance(name) if tolerance else None
-        info["outputs"][name] = stats = _output_stats(ref, limit(name, ref), tol)
+        info["outputs"][name] = stats = _output_stats(ref, applied[name] if applied else limit(name, ref), tol)
         criteria = {"elementwise": not stats.pop("constant_candidate_passes")}
         if tol is not None and tol.cosine_min is not None:
             criteria["cosine"] = stats.pop("cosine_can_fail")
@@ -110,8 +114,13 @@ def task_named(spec, stacked):
 
 
 def _unjudged_reason(name, rows, stats, task):
-    text = (f"output '{name}' is constant over the {rows} inputs within the check's limit (spread "
-            f"{stats['max_range']:.3g}): a candidate ignoring its inputs would pass")
+    if 0 < stats["max_abs"] <= stats["max_limit"]:  # e.g. a batch bound of 1.89 on a softmax (issue 37)
+        text = (f"output '{name}': the check's limit (up to {stats['max_limit']:.3g}) is at or above the output's "
+                f"own magnitude (values up to {stats['max_abs']:.3g}, spread {stats['max_range']:.3g} over the "
+                f"{rows} inputs): a candidate ignoring its inputs would pass")
+    else:
+        text = (f"output '{name}' is constant over the {rows} inputs within the check's limit (spread "
+                f"{stats['max_range']:.3g}): a candidate ignoring its inputs would pass")
     if "cosine" in stats["criteria"]:
         text += " (its cosine budget too)"
     return text + (f"; {task[2]}" if task else "")
@@ -129,9 +138,12 @@ def _output_stats(ref, limit, tol=None):
         mean = np.where(ok, r, 0.0).sum(axis=0) / np.maximum(n, 1)
         std = np.sqrt(np.where(ok, (r - mean) ** 2, 0.0).sum(axis=0) / np.maximum(n, 1))
         mid = (lo + hi) / 2
-        passes = bool(np.all(~(np.abs(r - mid) > np.broadcast_to(limit, r.shape))))
+        limit = np.broadcast_to(limit, r.shape)
+        passes = bool(np.all(~(np.abs(r - mid) > limit)))
     stats = {"std_across_inputs_max": float(np.max(std, initial=0.0)) if r.size else 0.0,
              "max_range": float(np.max(hi - lo, initial=0.0)) if r.size else 0.0,
+             "max_limit": float(np.max(limit, initial=0.0)) if r.size else 0.0,  # inf: an Inf reference element
+             "max_abs": float(np.max(np.abs(np.where(ok, r, 0.0)), initial=0.0)) if r.size else 0.0,
              "constant_candidate_passes": passes}
     if tol is not None and tol.cosine_min is not None:
         stats["cosine_can_fail"] = _cosine_can_fail(np.where(ok, r, 0.0), np.where(ok, mid, 0.0), tol)
@@ -147,33 +159,32 @@ def _cosine_can_fail(r, mid, tol):
     return bool(cosine < tol.cosine_min)
 
 
-def _task_criteria(spec, stacked, info):
+def _task_criteria(spec, stacked, info, precision=None):
     """{output: (criterion, could it fail a constant candidate, why not)} for the outputs the task metric judged."""
     if spec.task == "classification" and stacked:
-        return _classification(spec, stacked, info)
+        return _classification(spec, stacked, info, precision)
     if spec.task == "detection" and stacked:
         return _detection(spec, stacked, info)
     return {}
 
 
-def _classification(spec, stacked, info):
+def _classification(spec, stacked, info, precision=None):
     try:
         names = classification_outputs(spec, stacked)
     except TaskSpecError:
         return {}
     # every output the task metric judges (logits and probabilities alike)
-    found = (_class_scores(name, stacked[name].astype(np.float64), info) for name in names)
+    found = (_class_scores(name, stacked[name].astype(np.float64), info, precision) for name in names)
     return {name: c for name, c in zip(names, found) if c is not None}
 
 
-def _class_scores(name, scores, info):
+def _class_scores(name, scores, info, precision=None):
     if scores.ndim != 2 or scores.shape[1] < 2:
         return None
-    top2 = np.sort(scores, axis=1)[:, -2:]
-    ties = (top2[:, 1] - top2[:, 0]) <= TIE_TOLERANCE.limit(top2[:, 1])
+    ties, _ = tie_rows(scores, precision)
     classes = sorted({int(c) for c in np.argmax(scores[~ties], axis=1)})
     entry = {"output": name, "tie_share": float(ties.mean()), "decided_inputs": int((~ties).sum()),
-             "distinct_argmax": classes[:50], "tie_rule": f"top-2 gap <= fp32 tolerance ({TF_TRT_BASE})"}
+             "distinct_argmax": classes[:50], "tie_rule": TIE_RULE}
     info.setdefault("classification", entry)  # the first judged output; every one is under per_output
     info.setdefault("classification_per_output", []).append(entry)
     why = (f"classification ('{name}'): {int(ties.sum())} of {len(ties)} inputs are argmax ties and the decided "

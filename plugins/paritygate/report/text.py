@@ -221,8 +221,9 @@ def key_numbers(result):
 
 def divergence_text(check, code=str, text=str):
     """Where precision broke and the plan that repairs it (``details["divergence"]``, paritygate/judge/divergence.py),
-    in words; ``code`` wraps node and op names (backticks in Markdown, <code> in HTML) and ``text`` every other
-    value of the record (the renderer's escaping: paritygate.common.escape)."""
+    in words, each node named once (the node adding the most error is "that node" in the plan, a verified plan is
+    its config line); ``code`` wraps node and op names (backticks in Markdown, <code> in HTML) and ``text`` every
+    other value of the record (the renderer's escaping: paritygate.common.escape)."""
     d = check.details.get("divergence")
     if not d:
         return ""
@@ -237,10 +238,13 @@ def divergence_text(check, code=str, text=str):
     if plan is None:
         return where
     verb = "keep in FP32" if "keep_fp32" in d else "leave unquantized"
-    status = "verified" if d.get("verified") else "NOT verified"
-    config = f"; config: {code(d['config'].splitlines()[1])}" if d.get("config") and "\n" in d["config"] else ""
+    if d.get("verified") and d.get("config") and "\n" in d["config"]:
+        line = f"{where}; {verb} (verified): {code(d['config'].splitlines()[1])}"
+    else:
+        named = ", ".join("that node" if n == d.get("first_node") else code(n) for n in plan) or "nothing"
+        line = f"{where}; {verb} {named} ({'verified' if d.get('verified') else 'NOT verified'})"
     if d.get("plan_note"):
-        config += f"; {text(d['plan_note'])}"
+        line += f"; {text(d['plan_note'])}"
     if len(d.get("covers") or []) > 1:
-        config += f"; one plan for {text(', '.join(map(str, d['covers'])))}"
-    return f"{where}; {verb} {', '.join(code(n) for n in plan) or 'nothing'} ({status}){config}"
+        line += f"; one plan for {text(', '.join(map(str, d['covers'])))}"
+    return line

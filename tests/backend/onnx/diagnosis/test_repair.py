@@ -23,3 +23,23 @@ def test_search_passes_its_weight_to_the_prune():
     plan = repair.search(lambda nodes: next(trail), passes, ["a", "mac", "b"], lambda name, nodes: [],
                          weight={"a": 0, "mac": 1, "b": 0}.get)
     assert plan.verified and plan.nodes == ["a", "b"]
+
+
+def test_no_rebuild_starts_past_the_deadline():
+    """The run's localization budget (judge.localization_budget): a deadline already past stops the search before
+    its first rebuild, unverified; without one the same search finds its plan."""
+    import time
+
+    tried = []
+
+    def passes(nodes):
+        tried.append(list(nodes))
+        return set(nodes) == {"a", "b"}
+
+    def ranked(nodes):
+        return ["b" if nodes else "a"]
+
+    late = repair.search(ranked, passes, ["a", "b"], lambda name, nodes: [], deadline=time.monotonic() - 1)
+    assert not late.verified and late.trials == [] and tried == []
+    plan = repair.search(ranked, passes, ["a", "b"], lambda name, nodes: [], deadline=time.monotonic() + 60)
+    assert plan.verified and plan.nodes == ["a", "b"]

@@ -16,9 +16,11 @@ many layers, in topological order, to mark), adapted to a gate that already know
 
 Every candidate set is judged by ``passes(nodes)``, which rebuilds the artifact and re-runs the whole failing
 check on all its inputs plus a fresh seeded sample (``paritygate.judge.plans``): a set that passes is verified. The
-search stops after ``max_trials`` rebuilds (its budget); an unverified plan lists every trial.
+search stops after ``max_trials`` rebuilds, or before a rebuild past its ``deadline`` (its budgets); an unverified
+plan lists every trial.
 """
 
+import time
 from dataclasses import dataclass, field
 
 
@@ -30,13 +32,14 @@ class Plan:
 
 
 class _Search:
-    def __init__(self, passes, max_trials):
-        self._passes, self.max_trials = passes, max_trials
+    def __init__(self, passes, max_trials, deadline=None):
+        self._passes, self.max_trials, self.deadline = passes, max_trials, deadline  # deadline: time.monotonic
         self.trials, self._seen = [], {}
 
     @property
     def exhausted(self):
-        return len(self.trials) >= self.max_trials
+        late = self.deadline is not None and time.monotonic() >= self.deadline
+        return late or len(self.trials) >= self.max_trials
 
     def passes(self, nodes, step):
         key = frozenset(nodes)
@@ -50,7 +53,7 @@ class _Search:
         return self._seen[key]
 
 
-def search(ranked, passes, order, upstream_of, max_greedy=6, max_trials=24, weight=None):
+def search(ranked, passes, order, upstream_of, max_greedy=6, max_trials=24, weight=None, deadline=None):
     """A verified plan, or the best unverified attempt (``Plan.trials`` says what was tried).
 
     ranked(nodes) -> [node names]: localization on the artifact built with ``nodes`` kept, the nodes that add
@@ -60,8 +63,9 @@ def search(ranked, passes, order, upstream_of, max_greedy=6, max_trials=24, weig
     order: the eligible node names (those the converter can keep / the quantizer can exclude), topological;
     upstream_of(name, nodes) -> [names]: the nearest eligible nodes upstream of ``name`` not in ``nodes``;
     weight(name) -> number: prune tries the heaviest members first (the MAC nodes: the plan then keeps as few
-    multiply-accumulates out of the precision as it can, which keeps its precision coverage); None: all alike."""
-    s = _Search(passes, max_trials)
+    multiply-accumulates out of the precision as it can, which keeps its precision coverage); None: all alike;
+    deadline: a time.monotonic after which no rebuild starts (the run's localization budget)."""
+    s = _Search(passes, max_trials, deadline)
     eligible = set(order)
     keep = []
 
