@@ -79,10 +79,11 @@ def cannot_build(spec, precision, report):
     """The one-line reason a candidate whose engine TensorRT-RTX could not build fails (None when it built)."""
     if report is None or report["built"]:
         return None
+    from paritygate.backend.trt import layers
+
     error = report["error"] or {}
-    where = f" at node '{error['node']}' (op {error['op']})" if error.get("node") or error.get("op") else ""
     return (f"TensorRT cannot build this artifact: {report['builder']}'s parser/builder rejected {report['artifact']} "
-            f"({spec.name} {precision}){where}: {error.get('message')} (TensorRT 11's own parser may differ; "
+            f"({spec.name} {precision}){layers.where(error)}: {error.get('message')} (TensorRT 11's own parser may differ; "
             "docs/engine.md)")
 
 
