@@ -98,7 +98,7 @@ def data_left_behind(spec, v):
 
 def _model_of(path):
     """The model a data file is named for: ``inputs/m.npz``, ``inputs/m_heldout.npz``, ``goldens/m.npz`` -> m."""
-    return path.stem[:-len("_heldout")] if path.stem.endswith("_heldout") else path.stem
+    return path.stem.removesuffix("_heldout")
 
 
 def engines(spec, v):
