@@ -224,14 +224,15 @@ def test_the_edge_pattern_stays_in_the_boundary_band(name, seed, batch):
 
 
 def test_the_share_of_drawn_examples_near_a_bound():
-    """The share docs/checks.md states: under the derandomized ci profile (25 examples), the drawn inputs of a
-    one-input float model hold an element just inside a bound in at least 1 in 5 examples (measured 9 of 25)."""
+    """The share docs/checks.md states: of the drawn inputs of a one-input float model, about 40% hold an element
+    just inside a bound (measured: 160 of these 400 derandomized examples; random runs of 25: 20%..76%, mean 42%,
+    over 40 runs); asserted: at least a quarter of 400."""
     spec, seen = toy_spec(max_batch=4), []
 
-    @settings(max_examples=25, derandomize=True, database=None)
+    @settings(max_examples=400, derandomize=True, database=None, deadline=None)
     @given(feeds(spec))
     def draw(feed):
         seen.append(sampling.near_bound(spec, feed))
 
     draw()
-    assert sum(seen) >= len(seen) / 5, f"{sum(seen)} of {len(seen)} drawn examples near a bound"
+    assert sum(seen) >= len(seen) / 4, f"{sum(seen)} of {len(seen)} drawn examples near a bound"
