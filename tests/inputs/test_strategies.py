@@ -206,6 +206,10 @@ def test_the_boundary_batch_puts_every_element_just_inside_a_bound():
     assert (feed["half"][0] == np.float16(999.5)).all(), "below 1000.3 rounded inwards to float16: 1000.0"
     assert (feed["ids"][0] == 29_998).all() and (feed["ids"][1] == 1).all()
     assert (feed["mask"] == 1).all() and feed["flag"].all() and (feed["narrow"] == 7).all()
+    ids_only = toy_spec(inputs={"ids": ((-1, 8), "int32", (0, 29_999)), "mask": ((-1, 8), "int32", (0, 1))})
+    (ints,) = [f for f in strategies.corner_feeds(ids_only) if f.sources[0].startswith("corner:inside")]
+    assert sampling.near_bound(ids_only, ints), "an integer input's next value inside counts as near a bound"
+    assert not sampling.in_boundary_band(ids_only.inputs["mask"], ints["mask"]).any()
 
 
 def test_a_batch_of_one_gets_a_boundary_feed_per_bound():

@@ -11,7 +11,8 @@ INT_PATTERNS = ("uniform", "bounds", "constant", "padded")
 # outermost 0.1% of the range": conversions break at the bounds (clipping, saturation, range reduction), and an
 # fp32 candidate wrong only for 0.999 < x < 1.0 in [-1, 1] passed every draw of the other patterns.
 BOUNDARY_BAND = 1e-3
-BOUNDARY_TEXT = "a float element strictly inside a bound and within 0.1% of the range's width of it"
+BOUNDARY_TEXT = ("an element strictly inside a bound and within 0.1% of the range's width of it (an integer input: "
+                 "at least the next integer)")
 
 
 def _fill(pattern, tensor, shape, rng):
@@ -72,18 +73,21 @@ def boundary_band(tensor):
 
 
 def in_boundary_band(tensor, x):
-    """Elements of ``x`` strictly inside a bound of the float ``tensor`` and within its boundary band (a bool
-    array; all False for an integer input, whose bounds the "bounds" pattern and the corners already reach)."""
+    """Elements of ``x`` strictly inside a bound of ``tensor`` and within its boundary band (a bool array); for an
+    integer input the band holds at least the next integer inside (token id 1 of [0, 30521]; a [0, 1] mask has
+    none)."""
     x = np.asarray(x)
-    if tensor.dtype.kind in "iub" or not x.size:
+    if not x.size:
         return np.zeros(x.shape, bool)
     low, high = tensor.range
     band, wide = boundary_band(tensor), x.astype(np.float64)
-    return ((wide > low) & (wide <= low + band)) | ((wide < high) & (wide >= high - band))
+    if tensor.dtype.kind in "iub":
+        band = max(1.0, np.floor(band))
+    return (wide > low) & (wide < high) & ((wide <= low + band) | (wide >= high - band))
 
 
 def near_bound(spec, feed):
-    """Whether some float input of ``feed`` holds an element in its boundary band (``in_boundary_band``)."""
+    """Whether some input of ``feed`` holds an element in its boundary band (``in_boundary_band``)."""
     return any(in_boundary_band(t, feed[name]).any() for name, t in spec.inputs.items() if name in feed)
 
 
