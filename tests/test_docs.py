@@ -59,6 +59,29 @@ def test_messages_are_read_from_the_source_with_their_computed_parts_marked():
     assert any(s == "command" and t.startswith("paritygate report: error:") for s, t in found)
 
 
+def test_the_generated_tables_are_committed_and_up_to_date():
+    """The pages read whole in the repository browser: each generated table is committed between its markers, and
+    equals what the code generates now (after a schema, option, check or message change: one command)."""
+    generate = _generator()
+    for name in generate.PAGES:
+        text = (ROOT / "docs" / name).read_text()
+        assert "<!-- /paritygate:" in text, f"docs/{name}: no generated table committed; run {generate.COMMAND}"
+        assert generate.fill(text, name) == text, f"docs/{name} differs from the code: run {generate.COMMAND}"
+
+
+def test_the_regeneration_command_fills_a_new_marker_and_finds_drift(tmp_path):
+    generate = _generator()
+    page = "# Options\n\n<!-- paritygate:options-reference -->\n\nMore text.\n"
+    filled = generate.fill(page, "options.md")
+    assert "| `--parity-config=PATH` |" in filled and filled.endswith("<!-- /paritygate:options-reference -->\n\nMore text.\n")
+    assert generate.fill(filled, "options.md") == filled, "filling is idempotent"
+    stale = filled.replace("| `--parity-config=PATH` |", "| `--parity-config=OLD` |")
+    assert generate.fill(stale, "options.md") == filled
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "hooks" / "generate.py"), "--check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "up to date" in done.stdout, done.stdout + done.stderr
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     pytest.importorskip("mkdocs")

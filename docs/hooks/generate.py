@@ -1,6 +1,7 @@
-"""MkDocs hook: the reference pages are generated from the code when the site is built, so they cannot drift.
+"""The reference tables of the docs, generated from the code and committed into the pages, so that they read whole
+in the repository browser as on the site, and cannot drift from the code unnoticed.
 
-A page holds a marker where generated Markdown goes:
+A page holds each generated table between two markers (the first run after adding a lone opening marker fills it):
 
     <!-- paritygate:config-reference -->     the config keys, from plugins/paritygate/models/config_schema.json,
                                              described by the comments of config.md's commented example
@@ -8,14 +9,23 @@ A page holds a marker where generated Markdown goes:
     <!-- paritygate:options-reference -->    every ``--parity-`` option, from the plugin's ``pytest_addoption``
     <!-- paritygate:errors CLASS -->         every message of CLASS the suite can print as an ``ERROR:`` or
                                              ``error:`` line, read from the source (troubleshooting.md)
+    ...the generated Markdown...
+    <!-- /paritygate:config-reference -->    (the closing marker repeats the opening one's words)
 
-A class of ``ERROR_SOURCES`` found in the code without its marker on the troubleshooting page fails the build
-(``mkdocs build --strict`` runs in tests/test_docs.py), so a new kind of error cannot go undocumented.
+Regenerate every table in place after changing the schema, an option, a conformance test or an error message:
+
+    python docs/hooks/generate.py            (--check: only say which pages differ, exit 1 if any)
+
+tests/test_docs.py fails when a committed table differs from what this generates. MkDocs also runs this file as a
+hook (mkdocs.yml): the site is built from freshly generated tables. A class of ``ERROR_SOURCES`` found in the code
+without its marker on the troubleshooting page fails the build (``mkdocs build --strict`` runs in
+tests/test_docs.py), so a new kind of error cannot go undocumented.
 """
 
 import ast
 import json
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,25 +40,60 @@ ERROR_SOURCES = ("ConfigError", "ExpectationError", "InputSetError", "GoldenErro
                  "MergeError", "ReplayError", "FileRefused", "validation", "command", "options")
 
 
-def on_page_markdown(markdown, page, config, files):  # MkDocs calls it with these names
-    def fill(match):
-        kind, arg = match.group(1), match.group(2)
-        if kind == "config-reference":
-            return config_reference(markdown)
-        if kind == "checks-reference":
-            return checks_reference()
-        if kind == "options-reference":
-            return options_reference()
-        if kind == "errors":
-            return error_list(arg)
-        raise ValueError(f"{page.file.src_path}: unknown paritygate marker {match.group(0)!r}")
+PAGES = ("config.md", "checks.md", "options.md", "troubleshooting.md")  # the pages holding generated tables
+COMMAND = "python docs/hooks/generate.py"
+_BLOCK = re.compile(r"<!-- paritygate:(?P<kind>[a-z-]+)(?: (?P<arg>[A-Za-z.]+))? -->\n"
+                    r"(?:(?P<body>.*?)<!-- /paritygate:(?P=kind)(?: (?P=arg))? -->)?", re.DOTALL)
 
-    if page.file.src_path == "troubleshooting.md":
+
+def on_page_markdown(markdown, page, config, files):  # MkDocs calls it with these names
+    return fill(markdown, page.file.src_path)
+
+
+def fill(markdown, name):
+    """``markdown`` (the page ``name``) with every generated table between its markers regenerated."""
+    def block(match):
+        kind, arg = match["kind"], match["arg"]
+        head = f"<!-- paritygate:{kind}{f' {arg}' if arg else ''} -->"
+        first = match["body"] is None  # a lone opening marker: its line break stays after the closing one
+        return f"{head}\n\n{generated(kind, arg, markdown, name).strip()}\n\n<!-- /{head[5:-4]} -->" + "\n" * first
+
+    if name == "troubleshooting.md":
         missing = [s for s in sorted({m.source for m in messages()}) if f"<!-- paritygate:errors {s} -->" not in markdown]
         if missing:
             raise ValueError(f"docs/troubleshooting.md: no section for the error messages of {missing}: add a "
-                             f"'<!-- paritygate:errors NAME -->' marker under a heading that says how to fix them")
-    return MARKER.sub(fill, markdown)
+                             f"'<!-- paritygate:errors NAME -->' marker under a heading that says how to fix them, "
+                             f"then run {COMMAND}")
+    return _BLOCK.sub(block, markdown)
+
+
+def generated(kind, arg, markdown, name):
+    if kind == "config-reference":
+        return config_reference(markdown)
+    if kind == "checks-reference":
+        return checks_reference()
+    if kind == "options-reference":
+        return options_reference()
+    if kind == "errors":
+        return error_list(arg)
+    raise ValueError(f"docs/{name}: unknown paritygate marker {kind!r}")
+
+
+def main(argv=None):
+    """Regenerate the tables of ``PAGES`` in place; ``--check``: write nothing, list the pages that differ."""
+    check = "--check" in (argv if argv is not None else sys.argv[1:])
+    stale = []
+    for name in PAGES:
+        path = ROOT / "docs" / name
+        text = path.read_text()
+        new = fill(text, name)
+        if new != text:
+            stale.append(name)
+            if not check:
+                path.write_text(new)
+    verb = "differ from the code" if check else "regenerated"
+    print(f"docs/{', docs/'.join(stale)}: {verb}" if stale else "the generated tables are up to date")
+    return 1 if check and stale else 0
 
 
 # -- config reference ---------------------------------------------------------------------------------------
@@ -124,7 +169,7 @@ def config_reference(markdown):
             note = comments.get((table, key), "") if len(parts) == 2 else ""
         cells = [f"`{path}`", kind, "yes" if required else "", note]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return "\n".join(lines) + f"\n\nGenerated from `{SCHEMA.relative_to(ROOT)}` at build time.\n"
+    return "\n".join(lines) + f"\n\nGenerated from `{SCHEMA.relative_to(ROOT)}` by `{COMMAND}`.\n"
 
 
 def _cell(text):
@@ -149,7 +194,7 @@ def options_reference():
         names = ", ".join(f"`{n}{metavar}`" for n in option.names())
         text = " ".join(attrs.get("help", "").replace("%%", "%").replace(f"{ROOT}/", "").split())
         lines.append(f"| {_cell(names)} | {_cell(text)} |")
-    return "\n".join(lines) + "\n\nGenerated from `paritygate.plugin.pytest_addoption` at build time.\n"
+    return "\n".join(lines) + f"\n\nGenerated from `paritygate.plugin.pytest_addoption` by `{COMMAND}`.\n"
 
 
 # -- checks reference ----------------------------------------------------------------------------------------
@@ -168,9 +213,9 @@ def checks_reference():
                 doc = (ast.get_docstring(node) or "").split("\n\n")[0] or described.get(check, "")
                 doc = " ".join(doc.split()).replace("|", "\\|")
                 marks = ", ".join(sorted(module_marks | _marks(node.decorator_list)))
-                lines.append(f"| `{check}` | `{path.relative_to(ROOT)}:{node.lineno}` | {marks} | {doc} |")
-    return "\n".join(lines) + ("\n\nGenerated at build time from `conformance/test_*.py`: each test's docstring, or "
-                               "the entry for its check in the docstring of the module that computes it.\n")
+                lines.append(f"| `{check}` | `{path.relative_to(ROOT)}::{node.name}` | {marks} | {doc} |")
+    return "\n".join(lines) + (f"\n\nGenerated by `{COMMAND}` from `conformance/test_*.py`: each test's docstring, "
+                               "or the entry for its check in the docstring of the module that computes it.\n")
 
 
 def _marks(nodes):
@@ -237,15 +282,25 @@ def _source_of(call, path):
 
 
 def messages():
+    """Every message of ``ERROR_SOURCES`` in the package, each with where it is: its file and the function that
+    raises it (not a line number, which every edit above it would move)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call):
-                source, arg = _source_of(node, path)
-                text = template(arg) if arg is not None else None
-                if text:
-                    found.append(Message(source, text, f"{path.relative_to(ROOT)}:{node.lineno}"))
+        for node, scope in _calls(ast.parse(path.read_text())):
+            source, arg = _source_of(node, path)
+            text = template(arg) if arg is not None else None
+            if text:
+                found.append(Message(source, text, f"{path.relative_to(ROOT)}" + (f", {scope}" if scope else "")))
     return found
+
+
+def _calls(tree, scope=""):
+    """(call, the dotted name of the function or class holding it) for every call under ``tree``, in order."""
+    for child in ast.iter_child_nodes(tree):
+        named = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        if isinstance(child, ast.Call):
+            yield child, scope
+        yield from _calls(child, (f"{scope}.{child.name}" if scope else child.name) if named else scope)
 
 
 def error_list(source):
@@ -257,3 +312,8 @@ def error_list(source):
 
 def _code(text):
     return " ".join(text.replace("`", "'").split())
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "plugins"))  # the options table imports the plugin (installed, or this checkout)
+    sys.exit(main())

@@ -45,6 +45,26 @@ def test_make_handler_wants_an_unkeyed_model_handler():
         contract.make_handler(spec, lambda **kw: KeyedModelHandler(ToyHandler("x.onnx")), 1, 4)
 
 
+def test_a_factory_that_takes_the_model_is_given_its_spec_and_the_candidate_onnx_path(tmp_path):
+    """What docs/beam.md tells a team: its factory gets batch sizes only, unless it sets paritygate_takes_model =
+    True; then also model=<ModelSpec> (its onnx, its own fp16/int8 files) and the reference's output names."""
+    from tests.beam.toy_handlers import ToyHandler
+
+    seen = {}
+
+    def factory(min_batch_size, max_batch_size, model, reference_outputs=None):
+        seen.update(model=model, outputs=reference_outputs)
+        return ToyHandler(model.onnx, min_batch_size, max_batch_size)
+
+    factory.paritygate_takes_model = True
+    spec = toy_spec(onnx=tmp_path / "candidate.onnx", onnx_artifacts={"fp16": tmp_path / "own.fp16.onnx"})
+    handler = contract.make_handler(spec, factory, 1, 4, reference_outputs=["y", "z"])
+    assert handler.onnx_path == str(tmp_path / "candidate.onnx") and seen["outputs"] == ["y", "z"]
+    assert seen["model"].onnx_artifacts["fp16"] == tmp_path / "own.fp16.onnx"
+    with pytest.raises(HandlerContractError, match="missing 1 required positional argument: 'model'"):
+        contract.make_handler(spec, lambda min_batch_size, max_batch_size, model: None, 1, 4)  # without the flag
+
+
 def test_precision_is_fp32_unless_declared():
     class H:
         pass

@@ -23,6 +23,7 @@ def test_correct_handler_shares_one_copy_between_two_workers(toy_subject):
     assert own["share_model_across_processes"] is False and all(n == 1 for n in own["loads_by_pid"].values())
     assert asked["model_copies"] == 1 and sum(asked["loads_by_pid"].values()) == 1, asked
     assert len(asked["batches_by_pid"]) == 2, asked  # both workers ran batches on the one shared copy
+    assert [m["met"] for m in asked["overlap"]] == [True, True], asked["overlap"]  # two at once (beam.overlap)
 
 
 def test_factory_without_model_copies_checks_its_own_promise(toy_subject):

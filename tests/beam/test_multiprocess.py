@@ -19,6 +19,8 @@ def test_correct_handler_passes_on_two_worker_processes(toy_subject):
     result = multi_process(toy_subject(toys.correct))
     assert result.passed, result.failures
     assert len(result.details["worker_pids"]) == 2, result.details
+    meetings = result.details["overlap"]  # its first two batches were inside the handler at once (beam.overlap)
+    assert len(meetings) == 2 and all(m["met"] and m["model_met"] for m in meetings), meetings
 
 
 def test_unpicklable_handler_is_a_contract_breach(toy_subject):

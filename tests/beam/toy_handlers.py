@@ -276,3 +276,46 @@ def make_ort(onnx_path, **kwargs):
 
 def make_updatable_ort(onnx_path, **kwargs):
     return UpdatableOrtHandler(onnx_path, **kwargs)
+
+
+# beam_multi_process / beam_model_copies's race (issue 41): model copies sharing one staging buffer
+class SharesStagingBuffer(ToyHandler):
+    """Each model copy maps the same file-backed staging buffer (one per ONNX file, as a team's pinned host buffer
+    shared by its copies), copies the batch in, waits ``device_seconds`` (the simulated device time), then runs the
+    model on what the buffer holds: right one batch at a time, wrong when two batches are inside at once."""
+
+    def __init__(self, onnx_path, min_batch_size=None, max_batch_size=None, device_seconds=0.0, **kwargs):
+        super().__init__(onnx_path, min_batch_size, max_batch_size)
+        ModelHandler.__init__(self, min_batch_size=min_batch_size, max_batch_size=max_batch_size, **kwargs)
+        self.device_seconds, self.staging_path = device_seconds, f"{self.onnx_path}.staging"
+        np.memmap(self.staging_path, np.float32, "w+", shape=(64, 1)).flush()
+
+    def run_inference(self, batch, model, inference_args=None):
+        staging = np.memmap(self.staging_path, np.float32, "r+", shape=(64, 1))
+        staging[:len(batch)] = np.stack(batch)
+        time.sleep(self.device_seconds)
+        y, z = model.run(["y", "z"], {"x": np.array(staging[:len(batch)])})
+        return [PredictionResult(x, {"y": y[i], "z": z[i]}, self.onnx_path) for i, x in enumerate(batch)]
+
+
+def shares_staging(onnx_path, min_batch_size, max_batch_size, device_seconds=0.0, model_copies=None):
+    """A factory of SharesStagingBuffer that takes Beam's model_copies (``functools.partial`` sets the device time)."""
+    extra = {"model_copies": model_copies} if model_copies else {}
+    return SharesStagingBuffer(onnx_path, min_batch_size, max_batch_size, device_seconds, **extra)
+
+
+def own_staging(onnx_path, min_batch_size, max_batch_size, device_seconds=0.0, model_copies=None):
+    """The correct control: the same device time, a fresh buffer per batch."""
+    extra = {"model_copies": model_copies} if model_copies else {}
+    handler = SlowCorrect(onnx_path, min_batch_size, max_batch_size)
+    ModelHandler.__init__(handler, min_batch_size=min_batch_size, max_batch_size=max_batch_size, **extra)
+    handler.device_seconds = device_seconds
+    return handler
+
+
+class SlowCorrect(ToyHandler):
+    def run_inference(self, batch, model, inference_args=None):
+        staging = np.stack(batch).astype(np.float32)
+        time.sleep(getattr(self, "device_seconds", 0.0))
+        y, z = model.run(["y", "z"], {"x": staging})
+        return [PredictionResult(x, {"y": y[i], "z": z[i]}, self.onnx_path) for i, x in enumerate(batch)]

@@ -20,6 +20,20 @@ def test_version_and_help_exit_zero(capsys):
     assert "Arguments after CONFIG" in capsys.readouterr().out
 
 
+def test_run_help_lists_the_suites_options(capsys):
+    """Not only --report: every --parity-* option, as pytest --help lists the plugin's group (issue 41)."""
+    import re
+    from pathlib import Path
+
+    plugin = Path(__file__).resolve().parents[2] / "plugins" / "paritygate" / "plugin.py"
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = capsys.readouterr().out
+    options = re.findall(r'addoption\("(--parity-[a-z0-9-]+)"', plugin.read_text())
+    assert len(options) >= 15 and [o for o in options if o not in out] == [], out
+    assert "paritygate: TF -> ONNX -> TensorRT parity" in out and "are passed on to pytest" in out
+
+
 @pytest.mark.parametrize("argv", [[], ["bogus"], ["init"], ["report", "a.json", "--unknown"]])
 def test_usage_errors_exit_like_pytest(argv, capsys):
     with pytest.raises(SystemExit) as exit_:

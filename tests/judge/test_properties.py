@@ -235,3 +235,45 @@ def test_a_batch_bound_above_the_outputs_range_is_capped_and_a_coupling_fails_at
     assert tol["batch_bound"] > 0.5 and tol["bound"] < 0.1 and "2 x the parity limit" in tol["capped_by"], tol
     assert tol["computed_dtype"] == "float16"
     assert coupled["status"] == "fail" and "batch invariance" in coupled["details"]["message"], coupled["details"]
+
+
+# -- 6. just inside a bound ------------------------------------------------------------------------------------
+def wrong_just_below_one_nodes():
+    """y = 5x, except y = 5x + 1 for 0.999 < x < 1.0 (a defect only just inside the declared bound 1.0: neither
+    the all-high corner, exactly 1.0, nor uniform noise, 1 in 2000, reaches it); z = 2x."""
+    def const(name, value):
+        return helper.make_node("Constant", [], [name], name=name,
+                                value=helper.make_tensor(name, TensorProto.FLOAT, [], [value]))
+
+    return [scale("y5", 5.0), scale("z", 2.0), const("lo", 0.999), const("hi", 1.0), const("bump", 1.0),
+            const("none", 0.0), helper.make_node("Greater", ["x", "lo"], ["above"]),
+            helper.make_node("Less", ["x", "hi"], ["below"]), helper.make_node("And", ["above", "below"], ["inside"]),
+            helper.make_node("Where", ["inside", "bump", "none"], ["err"]), helper.make_node("Add", ["y5", "err"], ["y"])]
+
+
+@pytest.mark.parametrize("profile", ["ci", "nightly"])  # derandomized, and random draws
+def test_a_defect_just_inside_a_bound_fails_property_parity_in_every_profile(pytester, toy_saved_model, monkeypatch,
+                                                                               profile):
+    """The explicit boundary batch (every element at the next float inside each bound) catches it whatever the
+    profile draws: a failing explicit example ends the property before any draw. Under ci the correct candidate
+    passes beside it, its report counting the inputs that were just inside a bound."""
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", profile)
+    make_onnx(pytester.path / "edge.onnx", *wrong_just_below_one_nodes())
+    make_onnx(pytester.path / "correct.onnx")
+    base = {"reference": str(toy_saved_model), "precisions": ["fp32"], "max_batch": 4, "task": "regression",
+            "inputs": {"x": {**X["x"], "range": [-1.0, 1.0]}}}
+    models = [{"name": "edge", "onnx": "edge.onnx", **base}]
+    models += [{"name": "correct", "onnx": "correct.onnx", **base}] if profile == "ci" else []
+    _, checks, _, _ = _run(pytester, models, files=("test_properties.py",))
+    parity = checks[("edge", "fp32")]["property_parity"]
+    assert parity["status"] == "fail", parity
+    assert "output 'y'" in parity["details"]["message"]
+    with np.load(parity["details"]["reproducer"]["npz"], allow_pickle=False) as saved:
+        x = saved["input:x"]
+    assert ((x > 0.999) & (x < 1.0)).any(), x
+    if profile == "ci":
+        correct = checks[("correct", "fp32")]["property_parity"]
+        assert correct["status"] == "pass", correct
+        near = correct["details"]["inputs"]["near_bound"]
+        assert 2 <= near["inputs"] < near["of"], near  # the boundary batch and drawn ones; not every input
+        assert f"{near['inputs']} of {near['of']} distinct inputs just inside a bound" in correct["details"]["note"]

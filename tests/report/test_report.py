@@ -13,6 +13,7 @@ from paritygate.judge.parity import compare
 from paritygate.lazy import dist_version
 from paritygate.report import SCHEMA, write_report
 from paritygate.report.summary import summary_lines
+from paritygate.report.text import check_id
 from paritygate.session import ParitySession
 from tests.conftest import record_of, toy_spec, write_config
 from tests.report.test_plots import parse, texts
@@ -155,6 +156,30 @@ def test_html_card_states_the_tolerance_source_once_and_the_worst_inputs(tmp_pat
     assert card.count("source: tensorflow/python/compiler/tensorrt") == 1
     assert "<b>Tolerance</b> for every output: atol 1e-05, rtol 1e-05 (source: tensorflow" in card
     assert card.count("input <code>x</code> float32 [4] = [0.5, -0.25, 1, 0]") == 2  # per failing output
+
+
+def test_html_card_renders_a_failed_task_metric_as_a_table_not_a_dict(tmp_path):
+    """A classifier judged on two outputs (logits and probs), four rows flipped: one table row per output with its
+    agreement, the ratio required and the rows flipped; a detector's missed detections, a row each (issue 41)."""
+    s = ParitySession(RunOptions(config_path=tmp_path / "parity.toml", runtime="onnxruntime"))
+    spec = toy_spec(task="classification")
+    ref = {"logits": X, "probs": X / 2}
+    flipped = X.copy()
+    flipped[:4] = flipped[:4, ::-1]
+    judged = compare(spec, "fp32", ref, {"logits": flipped, "probs": flipped / 2}, compare_task=True)
+    assert judged.task and not judged.task["passed"] and len(judged.task["per_output"]) == 2
+    s.record(record_of("toy", "fp32", "parity", "fail", {**judged.to_dict()["details"], "message": "flips"}))
+    missed = {"metric": "detection", "reference_detections": 3, "matched": 2, "iou_min": 0.5, "min_score": 0.5,
+              "missed": [{"batch_element": 1, "detection": 0, "score": 0.91}], "passed": False}
+    s.record(record_of("ssd", "fp16", "parity", "fail", {"message": "missed", "task": missed}))
+    html = (write_report(s, tmp_path) / "parity-report.html").read_text()
+    toy = html[html.index("<article class='card st-fail' id=" + check_id('toy', 'fp32', 'parity')):]
+    toy = toy[:toy.index("</article>")]
+    assert "<th>top-1 agreement</th>" in toy and "<td><code>logits</code></td>" in toy and "<td><code>probs</code>" in toy
+    assert "0.750 (at least 0.99)" in toy and "rows [0, 1, 2, 3] flip" in toy, toy
+    task_part = toy[toy.index("Task metric failed"):toy.index("</table>", toy.index("Task metric failed"))]
+    assert "{" not in task_part and "per_output" not in task_part and "&#x27;" not in task_part, task_part
+    assert "2 of 3 reference detections" in html and "<tr><td>1</td><td>0</td><td>0.91</td></tr>" in html
 
 
 def test_findings_are_counted_in_the_banner_and_listed(tmp_path):

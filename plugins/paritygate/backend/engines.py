@@ -124,10 +124,11 @@ def cannot_build(spec, precision, report):
     when the builder could not run at all: ``builder_fault``)."""
     if report is None or report["built"] or builder_fault(spec, precision, report):
         return None
+    from paritygate.backend.trt import layers
+
     error = report["error"] or {}
-    where = f" at node '{error['node']}' (op {error['op']})" if error.get("node") or error.get("op") else ""
     return (f"TensorRT cannot build this artifact: {report['builder']}'s parser/builder rejected {report['artifact']} "
-            f"({spec.name} {precision}){where}: {error.get('message')} (TensorRT 11's own parser may differ; "
+            f"({spec.name} {precision}){layers.where(error)}: {error.get('message')} (TensorRT 11's own parser may differ; "
             "docs/engine.md)")
 
 

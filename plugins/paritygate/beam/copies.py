@@ -13,7 +13,9 @@ The check counts the handler's ``load_model`` calls per process (``handlers.coun
 handler's own, writes a record with its pid) on FnApiRunner's multi-process mode (2 workers, as
 ``beam_multi_process``, whose pipeline it shares), and fails when a process loads more than once without sharing
 (a handler that loads per batch or per element), or when the processes together load more than ``model_copies()``
-with sharing. When the factory takes ``model_copies`` (a parameter of that name, or ``**kwargs``) it also runs the
+with sharing; its results are held to the reference (``beam_pairing``'s comparison), and its first two batches meet
+inside the handler (``paritygate.beam.overlap``), so that copies sharing state give wrong results every run. When
+the factory takes ``model_copies`` (a parameter of that name, or ``**kwargs``) it also runs the
 pipeline with ``model_copies=COPIES_ASKED``: the handler must then promise sharing with that many copies (a handler
 that drops the argument loads one model per process), and the two workers together must load it once.
 
@@ -28,7 +30,13 @@ import inspect
 from collections import Counter
 from dataclasses import replace
 
-from paritygate.beam.checks import beam_result, case_info, exactly_once_failures, short_batch_failures
+from paritygate.beam.checks import (
+    beam_result,
+    case_info,
+    exactly_once_failures,
+    pairing_failures,
+)
+from paritygate.beam.overlap import overlap_failures
 
 COPIES_ASKED = 1  # one copy for 2 worker processes: a per-process loader loads 2 and cannot pass
 
@@ -105,11 +113,13 @@ def _one(subject, case, asked):
         return [], {"model_copies_asked": asked, "skipped": skipped}
     run = run_case(subject, case)
     # counted against what the factory was asked for: a handler that drops model_copies still loads too often
-    failures = (promise_failures(asked, share, copies) + exactly_once_failures(run) + short_batch_failures(subject, run)
-                + load_failures(run, *((True, asked) if asked is not None else (share, copies))))
+    failures = (promise_failures(asked, share, copies) + exactly_once_failures(run) + pairing_failures(subject, run)
+                + load_failures(run, *((True, asked) if asked is not None else (share, copies)))
+                + overlap_failures(run))
     info = {"model_copies_asked": asked, "share_model_across_processes": share, "model_copies": copies,
             "loads_by_pid": dict(Counter(r.pid for r in run.loads)),
-            "batches_by_pid": dict(Counter(t.pid for t in run.traces)), **case_info(run)}
+            "batches_by_pid": dict(Counter(t.pid for t in run.traces)),
+            "overlap": [t.overlap for t in run.traces if t.overlap], **case_info(run)}
     return failures, info
 
 

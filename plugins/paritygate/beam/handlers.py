@@ -38,6 +38,7 @@ class BatchTrace:
     digests: tuple  # the batch's elements, in order
     converted: tuple = ()  # (element digest, returned example digest, description): converted_examples
     pid: int = None  # the process that ran the batch (multi-process runners: a worker)
+    overlap: dict = None  # the batch's part in the rendezvous of a multi-worker run (overlap.Meeting.record())
 
 
 @dataclass(frozen=True)
@@ -183,19 +184,23 @@ class TracedHandler(Delegating):
     come back here (``preprocess`` / ``postprocess``: the handler's own, applied to keyed elements' examples).
     ``unkeyed`` is the handler under test without keys, whose byte count is checked exactly."""
 
-    def __init__(self, inner, extra_batching=None, preprocess=(), postprocess=(), unkeyed=None):
+    def __init__(self, inner, extra_batching=None, preprocess=(), postprocess=(), unkeyed=None, rendezvous=None):
         super().__init__(inner)
         self._extra_batching = dict(extra_batching or {})
         self._pre, self._post = list(preprocess), list(postprocess)
         self._unkeyed = unkeyed
+        self._rendezvous = rendezvous  # overlap.Rendezvous: the first two batches meet inside (multi-worker runs)
 
     def run_inference(self, batch, model, inference_args=None):
+        meeting = self._rendezvous.enter() if self._rendezvous is not None else None
         start = time.perf_counter()
-        results = list(self._inner.run_inference(batch, model, inference_args))
+        used = meeting.wrap(model) if meeting is not None else model
+        results = list(self._inner.run_inference(batch, used, inference_args))
         seconds = time.perf_counter() - start
         examples = [unkeyed(e) for e in batch]
         trace = BatchTrace(len(batch), len(results), seconds, sum(payload_bytes(e) for e in examples),
-                           tuple(digest(e) for e in examples), converted_examples(examples, results), os.getpid())
+                           tuple(digest(e) for e in examples), converted_examples(examples, results), os.getpid(),
+                           meeting.record() if meeting is not None else None)
         return results + [trace]
 
     def get_num_bytes(self, batch):

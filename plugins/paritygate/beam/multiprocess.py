@@ -10,13 +10,17 @@ process (a module global, a class attribute, a model loaded before pickling). Th
 2. runs one keyed pipeline on FnApiRunner with ``--direct_running_mode=multi_processing
    --direct_num_workers=2`` (``MULTI_PROCESS_WORKERS``), elements spread over both workers, and holds its
    results to exactly-once and to the native reference (``beam_pairing``'s comparison);
-3. checks that batches ran in worker processes (not in this one) and in more than one of them.
+3. checks that batches ran in worker processes (not in this one) and in more than one of them;
+4. makes its first two batches meet inside the handler (``paritygate.beam.overlap``): both are inside
+   ``run_inference`` at once, staged before either model runs, so model copies that share state (one staging
+   buffer) give wrong results every run, and a runner that never runs two batches at once fails, saying so.
 
 Cost: one pipeline per model, two worker processes each importing the handler's framework (measured in
 docs/beam.md, "Beyond one process").
 """
 
 from paritygate.beam.checks import beam_result, case_info, exactly_once_failures, pairing_failures
+from paritygate.beam.overlap import overlap_failures
 
 MULTI_PROCESS_WORKERS = 2
 
@@ -73,6 +77,8 @@ def multi_process(subject):
     if subject.runner not in (None, "FnApiRunner"):
         result.details["note"] = f"runs on FnApiRunner's multi-process mode, not on --parity-beam-runner={subject.runner}"
     run = run_case(subject, multi_process_case(subject))
-    result.failures = exactly_once_failures(run) + pairing_failures(subject, run) + worker_failures(run)
-    result.details.update(case_info(run), worker_pids=sorted({t.pid for t in run.traces if t.pid is not None}))
+    result.failures = (exactly_once_failures(run) + pairing_failures(subject, run) + worker_failures(run)
+                       + overlap_failures(run))
+    result.details.update(case_info(run), worker_pids=sorted({t.pid for t in run.traces if t.pid is not None}),
+                          overlap=[t.overlap for t in run.traces if t.overlap])
     return result

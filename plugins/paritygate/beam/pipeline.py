@@ -37,6 +37,7 @@ from paritygate.beam.handlers import (
     count_loads,
     weight_batching,
 )
+from paritygate.beam.overlap import Rendezvous
 from paritygate.beam.records import ToRecord, WriteRecords, dead_record, read_records
 from paritygate.inputs.strategies import sample_inputs
 
@@ -166,7 +167,10 @@ def handler_stack(subject, case, folder=None):
         inner = KeyedModelHandler(core)
     elif case.wrapper.startswith("maybe_keyed"):
         inner = MaybeKeyedModelHandler(core)
-    return TracedHandler(inner, weight_batching(case.weight) if case.weight else None, pre, post, unkeyed=core)
+    local = folder is not None and case.workers > 1 and case.runner in LOCAL_RUNNERS
+    meet = Rendezvous(f"{folder}/overlap") if local else None  # two batches inside at once (overlap.py)
+    return TracedHandler(inner, weight_batching(case.weight) if case.weight else None, pre, post, unkeyed=core,
+                         rendezvous=meet)
 
 
 def make_pipeline(runner, options, workers=1):

@@ -55,6 +55,7 @@ def build_parser():
                          "paritygate's go to pytest, e.g. `paritygate run parity.toml -k linear -x`.")
     run.add_argument("config", metavar="CONFIG", help="the model config (TOML)")
     run.add_argument("--report", metavar="DIR", help="write parity-report.json/.md/.html into DIR")
+    run.format_help = lambda: _Parser.format_help(run) + suite_options_help()  # + the suite's --parity-* options
 
     from paritygate.cli.replay import REPLAYS, add_run_arguments
 
@@ -128,6 +129,23 @@ def suite_args():
     from paritygate.models.bundled import CONFORMANCE_PACKAGE, _installed, conformance_dir
 
     return ["--pyargs", CONFORMANCE_PACKAGE] if _installed(CONFORMANCE_PACKAGE) else [str(conformance_dir())]
+
+
+def suite_options_help():
+    """The suite's own options, as ``pytest --help`` lists them (the plugin's option group), for ``paritygate run
+    --help``: read from a pytest process when the help is asked for, so that no command imports pytest for it."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--help"], capture_output=True, text=True, timeout=120,
+                              check=False)
+        lines = done.stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        lines = []
+    start = next((i for i, line in enumerate(lines) if line.startswith("paritygate:")), None)
+    if start is None:
+        return "\nThe suite's --parity-* options: `pytest --help` lists them (it could not be run here).\n"
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1].strip()), len(lines))
+    return ("\n" + "\n".join(lines[start:end]).rstrip() + "\n\nThese, and any other pytest option (`pytest --help`), are "
+            "passed on to pytest.\n")
 
 
 def _run(args, extra):

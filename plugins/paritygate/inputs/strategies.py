@@ -1,9 +1,14 @@
 """Input generation from a model's input spec: Hypothesis strategies and seeded numpy samples.
 
 Hypothesis draws the *structure* of a feed (batch size, a value pattern per input, a seed, and a few
-"hot" elements set to values Hypothesis favours: bounds, zero, integers, tiny magnitudes), and numpy
-materialises the arrays. Shrinking therefore works on batch size, pattern and hot values, and large image
-inputs cost no more to generate than small ones.
+"hot" elements set to values Hypothesis favours: bounds, zero, integers, tiny magnitudes, or the next float
+inside a bound), and numpy materialises the arrays. Shrinking therefore works on batch size, pattern and hot
+values, and large image inputs cost no more to generate than small ones.
+
+Boundaries, where conversions break (clipping, saturation, range reduction), are always tried: the explicit
+boundary batch (every element at the next float inside a bound, ``corner_feeds``) runs in every profile, and the
+"edge" pattern (``paritygate.inputs.sampling``) puts every element of a float input in the outermost 0.1% of its
+range; each check's report says how many of its examples held such values (``inputs.near_bound``).
 
 Spec noise and corners alone rarely look like the model's data (the bundled ssd detects nothing in any of
 them), so each batch row may instead be a row of the model's own input sets (``InputPool``: golden inputs,
@@ -23,6 +28,7 @@ from paritygate.inputs.sampling import (
     INT_PATTERNS,
     _fill,
     _inward_bounds,
+    inside_values,
     sample_inputs,
     valid_rows,
 )
@@ -54,8 +60,8 @@ def register_profiles():
 
 class Feed(dict):
     """A feed (input name -> array, batch first) that records the source of each batch row in ``sources``:
-    "noise", "corner:<low|high|zero>", or an input set ("golden", "heldout", "calibration"), with
-    "~perturbed" appended for a perturbed row."""
+    "noise", "corner:<low|high|zero|inside_high|inside_low>", or an input set ("golden", "heldout",
+    "calibration"), with "~perturbed" appended for a perturbed row."""
 
     def __init__(self, arrays, sources):
         super().__init__(arrays)
@@ -196,11 +202,13 @@ def batch_feeds(spec, inputs, batch):
 
 
 def corner_feeds(spec):
-    """Feeds Hypothesis always tries first: every input at its low bound, its high bound, and zero (clipped
-    into range), at the largest batch, at each corner of a dynamic input's profile (min, opt, max). Defects at
-    the edges of the valid range and of the profile are then found every run. An input whose config says a row of
-    that value alone is not valid (``not_all``: an attention mask of all 0) gets a valid row nearest to it
-    (``sampling.valid_rows``: its first element changed)."""
+    """Feeds Hypothesis always tries first, at the largest batch, at each corner of a dynamic input's profile
+    (min, opt, max): every input at its low bound, its high bound, and zero (clipped into range); then the
+    boundary batch, every element just inside a bound (``inside_values``: the next float inside), its rows
+    alternately inside the high and the low bound (a batch of 1: one feed each). Defects at the edges of the valid
+    range and of the profile are then found every run. An input whose config says a row of that value alone is not
+    valid (``not_all``: an attention mask of all 0) gets a valid row nearest to it (``sampling.valid_rows``: its first
+    element changed)."""
     batch = spec.max_batch
     corners = []
     for dims in profile_corners(spec):
@@ -211,7 +219,25 @@ def corner_feeds(spec):
                 v = {"low": low, "high": high, "zero": min(max(0, low), high)}[value]
                 feed[name] = valid_rows(t, np.full(t.with_batch(batch, dims[name]), v, dtype=t.dtype))
             corners.append(Feed(feed, [f"corner:{value}"] * batch))
+        corners += _inside_feeds(spec, dims, batch)
     return corners
+
+
+def _inside_feeds(spec, dims, batch):
+    """The boundary batch: row i just inside the high bound for even i, the low bound for odd i."""
+    sides = ["inside_high", "inside_low"]
+    rows = [sides[i % 2] for i in range(batch)]
+    groups = [rows] if batch > 1 else [["inside_high"], ["inside_low"]]
+    feeds_ = []
+    for group in groups:
+        feed = {}
+        for name, t in spec.inputs.items():
+            up, down = inside_values(t)
+            shape = t.with_batch(len(group), dims[name])
+            values = np.array([down if side == "inside_high" else up for side in group], dtype=t.dtype)
+            feed[name] = np.broadcast_to(values.reshape(-1, *[1] * (len(shape) - 1)), shape).copy()
+        feeds_.append(Feed(feed, [f"corner:{side}" for side in group]))
+    return feeds_
 
 
 def with_corner_examples(prop, spec, argname="feed", pool=None, known=()):
@@ -305,4 +331,5 @@ def _values(tensor):
         return st.integers(int(low), int(high))
     width = 16 if tensor.dtype == np.float16 else (32 if tensor.dtype == np.float32 else 64)
     low, high = _inward_bounds(tensor)  # Hypothesis needs bounds representable at this width
-    return st.floats(low, high, allow_nan=False, allow_infinity=False, width=width)
+    anywhere = st.floats(low, high, allow_nan=False, allow_infinity=False, width=width)
+    return st.one_of(anywhere, st.sampled_from(inside_values(tensor)))  # or one element just inside a bound

@@ -3,6 +3,8 @@ without running the model (``judge.preflight`` runs them, each under its key): t
 data files, prebuilt engines' TensorRT version, the Beam handler. Each adds problem lines, notes and what it checked
 to the model's ``preflight.ModelValidation``."""
 
+from pathlib import Path
+
 from paritygate.backend.base import RunnerError
 from paritygate.files import present
 from paritygate.lazy import available, missing_reason
@@ -69,6 +71,34 @@ def data_files(ctx, spec, v):
                 v.problem(None, err)
                 return
             v.checked.append("goldens")
+
+
+def data_left_behind(spec, v):
+    """A note when the model has none of the data files the suite finds by its name (``inputs/<name>.npz``,
+    ``inputs/<name>_heldout.npz``, ``goldens/<name>.npz``) while files there name no model of its config: a model
+    renamed in the config leaves its input set and goldens behind, and its checks would quietly fall back to
+    seeded samples from the spec (issue 41). A note, not a problem: a folder may hold the files of another
+    config's models (a CPU and a GPU config side by side), which are not this config's to refuse."""
+    from paritygate.inputs import goldens
+    from paritygate.models.config import load_config
+
+    if any(present(p) for p in (goldens.input_set_path(spec), goldens.heldout_set_path(spec), goldens.golden_path(spec))):
+        return
+    folder = Path(spec.source).parent
+    names = {m.name for m in load_config(spec.source, check_files=False)}
+    others = sorted(str(p.relative_to(folder)) for sub in ("inputs", "goldens") for p in (folder / sub).glob("*.npz")
+                    if _model_of(p) not in names)
+    if others:
+        v.note("name", f"no input set, held-out set or goldens are named for '{spec.name}' (expected "
+                       f"inputs/{spec.name}.npz, goldens/{spec.name}.npz beside {Path(spec.source).name}); "
+                       f"{', '.join(others[:5])}{' ...' if len(others) > 5 else ''} name no model of the config: "
+                       f"if '{spec.name}' was renamed, rename its files to its new name (goldens: regenerate them with "
+                       "--update-goldens), else its checks run on seeded samples from the spec")
+
+
+def _model_of(path):
+    """The model a data file is named for: ``inputs/m.npz``, ``inputs/m_heldout.npz``, ``goldens/m.npz`` -> m."""
+    return path.stem.removesuffix("_heldout")
 
 
 def engines(spec, v):

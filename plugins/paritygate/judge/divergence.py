@@ -140,14 +140,11 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
     samples = _trigger(result, feed, spec.max_batch)
     local_feed = failing.onnx_feed({k: v[samples] for k, v in feed.items()})
     tol = tolerance_for(spec, precision)
-    first_div = localize.divergence(fp32_model, onnx.load(str(failing.artifact(base))), local_feed, tol.atol, tol.rtol)
+    candidate = onnx.load(str(failing.artifact(base)))
+    first_div = localize.divergence(fp32_model, candidate, local_feed, tol.atol, tol.rtol)
     if precision in spec.onnx_artifacts:  # the team's own file: the suite cannot rebuild it with a plan
-        from paritygate.backend.onnx.diagnosis import repair
-
-        found = _details(spec, precision, first_div, repair.Plan([], False, []), base, samples, feed, tol)
-        return {**found, "numerics": numerics, "note": "the artifact is the team's own file "
-                f"({spec.onnx_artifacts[precision]}): no plan searched (the suite cannot rebuild it); keep the node "
-                "adding the most error in FP32 / unquantized when rebuilding it, then re-run"}
+        return _own_file(spec, precision, fp32_model, candidate, first_div, local_feed, tol, base, samples, feed,
+                         numerics)
     plan = _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline)
     found = {**_details(spec, precision, first_div, plan, base, samples, feed, tol), "numerics": numerics,
              "coverage": failing.plan_coverage(base + [n for n in plan.nodes if n not in base]),
@@ -155,6 +152,29 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
              "verified_on": f"onnxruntime CPUExecutionProvider, {numerics} numerics: every failing check of this "
                             "artifact re-run on all its inputs plus a fresh seeded sample (paritygate/judge/plans.py)"}
     return book.publish(found, check)
+
+
+def _own_file(spec, precision, fp32_model, candidate, div, local_feed, tol, base, samples, feed, numerics):
+    """The details for a team's own fp16/int8 file, named by its own nodes (``backend.onnx.diagnosis.own``): an fp16
+    file against its FP32 twin where float16 breaks there, else against the FP32 source; no plan searched."""
+    from paritygate.backend.onnx.diagnosis import own, repair
+
+    path = spec.onnx_artifacts[precision]
+    team = onnx.load(str(path))
+    twin = own.self_divergence(team, candidate, local_feed, tol.atol, tol.rtol) if precision == "fp16" else None
+    if twin is not None and twin.first is not None:  # float16 breaks inside the file itself
+        div, against = twin, "the team file's own FP32 twin (its float16 types, weights and casts made float32)"
+    else:
+        div = own.named_in(div, fp32_model, team)
+        against = "the FP32 source ONNX; rows named by the node of the team's file producing each tensor"
+    found = _details(spec, precision, div, repair.Plan([], False, []), base, samples, feed, tol)
+    top = div.top
+    advice = (f"its node '{top.node}' ({top.op_type}) adds the most error: keep it in "
+              f"{'FP32' if precision == 'fp16' else 'higher precision (unquantized)'} when rebuilding the file, "
+              "then re-run") if top else "no node of it leaves the tolerance on these inputs"
+    return {**found, "numerics": numerics, "compared_with": against,
+            "note": f"the artifact is the team's own file ({path}): no plan searched (the suite cannot rebuild it); "
+                    f"{advice}"}
 
 
 def _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline=None):

@@ -144,6 +144,8 @@ def validate_model(ctx, spec):
         with v.guard("profile"):
             _profile_corners(ctx, spec, v, corners)
     declared.data_files(ctx, spec, v)
+    with v.guard(None):
+        declared.data_left_behind(spec, v)
     with v.guard("engines"):
         declared.engines(spec, v)
     with v.guard("beam.handler"):

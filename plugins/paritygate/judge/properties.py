@@ -26,6 +26,7 @@ from paritygate.comparator.tolerance import (
     invariance_bound,
     tolerance_for,
 )
+from paritygate.inputs.sampling import near_bound
 from paritygate.inputs.strategies import feeds, input_pool, with_corner_examples
 from paritygate.judge import conditioning, coverage, kernel_order, vacuity
 from paritygate.judge.nonfinite import NonfiniteLog
@@ -236,7 +237,7 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
             profile = reference.profile(feed)
             if name == "property_parity" and profile.digest not in ledger.seen:
                 nonfinite.note(feed, profile.outputs)
-            ledger.add(feed, profile)
+            ledger.add(feed, profile, near_bound(spec, feed))
             check(feed, profile)
 
     prop = with_corner_examples(prop, spec, pool=input_pool(ctx, spec), known=known_failure_feeds(spec, precision, name))

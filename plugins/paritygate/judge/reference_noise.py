@@ -25,6 +25,7 @@ from paritygate.backend.runtimes import reference_runner
 from paritygate.common.digest import digest
 from paritygate.common.memo import Memo, ModelKey
 from paritygate.comparator.compare import cosine_similarity, output_records, same_nonfinite
+from paritygate.inputs.sampling import BOUNDARY_TEXT
 from paritygate.verdict import SuiteError
 
 # K_REFERENCE = 2: if the reference's own configurations differ by s on an element, an implementation as good
@@ -205,8 +206,9 @@ class Ledger:
         self.kernel_order = False  # the reference also ran under its other kernel order (FP32: judge.kernel_order)
         self.digests = []  # the digest of each entry of reference_outputs, in order
         self.limits = {}  # digest -> {output: the per-element limit the check applied} (``applied``)
+        self.near_bound = 0  # distinct inputs with a float element just inside a bound (inputs.sampling)
 
-    def add(self, feed, profile):
+    def add(self, feed, profile, near_bound=False):
         self.examples += 1
         self.kernel_order = self.kernel_order or "kernel_order" in profile.configs
         self.shapes[tuple((k, tuple(np.shape(v))) for k, v in feed.items())] += 1
@@ -215,6 +217,7 @@ class Ledger:
             self.feeds.append(feed)
             self.sources.update(getattr(feed, "sources", ["unlabelled"] * len(next(iter(feed.values())))))
             self.reference_outputs.append(profile.outputs)
+            self.near_bound += bool(near_bound)
             self.digests.append(profile.digest)
 
     def applied(self, profile, limits):
@@ -266,10 +269,12 @@ class Ledger:
         result.inputs = {"rows_by_source": dict(sorted(self.sources.items())), "distinct_inputs": len(self.seen),
                          "input_sets": pool.files, "shapes": [{"shape": {k: list(s) for k, s in key}, "examples": n}
                                                               for key, n in self.shapes.items()]}
+        result.inputs["near_bound"] = {"inputs": self.near_bound, "of": len(self.seen), "what": BOUNDARY_TEXT}
         result.details["examples"] = self.examples
         if self.worst:
             result.outputs = output_records(self.worst.values())
-            result.details["note"] = (f"{self.examples} examples run (corner and input-set batches included); "
+            result.details["note"] = (f"{self.examples} examples run (corner and input-set batches included; "
+                                      f"{self.near_bound} of {len(self.seen)} distinct inputs just inside a bound); "
                                       "statistics of the worst example per output")
         configurations = ["batch", "repeat", "batch1"] + (["kernel_order"] if self.kernel_order else [])
         result.details["reference_noise"] = {"k": K_REFERENCE, "configurations": configurations,

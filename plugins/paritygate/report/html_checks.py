@@ -5,6 +5,7 @@ checks in one table, skips collapsed; and the "Changes since baseline" section."
 import json
 
 from paritygate.common.escape import html_text as ESC
+from paritygate.comparator.task import flips_text
 from paritygate.report.plots import has_plots, plots
 from paritygate.report.text import (
     cause,
@@ -76,7 +77,7 @@ def _card(c, new=None):
         parts.append(_tolerances(c.outputs))
     task = c.task
     if task and not task.get("passed", True):
-        parts.append(f"<p><b>Task metric failed</b>: <code>{ESC(_compact(task))}</code></p>")
+        parts.append(_task(task))
     if d.get("divergence"):
         text = divergence_text(c, code=lambda name: f"<code>{ESC(name)}</code>", text=ESC)
         parts.append(f"<p><b>Where precision broke</b>: {text}</p>")
@@ -143,8 +144,34 @@ def _reproducer(r):
             f"<pre class=cause>{ESC(str(r.get('command')))}</pre>")
 
 
-def _compact(task):
-    return ", ".join(f"{k}={num(v) if isinstance(v, float) else v}" for k, v in task.items() if k != "source")
+def _task(task):
+    """A failed task metric as a table: per judged output (classification) its agreement against the ratio
+    required, the accuracies where labelled and the rows flipped; per missed detection (detection) where it was."""
+    if task.get("metric") == "classification":
+        rows = "".join(
+            f"<tr><td><code>{ESC(str(r.get('output')))}</code></td><td>{badge('pass' if r.get('passed') else 'fail')}"
+            f"</td><td>{num(r.get('top1_agreement'), '.3f')} (at least {ESC(str(r.get('min_ratio')))})</td>"
+            f"<td>{_accuracy(r)}</td><td>{r.get('samples')}</td><td>{ESC(flips_text(r.get('flipped_rows') or []))}</td></tr>"
+            for r in task.get("per_output") or [task])
+        return (f"<p><b>Task metric failed</b> (source: {ESC(str(task.get('source', '-')))})</p><table><tr><th>output"
+                "</th><th>status</th><th>top-1 agreement</th><th>accuracy: candidate vs reference</th><th>rows</th>"
+                f"<th>flipped rows</th></tr>{rows}</table>")
+    if task.get("metric") == "detection":
+        rows = "".join(f"<tr><td>{m.get('batch_element')}</td><td>{m.get('detection')}</td><td>{num(m.get('score'), '.4g')}"
+                       "</td></tr>" for m in task.get("missed") or [])
+        return (f"<p><b>Task metric failed</b>: {task.get('matched')} of {task.get('reference_detections')} reference "
+                f"detections (score ≥ {ESC(str(task.get('min_score')))}) matched by a candidate detection of the same "
+                f"class at IoU ≥ {ESC(str(task.get('iou_min')))}, its score within the tolerance; missed:</p>"
+                f"<table><tr><th>batch element</th><th>detection</th><th>reference score</th></tr>{rows}</table>")
+    shown = ", ".join(f"{k} {num(v) if isinstance(v, float) else v}" for k, v in task.items()
+                      if isinstance(v, (str, int, float)) and k != "source")
+    return f"<p><b>Task metric failed</b>: {ESC(shown)}</p>"
+
+
+def _accuracy(r):
+    if "candidate_accuracy" not in r:
+        return "<span class=muted>no labels</span>"
+    return f"{num(r['candidate_accuracy'], '.3f')} vs {num(r['reference_accuracy'], '.3f')}"
 
 
 def summary(c):

@@ -151,6 +151,27 @@ def test_cannot_run_tells_the_machines_failures_from_the_artifacts():
     assert cannot_run(["ModelImporter.cpp:...: ERROR: ... Non-zero zero point is not supported"]) is None
 
 
+def test_an_unnamed_unsupported_node_keeps_the_parsers_code_index_and_op(tmp_path):
+    """Det, which TensorRT-RTX's parser does not support, unnamed (as converters leave nodes): the line once read
+    "[8] false at node 'None'"; it keeps the parser's error code name, the node's index and its op."""
+    from paritygate.backend.engines import cannot_build
+    from paritygate.backend.trt import aot
+
+    nodes = [h.make_node("Identity", ["x"], ["a"]), h.make_node("Det", ["a"], ["d"]),
+             h.make_node("Unsqueeze", ["d", "axis"], ["y"])]
+    path = _save(tmp_path / "det.onnx", nodes, [("x", ["N", 3, 3])], [("y", ["N", 1])],
+                 [onnx.numpy_helper.from_array(np.array([1], np.int64), "axis")])
+    spec = make_spec(inputs={"x": ((-1, 3, 3), "float32")})
+    report = aot.engine_report(path, settings(spec))
+    error = report["error"]
+    assert not report["built"] and (error["node"], error["op"], error["node_index"]) == (None, "Det", 1), error
+    assert error["code"] == "UNSUPPORTED_NODE", error
+    assert error["message"].startswith("UNSUPPORTED_NODE (parser error 8, in checkDet): "), error
+    line = cannot_build(spec, "fp32", {**report, "artifact": str(path)})
+    assert " at node #1 (unnamed, op Det): UNSUPPORTED_NODE (parser error 8, in checkDet)" in line, line
+    assert "'None'" not in line
+
+
 def test_a_file_the_parser_cannot_read_is_a_rejection_not_a_crash(tmp_path):
     from paritygate.backend.trt import aot
 

@@ -36,7 +36,7 @@ from paritygate.backend.trt import layers
 
 MODULE = "tensorrt_rtx"
 ENV = "POLYGRAPHY_USE_TENSORRT_RTX"
-BUILD = "aot-v2"  # part of the cache key: bump when the request or the report changes (v2: error.cannot_run)
+BUILD = "aot-v3"  # part of the cache key: bump when the request or the report changes (v3: error.cannot_run, error.code)
 TIMEOUT_S = 600  # one build; the bundled models build in 0.1-1.1 s each (docs/engine.md)
 TARGETS = "8.0, 8.6, 8.9, 12.x (the builder's default portable set)"
 
@@ -166,7 +166,8 @@ def _build(onnx_path, settings, plan):
         with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
             data = pg_trt.EngineBytesFromNetwork(network, config=config)()
     except Exception as err:  # noqa: BLE001 - Polygraphy raises PolygraphyException; the bindings their own
-        report["error"] = layers.parse_error(logger.errors, str(err))
+        codes = {int(v): k for k, v in trt.ErrorCode.__members__.items()}  # the parser's own names (8: UNSUPPORTED_NODE)
+        report["error"] = layers.parse_error(logger.errors, str(err), codes)
     else:
         Path(plan).write_bytes(bytes(data))
         report.update(built=True, plan=str(plan), bytes=Path(plan).stat().st_size)

@@ -75,8 +75,15 @@ def fused_groups(layers):
     return [layer["onnx_nodes"] for layer in kernels(layers) if len(layer["onnx_nodes"]) > 1]
 
 
-def parse_error(errors, exception_text):
-    """{"message", "node", "op", "node_index"} of a parse or build failure from what the builder logged."""
+_CODE = re.compile(r"^\[(?P<code>\d+)\] (?P<text>.*)$", re.DOTALL)  # "[8] false": the parser's ErrorCode, then its words
+_FUNCTION = re.compile(r"In function (?P<function>\w+):")  # "ERROR: onnxOpCheckers.cpp:1130 In function checkDet:"
+
+
+def parse_error(errors, exception_text, codes=None):
+    """{"message", "node", "op", "node_index", "code"} of a parse or build failure from what the builder logged.
+    ``codes``: the parser's ErrorCode number -> name (``trt.ErrorCode``, read where TensorRT is imported): the
+    last cause reads ``[8] false`` (In function checkDet), which becomes "UNSUPPORTED_NODE (parser error 8, in
+    checkDet): false". An unnamed node ("Node name:" empty) keeps its index and op, its name None."""
     node = op = index = None
     for text in errors:
         for pattern in (_PARSE, _IN_NODE):
@@ -89,8 +96,26 @@ def parse_error(errors, exception_text):
             node = named["name"].strip()
     causes = [t for t in errors if "ERROR:" in t or "Assertion failed" in t or "In node" in t] or errors
     message = " ".join(_last_line(t) for t in causes[-2:]) or exception_text
-    return {"message": message[:800], "node": node or None, "op": op, "node_index": index,
+    code = _CODE.match(message)
+    name = None
+    if code:
+        number = int(code["code"])
+        name = (codes or {}).get(number, f"parser error {number}")
+        function = next((f["function"] for t in causes[-2:] for f in [_FUNCTION.search(t)] if f), None)
+        where = f"parser error {number}" + (f", in {function}" if function else "")
+        message = f"{name} ({where}): {code['text']}" if name != where else f"{where}: {code['text']}"
+    return {"message": message[:800], "node": node or None, "op": op, "node_index": index, "code": name,
             "cannot_run": cannot_run([*errors, exception_text])}
+
+
+def where(error):
+    """Where a rejection happened, for its one line: " at node #1 'name' (op Det)", " at node #1 (unnamed, op Det)"
+    (an empty string when the builder named neither node nor op)."""
+    if not (error.get("node") or error.get("op")):
+        return ""
+    index = f"#{error['node_index']} " if error.get("node_index") is not None else ""
+    name = f"'{error['node']}' " if error.get("node") else ""
+    return f" at node {index}{name}({'unnamed, ' if not name else ''}op {error.get('op')})"
 
 
 # What a builder that could not run logs, as opposed to a parser or builder that rejected the network: TensorRT-RTX
