@@ -201,9 +201,10 @@ def _rows_all_zero(x):
 
 
 def test_corners_keep_a_row_the_config_declares_invalid_out():
-    """The low and zero corners set the mask to 0: its rows get their first element at 1 (a mask over [CLS])."""
+    """The low and zero corners set the mask to 0: its rows get their first element at 1 (a mask over [CLS]); the
+    boundary batch (just inside each bound) keeps its rows valid too."""
     corners = strategies.corner_feeds(MASKED)
-    assert len(corners) == 3
+    assert len(corners) == 4 and corners[3].sources[0].startswith("corner:inside")
     for feed in corners:
         assert _rows_all_zero(feed["mask"]) == 0, feed.sources
     low = corners[0]

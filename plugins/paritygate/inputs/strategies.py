@@ -235,7 +235,7 @@ def _inside_feeds(spec, dims, batch):
             up, down = inside_values(t)
             shape = t.with_batch(len(group), dims[name])
             values = np.array([down if side == "inside_high" else up for side in group], dtype=t.dtype)
-            feed[name] = np.broadcast_to(values.reshape(-1, *[1] * (len(shape) - 1)), shape).copy()
+            feed[name] = valid_rows(t, np.broadcast_to(values.reshape(-1, *[1] * (len(shape) - 1)), shape).copy())
         feeds_.append(Feed(feed, [f"corner:{side}" for side in group]))
     return feeds_
 
