@@ -4,6 +4,7 @@
 import re
 
 from paritygate.report.engine import markdown as engine_lines
+from paritygate.report.shadow import markdown as shadow_lines
 from paritygate.report.text import (
     by_severity,
     cause,
@@ -156,7 +157,8 @@ def render_markdown(data):
         lines.append(f"| {c.model} | {precision_label(c)} | {c.check} | {ICON[c.status]}"
                      f"{f' ({upstream})' if upstream else ''} | "
                      f"{_cell(_stat_cell(c))} | {_note(c)} |")
-    lines += _latency(checks) + engine_lines(checks) + _findings(data.get("findings")) + _reproducers(checks)
+    lines += (_latency(checks) + engine_lines(checks) + shadow_lines(checks) + _findings(data.get("findings"))
+              + _reproducers(checks))
     return "\n".join(lines) + "\n"
 
 

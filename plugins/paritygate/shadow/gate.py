@@ -73,6 +73,39 @@ def clopper_pearson(x, n, confidence=CONFIDENCE):
     return lower, upper
 
 
+def over_budget_p(x, n, budget):
+    """The one-sided exact p-value of "the rate is at most ``budget``" after x events in n trials:
+    P(X >= x | n, budget) = I_budget(x, n - x + 1). Below 1 - (1 + CONFIDENCE) / 2 (2.5%) exactly when the
+    Clopper-Pearson lower bound lies above the budget."""
+    if x <= 0:
+        return 1.0
+    if budget <= 0:
+        return 0.0
+    return min(1.0, max(0.0, betainc(x, n - x + 1, budget)))
+
+
+def holm(p_values, alpha=(1.0 - CONFIDENCE) / 2):
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially rejective multiple test procedure",
+    Scandinavian Journal of Statistics 6(2) 65-70): the family-wise error rate of rejecting every hypothesis whose
+    adjusted p-value is <= ``alpha`` is at most ``alpha``. Returns the adjusted p-values in the input's order."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [1.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def min_count(budget, confidence=CONFIDENCE):
+    """The fewest examples at which a rate with no event at all has its upper bound within ``budget``: below it
+    no count can pass the gate (None when none can: a budget of 0)."""
+    if budget >= 1:
+        return 1
+    if budget <= 0:
+        return None
+    return math.ceil(math.log((1.0 - confidence) / 2) / math.log1p(-budget) - 1e-9)
+
+
 def status(x, n, budget):
     """'pass' (upper <= budget), 'fail' (lower > budget) or 'inconclusive' (the interval holds the budget)."""
     lower, upper = clopper_pearson(x, n)

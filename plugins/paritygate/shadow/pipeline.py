@@ -35,9 +35,9 @@ from paritygate.beam.contract import (
 from paritygate.beam.pipeline import make_pipeline, worker_import_path
 from paritygate.beam.records import WriteRecords, read_records
 from paritygate.common.numerics import DEFAULT_NUMERICS
-from paritygate.shadow.combiners import ShadowStatsFn
+from paritygate.shadow.combiners import KeyCheckFn, OutsideFn, ShadowStatsFn
 from paritygate.shadow.example import judge_example
-from paritygate.shadow.read import DEAD, Layout, ReadFile, match
+from paritygate.shadow.read import DEAD, OUTSIDE, Layout, ReadFile, match
 
 PROGRESS_SECONDS = 5.0  # a progress line per worker process at most this often
 DEAD_SAMPLES = 5  # dead letters kept per category for the report (all of them go to the dead-letter files)
@@ -67,6 +67,9 @@ class Outcome:
     read: int = 0
     dead: Counter = field(default_factory=Counter)
     dead_samples: dict = field(default_factory=dict)  # category -> [(key, reason)]
+    outside: object = None  # combiners.OutsideTally of the records outside the declared range (None: none)
+    keys: tuple = None  # (records, repeated, sample keys) with a key feature
+    files: list = field(default_factory=list)  # the files read
     seconds: float = 0.0
 
 
@@ -149,12 +152,12 @@ class Progress(beam.DoFn):
         yield element
 
 
-def build(p, settings, output_names, handlers, folder):
+def build(p, settings, output_names, handlers, folder, files):
     """The pipeline's transforms on ``p``; every result goes to ``folder`` as records (beam.records.WriteRecords)."""
     spec = settings.spec
     layout = Layout.of(spec, settings.key_feature, settings.slice_feature)
-    read = (p | "Files" >> beam.Create(match(settings.data))
-            | "Read" >> beam.ParDo(ReadFile(layout, settings.fmt)).with_outputs(DEAD, main="good"))
+    read = (p | "Files" >> beam.Create(files)
+            | "Read" >> beam.ParDo(ReadFile(layout, settings.fmt)).with_outputs(DEAD, OUTSIDE, main="good"))
     good = read.good | "Read progress" >> beam.ParDo(Progress("read"))
     stream = good | "Element" >> beam.Map(lambda r: ((r[0], r[2], {}), element_of(spec, r[1])))
     for side, handler in handlers.items():
@@ -169,7 +172,12 @@ def build(p, settings, output_names, handlers, folder):
                | "Dead samples" >> beam.combiners.Sample.FixedSizePerKey(DEAD_SAMPLES)
                | "Dead record" >> beam.Map(lambda kv: ("dead", kv)),
                read.dead | "Dead kind" >> beam.Map(lambda d: d[0]) | "Dead count" >> beam.combiners.Count.PerElement()
-               | "Dead count record" >> beam.Map(lambda kv: ("dead_count", kv))]
+               | "Dead count record" >> beam.Map(lambda kv: ("dead_count", kv)),
+               read.outside | "Outside" >> beam.CombineGlobally(OutsideFn()).without_defaults()
+               | "Outside record" >> beam.Map(lambda t: ("outside", t))]
+    if settings.key_feature:
+        records.append(good | "Keys" >> beam.Map(lambda r: r[0]) | "Key check" >> beam.CombineGlobally(KeyCheckFn())
+                       | "Keys record" >> beam.Map(lambda t: ("keys", t)))
     if settings.dead_letter:
         _ = (read.dead | "Dead JSON" >> beam.Map(_dead_json)
              | "Dead letters" >> beam.io.WriteToText(settings.dead_letter, file_name_suffix=".jsonl"))
@@ -192,6 +200,9 @@ def output_folder(options):
     return tempfile.mkdtemp(prefix="paritygate-shadow-")
 
 
+LOCAL_RUNNER = "FnApiRunner"  # what --runner DirectRunner runs: Beam's DirectRunner would try Prism first
+
+
 def run(settings, output_names):
     """Run the pipeline; the Outcome. ``output_names``: the reference's output names (TfRunner.output_names)."""
     spec = settings.spec
@@ -200,20 +211,31 @@ def run(settings, output_names):
     for precision in settings.precisions:
         handlers[precision], served[precision] = candidate_handler(spec, precision, output_names, settings.numerics)
     folder = output_folder(settings.options)
+    files = match(settings.data)
     start = time.perf_counter()
+    runner = LOCAL_RUNNER if settings.runner == "DirectRunner" else settings.runner
     with worker_import_path(settings.workers):
-        p = make_pipeline(settings.runner, settings.options, settings.workers)
-        build(p, settings, output_names, handlers, folder)
+        p = make_pipeline(runner, settings.options, settings.workers)
+        build(p, settings, output_names, handlers, folder, files)
         p.run().wait_until_finish()
-    outcome = Outcome(settings, served, seconds=time.perf_counter() - start)
+    outcome = Outcome(settings, served, files=files, seconds=time.perf_counter() - start)
     for kind, value in read_records(folder):
-        if kind == "stats":
-            precision, acc = value
-            outcome.stats[precision] = outcome.stats[precision].merge(acc) if precision in outcome.stats else acc
-        elif kind == "read":
-            outcome.read += value
-        elif kind == "dead":
-            outcome.dead_samples.setdefault(value[0], []).extend(value[1])
-        elif kind == "dead_count":
-            outcome.dead[value[0]] += value[1]
+        collect(outcome, kind, value)
     return outcome
+
+
+def collect(outcome, kind, value):
+    """Fold one record the pipeline wrote into ``outcome``."""
+    if kind == "stats":
+        precision, acc = value
+        outcome.stats[precision] = outcome.stats[precision].merge(acc) if precision in outcome.stats else acc
+    elif kind == "read":
+        outcome.read += value
+    elif kind == "dead":
+        outcome.dead_samples.setdefault(value[0], []).extend(value[1])
+    elif kind == "dead_count":
+        outcome.dead[value[0]] += value[1]
+    elif kind == "outside":
+        outcome.outside = value if outcome.outside is None else outcome.outside.merge(value)
+    elif kind == "keys":
+        outcome.keys = value
