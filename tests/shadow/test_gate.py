@@ -56,3 +56,23 @@ def test_a_rate_on_the_budget_never_decides():
 def test_bad_counts_are_refused():
     with pytest.raises(ValueError, match="0 <= x <= n"):
         gate.clopper_pearson(3, 2)
+
+
+def test_the_p_value_decides_where_the_lower_bound_does():
+    """P(X >= x | n, budget) < 2.5% exactly when the Clopper-Pearson lower bound lies above the budget."""
+    for x, n in ((23, 985), (21, 985), (9, 985), (12, 985), (0, 100)):
+        assert (gate.over_budget_p(x, n, 0.01) < 0.025) == (gate.clopper_pearson(x, n)[0] > 0.01)
+    assert gate.over_budget_p(3, 20, 0.1) == pytest.approx(1 - binomial_cdf(2, 20, 0.1), rel=1e-12)
+
+
+def test_holm_adjusts_step_down_and_keeps_the_order():
+    # Holm (1979): sorted p 0.0002, 0.01, 0.3, 0.5 -> 4 x 0.0002, 3 x 0.01, max(0.03, 2 x 0.3), max(0.6, 0.5)
+    assert gate.holm([0.0002, 0.5, 0.01, 0.3]) == pytest.approx([0.0008, 0.6, 0.03, 0.6])
+    assert gate.holm([]) == []
+
+
+def test_min_count_is_where_no_event_can_pass():
+    for budget in (0.01, 0.001, 0.05):
+        n = gate.min_count(budget)
+        assert gate.status(0, n, budget) == "pass" and gate.status(0, n - 1, budget) == "inconclusive"
+    assert (gate.min_count(0.01), gate.min_count(0.001), gate.min_count(0.0)) == (368, 3688, None)

@@ -92,9 +92,9 @@ def markdown(checks):
     found = shadow_checks(checks)
     if not found:
         return []
-    lines = ["", "## Shadow traffic", "", "What decided each `paritygate shadow` check (docs/shadow.md): the message, "
-             "every gated rate with its exact 95% interval and Holm-adjusted p, the |error| quantiles, the worst "
-             "examples by key."]
+    lines = ["", "## Shadow traffic", "", ("What decided each `paritygate shadow` check (docs/shadow.md): the "
+                                           "message, every gated rate with its exact 95% interval and Holm-adjusted "
+                                           "p, the |error| quantiles, the worst examples by key.")]
     for c in found:
         lines += ["", f"### {md_text(c.model)} {md_text(c.precision or 'model-level')} {c.check}: {c.status}", "",
                   md_text(c.details.get("message") or "")]
@@ -110,8 +110,8 @@ def _md_parts(c):
         lines += ["", *_md_table(_head(c), [_cells(g) for g in rows[:ROWS_SHOWN]])]
         if len(rows) > ROWS_SHOWN:
             lines.append(f"\n{len(rows) - ROWS_SHOWN} more rows in parity-report.json")
-        lines += ["", f"Gated: {s.get('gated')} rate(s), each class or slice from {s.get('min_examples')} examples "
-                  f"({md_text(s.get('min_examples_source'))}); {md_text(s.get('correction'))}."]
+        lines += ["", (f"Gated: {s.get('gated')} rate(s), each class or slice from {s.get('min_examples')} examples "
+                       f"({md_text(s.get('min_examples_source'))}); {md_text(s.get('correction'))}.")]
     if s.get("outputs"):
         lines += ["", *_md_table(OUTPUT_HEAD, output_rows(c), code=(0, 7))]
     if s.get("worst") and c.check != "shadow_elementwise":
@@ -131,9 +131,9 @@ def html_section(checks):
     found = shadow_checks(checks)
     if not found:
         return ""
-    parts = ["<section id=shadow><h2>Shadow traffic</h2><p class=muted>What decided each paritygate shadow check: "
-             "every gated rate with its exact 95% interval and Holm-adjusted p, the |error| quantiles, the worst "
-             "examples by key.</p>"]
+    parts = [("<section id=shadow><h2>Shadow traffic</h2><p class=muted>What decided each paritygate shadow check: "
+              "every gated rate with its exact 95% interval and Holm-adjusted p, the |error| quantiles, the worst "
+              "examples by key.</p>")]
     for c in found:
         s = c.details["shadow"]
         parts.append(f"<h3>{html_text(c.model)} · {html_text(c.precision or 'model-level')} · {html_text(c.check)}: "
@@ -162,9 +162,9 @@ def terminal_lines(data):
     from paritygate.result import read_checks
 
     run = data.get("shadow") or {}
-    lines = [f"paritygate shadow: read {run.get('read')} examples, judged them in {num(run.get('pipeline_seconds'), '.1f')} s "
-             f"({run.get('examples_per_second')} examples/s, runner {one_line(run.get('runner'))}, "
-             f"{run.get('workers')} worker(s))"]
+    lines = [(f"paritygate shadow: read {run.get('read')} examples, judged them in "
+              f"{num(run.get('pipeline_seconds'), '.1f')} s ({run.get('examples_per_second')} examples/s, runner "
+              f"{one_line(run.get('runner'))}, {run.get('workers')} worker(s))")]
     for c in shadow_checks(read_checks(data["checks"])):
         lines.append(f"  {one_line(c.model)} {one_line(c.precision or 'model-level')} {c.check}: {c.status.upper()} "
                      f"{one_line(c.details.get('message') or '')}")

@@ -81,6 +81,12 @@ def outside_text(data):
             f"range: {'; '.join(parts)}")
 
 
+def _where(prefix):
+    if isinstance(prefix, str):
+        return f": {prefix}-*.jsonl"
+    return f": {', '.join(f'{p}-*.jsonl' for p in prefix if p)}" if prefix else ""
+
+
 def findings(model, data):
     """The findings of a summary: dead letters, traffic outside the declared range."""
     found = []
@@ -88,7 +94,8 @@ def findings(model, data):
         total = sum(data["dead_letters"].values())
         found.append({"kind": "shadow_dead_letters", "model": model, "precision": None, "check": DATA,
                       "details": {"summary": f"{total} record(s) could not be judged and went to the dead-letter "
-                                  f"output ({_counts(data['dead_letters'])})", "counts": data["dead_letters"],
+                                  f"output ({_counts(data['dead_letters'])})" + _where(data["dead_letter_files"]),
+                                  "counts": data["dead_letters"],
                                   "samples": data["dead_samples"], "dead_letter": data["dead_letter_files"]}})
     if data.get("outside"):
         out = data["outside"]

@@ -77,8 +77,8 @@ class Layout:
 
 
 def _kind(array):
-    return {"U": "text", "S": "bytes", "O": "objects (text, bytes or nested records)"}.get(array.dtype.kind,
-                                                                                          str(array.dtype))
+    return {"U": "text", "S": "bytes", "O": "objects (text, bytes or nested records)"}.get(
+        array.dtype.kind, f"{array.dtype} values")
 
 
 def checked(name, dims, dtype, values):
@@ -167,7 +167,7 @@ def _local(path):
 
 
 def _plain_path(path):
-    return path[len("file://"):] if path.startswith("file://") else path
+    return path.removeprefix("file://")
 
 
 @contextlib.contextmanager
@@ -182,7 +182,7 @@ def _local_tfrecord(path):
     fd, copy = tempfile.mkstemp(prefix="paritygate-shadow-", suffix=".tfrecord")
     try:
         with os.fdopen(fd, "wb") as out, contextlib.ExitStack() as stack:
-            raw = stack.enter_context(open(_plain_path(path), "rb") if local else
+            raw = stack.enter_context(open(_plain_path(path), "rb") if local else  # noqa: SIM115 - the stack closes it
                                       FileSystems.open(path, compression_type="uncompressed"))
             source = stack.enter_context(gzip.GzipFile(fileobj=raw)) if gz else raw
             written = 0
@@ -305,8 +305,8 @@ class ReadFile(beam.DoFn):
         except ImportError:
             raise  # the environment's fault, not the record's
         except Exception as err:  # noqa: BLE001 - a file that cannot be read at all is a dead letter, named
-            yield beam.pvalue.TaggedOutput(DEAD, ("unreadable", name, f"{path}: {type(err).__name__}: "
-                                                  f"{one_line(err)[:300]}"))
+            why = f"{path}: {type(err).__name__}: {one_line(err)[:300]}"
+            yield beam.pvalue.TaggedOutput(DEAD, ("unreadable", name, why))
 
 
 def match(pattern):

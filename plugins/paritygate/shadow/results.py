@@ -91,11 +91,13 @@ def elementwise_result(model, precision, outputs, tolerances, examples, worst=()
 
 
 def judged_result(model, precision, read, judged):
+    """``error`` when examples read were not judged, or none was (None when every example read was judged)."""
     unjudged = read - judged
-    if not unjudged:
+    if judged and not unjudged:
         return None
     message = (f"{model} {precision}: {unjudged} of {read} examples read were not judged (a handler returned no "
-               "result for them)")
+               "result for them)" if unjudged else
+               f"{model} {precision}: no example was judged: no verdict on the candidate (shadow_data says why)")
     return CheckResult(model, precision, JUDGED, "error", errors=[message],
                        details={"shadow": {"read": read, "judged": judged}, "message": message})
 

@@ -1,0 +1,141 @@
+"""Issue 39's class-conditional flippers, rebuilt on a five-class classifier (tests/shadow/classes.py) and gated
+through the real pipeline (Beam's FnApiRunner, the TF SavedModel reference, ONNX Runtime candidates):
+
+- the team's fp32 file flipping 23 of 985 class-2 decisions (overall 23/5000, within the 1% budget) fails
+  shadow_top1 on class 2, not only the elementwise check;
+- the team's int8 file flipping 21 of those near ties, inside int8's elementwise tolerance, fails shadow_top1
+  (it passed, exit 0, before);
+- controls do not fail: the int8 file over traffic whose near ties are spread 2 per class passes; a class that
+  cannot decide makes the check inconclusive, naming the class and the examples that would decide; tiny classes
+  are reported, not gated.
+"""
+
+import json
+
+import pytest
+
+from paritygate.cli.main import main
+from paritygate.shadow.pipeline import Settings, run
+from paritygate.shadow.results import FLIP_BUDGET, FLIP_SOURCE, precision_results
+from tests.shadow import classes
+
+pytestmark = [pytest.mark.tf, pytest.mark.onnx, pytest.mark.beam]
+
+ISSUE_COUNTS = [1004, 1004, 985, 1003, 1004]  # 5000 examples, class 2: 985
+ISSUE_TIES = {2: [classes.TIGHT] * 21 + [classes.LOOSE] * 2}  # fp32 flips all 23, int8 the 21 tight ones
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory):
+    """The reference, the team's fp32 and int8 files, their config and its ModelSpec."""
+    from paritygate.models.config import load_config
+
+    folder = tmp_path_factory.mktemp("classes")
+    ref = classes.save_classifier(folder / "reference")
+    fp32 = classes.candidate_onnx(folder / "team.onnx", classes.FP32_BIAS)
+    int8 = classes.candidate_onnx(folder / "team.int8.onnx", classes.INT8_BIAS, int8=True)
+    config = classes.write_config(folder, ref, fp32, int8)
+    return config, load_config(config)[0], folder
+
+
+@pytest.fixture(scope="module")
+def issue_outcome(team, tmp_path_factory):
+    _, spec, _ = team
+    pattern = classes.write_traffic(tmp_path_factory.mktemp("issue"), ISSUE_COUNTS, ISSUE_TIES)
+    return run(Settings(spec, ("fp32", "int8"), pattern, fmt="npz"), ["logits"])
+
+
+def verdicts(spec, outcome, precision, **kwargs):
+    return {r.check: r for r in precision_results(spec, precision, outcome.stats[precision], outcome.read,
+                                                  FLIP_BUDGET, FLIP_SOURCE, **kwargs)}
+
+
+def group(result, value):
+    return next(g for g in result.details["shadow"]["groups"] if g["value"] == value)
+
+
+def test_fp32_class_conditional_flipper_fails_shadow_top1(team, issue_outcome):
+    _, spec, _ = team
+    found = verdicts(spec, issue_outcome, "fp32")
+    top1 = found["shadow_top1"]
+    assert (top1.details["shadow"]["events"], top1.details["shadow"]["examples"]) == (23, 5000)
+    assert top1.details["shadow"]["overall_status"] == "pass"  # the overall rate alone would have passed
+    assert top1.status == "fail"
+    class2 = group(top1, 2)
+    assert (class2["examples"], class2["events"], class2["status"]) == (985, 23, "fail")
+    assert class2["lower"] == pytest.approx(0.0149, abs=5e-5) and class2["upper"] == pytest.approx(0.0348, abs=5e-5)
+    assert "class 2 23/985, 95% interval [0.0149, 0.0348] above the budget 0.01" in top1.failures[0]
+    assert all(group(top1, c)["status"] == "pass" for c in (0, 1, 3, 4))
+    assert found["shadow_elementwise"].status == "fail"
+
+
+def test_int8_near_ties_inside_its_tolerance_fail_shadow_top1(team, issue_outcome):
+    _, spec, _ = team
+    found = verdicts(spec, issue_outcome, "int8")
+    assert found["shadow_elementwise"].status == "pass"  # inside int8's atol 0.3: only the top-1 gate can see it
+    top1 = found["shadow_top1"]
+    assert group(top1, 2)["events"] == 21 and top1.status == "fail"
+    assert "Holm-adjusted p" in top1.details["message"] and "class 2 21/985" in top1.details["message"]
+
+
+def test_int8_near_ties_fail_the_command_with_the_interval_in_every_report(team, tmp_path, capsys):
+    config, _, _ = team
+    pattern = classes.write_traffic(tmp_path / "data", ISSUE_COUNTS, ISSUE_TIES, shards=2)
+    report = tmp_path / "report"
+    rc = main(["shadow", str(config), "--data", pattern, "--format", "npz", "--precisions", "int8", "--report",
+               str(report)])
+    assert rc == 1
+    out = capsys.readouterr().out
+    assert "shadow_top1: FAIL" in out and "class 2 21/985, 95% interval [0.0132, 0.0324]" in out
+    assert "class 2  985" in out  # the table's row
+    md, html = (report / "parity-report.md").read_text(), (report / "parity-report.html").read_text()
+    assert "(no message recorded)" not in md + html
+    assert "| class 2 | 985 | 21 | 0.0213 | \\[0.0132, 0.0324\\] |" in md
+    assert "<td>class 2</td><td>985</td><td>21</td>" in html and "top-1 flip rate per class and slice" in html
+    data = json.loads((report / "parity-report.json").read_text())
+    assert data["runtime"] == "onnxruntime" and {c["check"] for c in data["checks"]} == {
+        "shadow_data", "shadow_elementwise", "shadow_top1"}
+
+
+def test_controls_with_small_per_class_rates_do_not_fail(team, tmp_path):
+    """2 near ties in each of four classes of 1000 (0.2% each): the int8 file flips them all and passes, every
+    class's upper bound (0.0072) within 1%; 4 in one class (upper bound 0.0102) cannot decide: inconclusive,
+    naming the class and the examples that would decide."""
+    _, spec, _ = team
+    spread = {c: [classes.TIGHT] * 2 for c in (0, 1, 2, 4)}
+    outcome = run(Settings(spec, ("int8",), classes.write_traffic(tmp_path / "a", [1000] * 5, spread), fmt="npz"),
+                  ["logits"])
+    found = verdicts(spec, outcome, "int8")
+    assert outcome.stats["int8"].flips == 8 and found["shadow_top1"].status == "pass"
+    assert {g["status"] for g in found["shadow_top1"].details["shadow"]["groups"]} == {"pass"}
+
+    outcome = run(Settings(spec, ("int8",), classes.write_traffic(tmp_path / "b", [1000] * 5, {2: [classes.TIGHT] * 4}),
+                           fmt="npz"), ["logits"])
+    top1 = verdicts(spec, outcome, "int8")["shadow_top1"]
+    assert top1.status == "inconclusive" and group(top1, 2)["status"] == "inconclusive"
+    assert "class 2 4/1000, 95% interval [0.00109, 0.0102] holds the budget 0.01: about" in top1.details["message"]
+    assert group(top1, 2)["examples_to_decide"] > 1000
+
+
+def test_small_classes_are_reported_not_gated(team, issue_outcome):
+    """With --min-group-examples above every class, only the overall rate is gated: the class-2 flipper passes
+    on it, and class 2's row still shows its interval."""
+    _, spec, _ = team
+    top1 = verdicts(spec, issue_outcome, "int8", min_examples=2000)["shadow_top1"]
+    assert top1.status == "pass" and group(top1, 2)["status"] == "not gated"
+    assert group(top1, 2)["upper"] > 0.03 and "5 class(es)/slice(s) below 2000 examples" in top1.details["message"]
+
+
+def test_a_two_output_classifier_runs_unchanged(tmp_path, capsys):
+    """Keras's export names (output_0 logits, output_1 softmax, both [batch, 5]): ``run``'s rule judges both; shadow
+    judged outputs without their batch axis and stopped with a TaskSpecError."""
+    ref = classes.save_classifier(tmp_path / "reference", two_outputs=True)
+    cand = classes.candidate_onnx(tmp_path / "team.onnx", classes.FP32_BIAS, two_outputs=True)
+    config = classes.write_config(tmp_path, ref, cand)
+    pattern = classes.write_traffic(tmp_path / "data", [40] * 5, {2: [classes.TIGHT] * 3})
+    rc = main(["shadow", str(config), "--data", pattern, "--format", "npz", "--report", str(tmp_path / "r")])
+    out = capsys.readouterr()
+    assert "TaskSpecError" not in out.err and rc == 1
+    data = json.loads((tmp_path / "r" / "parity-report.json").read_text())
+    top1 = next(c for c in data["checks"] if c["check"] == "shadow_top1")
+    assert top1["details"]["shadow"]["events"] == 3  # the flips, counted once though both outputs flip
