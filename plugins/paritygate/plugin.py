@@ -77,6 +77,10 @@ def pytest_addoption(parser):
                          "float16 tensor rounded to FP16 where produced, ops computed in FP32 from FP16 values, as "
                          "a strongly typed engine does; docs/numerics.md) or ort (its own numerics, mostly FP32) "
                          f"(default: {DEFAULT_NUMERICS})")
+    group.addoption("--parity-max-infer-s", metavar="SECONDS", default=None,
+                    help="stop one inference call (any runtime: reference, candidate, Beam handler) after SECONDS: "
+                         "the check ends in error, a validation run in a problem line; also set by "
+                         "PARITYGATE_MAX_INFER_S (default: 600)")
     group.addoption("--parity-require-gpu", "--require-gpu", action="store_true", default=False, dest="require_gpu",
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT "
                          "(default: skip with the reason; --require-gpu is an alias)")
@@ -97,6 +101,11 @@ def pytest_configure(config):
         register_profiles()
     require_extras(config)
     try:
+        from paritygate.backend.deadline import configure, infer_limit_s
+
+        if config.getoption("parity_max_infer_s") is not None:
+            configure(config.getoption("parity_max_infer_s"))  # this process, its xdist workers and children
+        infer_limit_s()  # a PARITYGATE_MAX_INFER_S that is no number: one line now, not at the first inference
         options = config.stash[OPTIONS_KEY] = _options(config)
     except ValueError as err:
         raise pytest.UsageError(str(err)) from err

@@ -254,6 +254,24 @@ def _candidate(ctx, spec, v, reference_ok):
         v.problem("outputs" if "cannot pair outputs" in str(err) else "onnx", err)
         return
     v.checked.append("candidate inputs" + (" and outputs" if reference_ok else ""))
+    _returns_in_time(spec, v, runner)
+
+
+def _returns_in_time(spec, v, runner):
+    """One seeded batch-1 sample through the fp32 candidate: a graph that never returns (an ONNX Loop of 10**12
+    iterations passes onnx.checker and loads) is one line here, at the inference time limit (backend.deadline), not
+    a hung first check. Any other failure is the checks' to judge (a candidate failing on valid inputs fails)."""
+    from paritygate.backend.deadline import InferenceTimeout
+    from paritygate.inputs.sampling import sample_inputs
+
+    if not isinstance(runner, runtimes.MappedRunner):
+        runner = runtimes.MappedRunner(runner, runtimes.input_names(spec, runner))
+    try:
+        runner.infer(sample_inputs(spec, 1, np.random.default_rng(0)))
+    except InferenceTimeout as err:
+        v.problem("onnx", err)
+    except Exception:  # noqa: BLE001, S110 - judged by the checks, each with its own verdict
+        pass
 
 
 def _fp32_onnx_runner(ctx, spec, reference_ok):

@@ -49,9 +49,18 @@ class OnnxrtRunner(BaseRunner):
             raise RunnerError(f"{self.path}: ONNX Runtime cannot load the model: {str(err)[:400]}") from err
         self.output_names = [o.name for o in self._sess.get_outputs()]
 
-    def infer_impl(self, feed):
+    def infer_bounded(self, feed):
+        """In the caller's thread (latency measures the call itself): the watchdog stops a call past the limit
+        through ``RunOptions.terminate``, which ONNX Runtime checks between nodes and in every Loop iteration."""
+        from paritygate.backend.deadline import bounded
+
+        run_options = ort.RunOptions()
+        return bounded(lambda: self.infer_impl(feed, run_options), self.where(), in_thread=False,
+                       cancel=lambda: terminate(run_options))
+
+    def infer_impl(self, feed, run_options=None):
         try:
-            values = self._sess.run(None, feed)
+            values = self._sess.run(None, feed, run_options)
         except Exception as err:
             shapes = {k: (v.dtype.name, list(v.shape)) for k, v in feed.items()}
             raise CandidateFault(f"{self.path}: ONNX Runtime failed on inputs {shapes}: {str(err)[:400]}") from err
@@ -64,3 +73,10 @@ class OnnxrtRunner(BaseRunner):
 
     def deactivate_impl(self):
         self._sess = None
+
+
+def terminate(run_options):
+    """Stop the ONNX Runtime run that ``run_options`` drives (from another thread), without its error log line:
+    the caller's InferenceTimeout says what happened."""
+    run_options.log_severity_level = 4  # fatal only
+    run_options.terminate = True

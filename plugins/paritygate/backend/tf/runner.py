@@ -107,6 +107,27 @@ class TfRunner(BaseRunner):
             digest.update(np.ascontiguousarray(value).tobytes())
         return digest.hexdigest()
 
+    def infer_bounded(self, feed):
+        """A SavedModel signature or a traced Keras graph runs in the caller's thread (latency measures the call
+        itself) under a TensorFlow CancellationManager, which the watchdog cancels at the inference time limit
+        (TensorFlow checks it in every while-loop iteration); a TF1 session's run (or a TensorFlow without the
+        API) in a worker thread."""
+        try:
+            from tensorflow.python.eager import cancellation
+        except ImportError:
+            return super().infer_bounded(feed)
+        if getattr(self, "_session", None) is not None:
+            return super().infer_bounded(feed)
+        from paritygate.backend.deadline import bounded
+
+        manager = cancellation.CancellationManager()
+
+        def call():
+            with cancellation.CancellationManagerContext(manager):
+                return self.infer_impl(feed)
+
+        return bounded(call, self.where(), cancel=manager.start_cancel, in_thread=False)
+
     def infer_impl(self, feed):
         missing = set(self._inputs) - set(feed)
         if missing:
