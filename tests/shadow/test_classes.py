@@ -139,3 +139,39 @@ def test_a_two_output_classifier_runs_unchanged(tmp_path, capsys):
     data = json.loads((tmp_path / "r" / "parity-report.json").read_text())
     top1 = next(c for c in data["checks"] if c["check"] == "shadow_top1")
     assert top1["details"]["shadow"]["events"] == 3  # the flips, counted once though both outputs flip
+
+
+def test_traffic_outside_the_declared_range_is_a_finding_and_its_reproducers_replay(team, tmp_path, capsys):
+    """5 of 500 records hold logits above the declared range [-1, 1]: judged as recorded, counted with their share
+    in a finding, and the reproducer of one that flips replays (replay refused inputs outside the range before)."""
+    import numpy as np
+
+    config, _, _ = team
+    x, labels = classes.rows([100] * 5, {2: [classes.TIGHT] * 5})
+    ties = np.flatnonzero((labels == 2) & (x[:, 2] - x[:, 3] < 0.003))
+    x[ties, 2] += 0.5  # above 1.0: outside the declared range, and still a near tie
+    x[ties, 3] += 0.5
+    (tmp_path / "data").mkdir()
+    np.savez(tmp_path / "data" / "traffic.npz", x=x, label=labels)
+    rc = main(["shadow", str(config), "--data", str(tmp_path / "data" / "*.npz"), "--format", "npz", "--precisions",
+               "int8", "--report", str(tmp_path / "r")])
+    assert rc == 1  # 5/500 cannot bound the rate below 1%
+    data = json.loads((tmp_path / "r" / "parity-report.json").read_text())
+    finding = next(f for f in data["findings"] if f["kind"] == "shadow_outside_range")
+    assert finding["details"]["records"] == 5 and finding["details"]["share"] == pytest.approx(0.01)
+    assert "5 of 500 records judged (1.00%) hold values outside the declared range" in finding["details"]["summary"]
+    top1 = next(c for c in data["checks"] if c["check"] == "shadow_top1")
+    assert top1["details"]["shadow"]["events"] == 5
+    assert top1["status"] == "inconclusive"  # 5/500 sits on the 1% budget
+    repro = top1["details"]["reproducer"]["npz"]
+    capsys.readouterr()
+    assert main(["replay", repro]) == 1  # reproduced, not refused
+    assert "recorded outside its declared range" in capsys.readouterr().out
+
+
+def test_max_infer_s_must_be_a_positive_number(team, tmp_path, capsys):
+    config, _, _ = team
+    pattern = classes.write_traffic(tmp_path / "data", [10] * 5, {})
+    assert main(["shadow", str(config), "--data", pattern, "--format", "npz", "--max-infer-s", "0", "--report",
+                 str(tmp_path / "r")]) == 4
+    assert "--max-infer-s='0': expected a positive number of seconds" in capsys.readouterr().err

@@ -45,6 +45,9 @@ def add_parser(sub):
     shadow.add_argument("--worst", type=int, default=10, metavar="K", help="worst examples kept (default: %(default)s)")
     shadow.add_argument("--numerics", choices=NUMERICS, default=DEFAULT_NUMERICS, help="how ONNX Runtime computes "
                         "float16 artifacts, as --parity-numerics (default: %(default)s)")
+    shadow.add_argument("--max-infer-s", metavar="SECONDS", help="the longest one inference call of the suite's "
+                        "runners (reference, ONNX Runtime candidates) may run before the run stops with an error, as "
+                        "--parity-max-infer-s (default: PARITYGATE_MAX_INFER_S or 600)")
     return shadow
 
 
@@ -101,6 +104,10 @@ def main(args):
     from paritygate.models.config import ConfigError
 
     try:
+        if args.max_infer_s is not None:
+            from paritygate.backend.deadline import configure
+
+            configure(args.max_infer_s, "--max-infer-s")  # this process and its Beam worker processes
         spec = _spec(args)
         budget = _budget(args)
         settings = settings_of(args, spec)

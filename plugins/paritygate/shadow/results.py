@@ -137,7 +137,7 @@ def precision_results(spec, precision, stats, read, budget, source, ctx=None, mi
         results.append(detection_result(spec.name, precision, stats, budget, source, min_examples, worst))
     repro = next((w["reproducer"] for w in worst if w.get("reproducer")), None)
     for r in results:
-        if repro and r.status == "fail":
+        if repro and r.status in ("fail", "inconclusive"):  # a failing example stands behind either
             r.reproducer = repro
     return results + [r for r in [judged_result(spec.name, precision, read, stats.examples)] if r]
 
