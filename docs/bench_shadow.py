@@ -53,7 +53,7 @@ def bare(model, pattern):
     layout, n, start, batch = Layout.of(spec), 0, time.perf_counter(), []
     for path in match(pattern):
         for i, get in tfrecord_rows(path):
-            batch.append(element(layout, get, i)[1][name])
+            batch.append(element(layout, get, i)[1][name])  # the pipeline's own reader and checks
             if len(batch) == spec.max_batch:
                 x = np.stack(batch)
                 ref.infer({name: x}), cand.infer({cand_input: x})

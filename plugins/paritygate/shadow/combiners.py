@@ -1,5 +1,5 @@
 """Beam ``CombineFn``s of a shadow run: ``ShadowStatsFn`` folds the judged records of a precision into a
-``shadow.stats.ShadowStats``; ``KeyCheckFn`` counts the records whose key another record holds too (a key
+``shadow.stats.ShadowStats`` (``MergedStatsFn`` the ShadowStats of each bundle); ``KeyCheckFn`` counts the records whose key another record holds too (a key
 feature that is not unique). Imports apache_beam: import it on first use."""
 
 import hashlib
@@ -44,6 +44,13 @@ class ShadowStatsFn(Folding):
 
     def make(self):
         return ShadowStats(self.k)
+
+
+class MergedStatsFn(ShadowStatsFn):
+    """``beam.CombinePerKey(MergedStatsFn(k))`` over (precision, a bundle's ShadowStats) -> one ShadowStats."""
+
+    def add_input(self, acc, stats):
+        return acc.merge(stats)
 
 
 def key_digest(key):

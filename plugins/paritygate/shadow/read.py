@@ -33,7 +33,7 @@ from paritygate.shadow import tfrecord
 tf = lazy_import("tensorflow")
 
 FORMATS = ("tfrecord", "npz", "parquet")
-DEAD, OUTSIDE = "dead", "outside"
+DEAD, OUTSIDE, COUNT = "dead", "outside", "count"
 CATEGORIES = {  # dead-letter category -> what it means; the report counts every one of them
     "missing": "a feature an input (or the key feature) needs is absent",
     "dtype": "a feature holds text, bytes, nested records, or numbers its input's dtype cannot hold exactly",
@@ -276,16 +276,20 @@ def check_path(path, fmt):
 
 
 class ReadFile(beam.DoFn):
-    """A file path -> (key, feed, slice) elements; (category, key, reason) on ``dead``; (key, outside) on
-    ``outside`` for a record with values outside its input's declared range (judged as well)."""
+    """A file path -> ``emit(key, feed, slice)`` per good record; (category, key, reason) on ``dead``; (key,
+    outside) on ``outside`` for a record with values outside its input's declared range (judged as well); the
+    number of good records of the file on ``count``."""
 
     def __init__(self, layout, fmt):
         if fmt not in FORMATS:
             raise ValueError(f"--format {fmt!r}: expected one of {FORMATS}")
         self.layout, self.fmt = layout, fmt
 
+    def emit(self, key, feed, value):
+        return key, feed, value
+
     def process(self, path):
-        name = path.rsplit("/", 1)[-1]
+        name, good = path.rsplit("/", 1)[-1], 0
         try:
             check_path(path, self.fmt)
             for index, get in ROWS[self.fmt](path):
@@ -299,7 +303,8 @@ class ReadFile(beam.DoFn):
                     continue
                 if outside:
                     yield beam.pvalue.TaggedOutput(OUTSIDE, (key, outside))
-                yield key, feed, value
+                good += 1
+                yield self.emit(key, feed, value)
         except BadRecord as err:
             yield beam.pvalue.TaggedOutput(DEAD, (err.category, name, str(err)))
         except ImportError:
@@ -307,6 +312,7 @@ class ReadFile(beam.DoFn):
         except Exception as err:  # noqa: BLE001 - a file that cannot be read at all is a dead letter, named
             why = f"{path}: {type(err).__name__}: {one_line(err)[:300]}"
             yield beam.pvalue.TaggedOutput(DEAD, ("unreadable", name, why))
+        yield beam.pvalue.TaggedOutput(COUNT, good)
 
 
 def match(pattern):
