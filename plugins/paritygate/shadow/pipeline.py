@@ -37,9 +37,9 @@ from paritygate.beam.pipeline import make_pipeline, worker_import_path
 from paritygate.beam.records import WriteRecords, read_records
 from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.shadow.combiners import KeyCheckFn, MergedStatsFn, OutsideFn
-from paritygate.shadow.stats import ShadowStats
 from paritygate.shadow.example import judge_example
 from paritygate.shadow.read import COUNT, DEAD, OUTSIDE, Layout, ReadFile, match
+from paritygate.shadow.stats import ShadowStats
 
 PROGRESS_SECONDS = 5.0  # a progress line per worker process at most this often
 DEAD_SAMPLES = 5  # dead letters kept per category for the report (all of them go to the dead-letter files)
