@@ -7,11 +7,14 @@ running the same two models on the same examples, 1 vs 2 DirectRunner worker pro
 
 Model: the bundled mobilenet (or ``--model linear``, y = 5x: Beam's and the judging's cost per example); reference: its TF SavedModel (TFNumpyHandler); candidate: the suite's fp16 artifact
 under strict numerics (OnnxRuntimeHandler), batches of the config's max_batch. Each mode runs in its own process;
-peak RSS is the largest of that process and its workers (getrusage RUSAGE_CHILDREN). One JSON line per mode.
+peak RSS is the largest of that process and its workers (getrusage RUSAGE_CHILDREN: the largest so far, so run one
+mode per invocation to read a mode's own peak), with the 1-minute load average before and after. One JSON line per
+mode.
 """
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -76,7 +79,7 @@ def main():
         print(json.dumps({"n": n, "seconds": seconds}))
         return
     for mode in args.modes:
-        start = time.perf_counter()
+        start, load = time.perf_counter(), os.getloadavg()[0]
         if mode == "bare":
             cmd = [sys.executable, __file__, "--model", args.model, "--n", str(args.n), "--data", args.data,
                    "--child", "bare"]
@@ -88,8 +91,9 @@ def main():
         wall = time.perf_counter() - start
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         lines = [line for line in out.stdout.splitlines() if line.startswith(("{", "paritygate shadow: read"))]
-        print(json.dumps({"model": args.model, "mode": mode, "n": args.n, "wall_s": round(wall, 1), "peak_rss_mib_so_far": round(rss),
-                          "rc": out.returncode, "out": lines}), flush=True)
+        print(json.dumps({"model": args.model, "mode": mode, "n": args.n, "wall_s": round(wall, 1),
+                          "peak_rss_mib_so_far": round(rss), "load_before": round(load, 2),
+                          "load_after": round(os.getloadavg()[0], 2), "rc": out.returncode, "out": lines}), flush=True)
 
 
 if __name__ == "__main__":
