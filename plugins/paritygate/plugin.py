@@ -81,6 +81,9 @@ def pytest_addoption(parser):
                     help="stop one inference call (any runtime: reference, candidate, Beam handler) after SECONDS: "
                          "the check ends in error, a validation run in a problem line; also set by "
                          "PARITYGATE_MAX_INFER_S (default: 600)")
+    group.addoption("--parity-allow-unsafe-deserialization", action="store_true", default=False,
+                    help="load Keras files whose Lambda layers hold Python code (run when the file loads); only for "
+                         "a file you trust (default: such a file is refused before it loads)")
     group.addoption("--parity-require-gpu", "--require-gpu", action="store_true", default=False, dest="require_gpu",
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT "
                          "(default: skip with the reason; --require-gpu is an alias)")
@@ -106,6 +109,10 @@ def pytest_configure(config):
         if config.getoption("parity_max_infer_s") is not None:
             configure(config.getoption("parity_max_infer_s"))  # this process, its xdist workers and children
         infer_limit_s()  # a PARITYGATE_MAX_INFER_S that is no number: one line now, not at the first inference
+        if config.getoption("parity_allow_unsafe_deserialization"):
+            from paritygate.backend.tf.util import allow_unsafe_deserialization
+
+            allow_unsafe_deserialization()  # this process, its xdist workers and children
         options = config.stash[OPTIONS_KEY] = _options(config)
     except ValueError as err:
         raise pytest.UsageError(str(err)) from err
@@ -273,7 +280,10 @@ def pytest_report_teststatus(report, config):
 
 def pytest_sessionfinish(session, exitstatus):
     session.config.stash[OPTIONS_KEY].close()
-    fails = session.config.stash[SESSION_KEY].finish(workeroutput=getattr(session.config, "workeroutput", None))
+    interrupted = {"selected": len(getattr(session, "items", []))} if exitstatus == pytest.ExitCode.INTERRUPTED \
+        else None  # Ctrl-C (or pytest.exit): the report says INTERRUPTED, never a verdict on what did not run
+    fails = session.config.stash[SESSION_KEY].finish(workeroutput=getattr(session.config, "workeroutput", None),
+                                                     interrupted=interrupted)
     if fails and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # new failures or gating drift vs --parity-baseline
 
@@ -356,3 +366,5 @@ def parity_candidate_available(parity_options):
 
 def pytest_unconfigure(config):
     restore_importorskip(config)
+    if SESSION_KEY in config.stash:
+        config.stash[SESSION_KEY].release()  # the report folder, for the next run (an in-process one too)

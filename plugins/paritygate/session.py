@@ -34,6 +34,8 @@ class ParitySession:
         self.checks = []
         self.findings = []  # facts for the model owner that are no candidate verdict (e.g. reference_unstable)
         self.validation = None  # paritygate.judge.preflight's findings, once the pass ran (controller only)
+        self.interrupted = None  # {"selected": tests pytest had selected} when the run was interrupted (Ctrl-C)
+        self.replaces = None  # when the report in --parity-report's folder that this run replaces was written
         self.baseline = None  # report.baseline.Baseline: --parity-baseline and its gates, read by ``open`` (controller)
         self.baseline_section = None  # the report's "baseline" section, once the run is compared with it
         self.worker_cache_stats = {}
@@ -62,9 +64,47 @@ class ParitySession:
         try:
             if options.report_dir is not None:
                 self.check_report_dir()
+                if not options.is_xdist_worker:
+                    self._claim_report_dir()
         except OSError as err:
             return str(err)
         return None
+
+    def _claim_report_dir(self):
+        """One run at a time writes into a report folder: a second run into it while this one runs is refused
+        (their reports and reproducers would mix); a run after it replaces its report, and says so (``replaces``).
+        The claim is an exclusive lock on DIR/.paritygate-run.lock, let go when this process ends."""
+        folder = self.options.report_dir
+        earlier = folder / "parity-report.json"
+        if os.path.isfile(earlier) and not os.path.islink(earlier):
+            self.replaces = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(earlier).st_mtime))
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks; runs into one folder are the caller's to keep apart
+            return
+        path = folder / ".paritygate-run.lock"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, 0o644)
+        except OSError as err:  # a link planted there (never followed), a folder of that name
+            raise OSError(f"--parity-report={folder}: cannot claim the folder for this run: {path.name}: "
+                          f"{err.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise OSError(f"--parity-report={folder}: another paritygate run ({holder}) is writing its report into "
+                          "this folder; give each run its own --parity-report folder (runs in turn replace the "
+                          "report, with a notice)") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        self._lock = fd  # held until ``release`` (pytest_unconfigure) or the process ends
+
+    def release(self):
+        """Let go of the report folder (``_claim_report_dir``): the run is over."""
+        fd, self._lock = getattr(self, "_lock", None), None
+        if fd is not None:
+            os.close(fd)
 
     def refuse(self, problem):
         """A run stopped before pytest started on it: the report, when one was asked for and its folder can be
@@ -201,11 +241,13 @@ class ParitySession:
         seconds = {k: round(s + self.worker_time.get(k, 0.0), 3) for k, s in self._since_start("time").items()}
         return {**seconds, "wall": round(time.perf_counter() - self.started, 3), "processes": 1 + self.workers}
 
-    def finish(self, workeroutput=None):
+    def finish(self, workeroutput=None, interrupted=None):
         """An xdist worker hands its checks to the controller (``workeroutput``); the controller compares the run
         with its ``baseline`` unless the validation pass stopped it, and writes the report when
-        ``--parity-report`` names a folder. Returns whether the comparison fails the run (new failures or gating
+        ``--parity-report`` names a folder (``interrupted``: {"selected": N} for a run pytest stopped on Ctrl-C,
+        whose report then says INTERRUPTED). Returns whether the comparison fails the run (new failures or gating
         drift: ``report.baseline.run_fails_reasons``)."""
+        self.interrupted = interrupted
         if workeroutput is not None:
             self._hand_over(workeroutput)
             return False

@@ -20,8 +20,12 @@ import unicodedata
 from urllib.parse import urlsplit
 
 _ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")  # CSI, OSC and 2-byte escapes
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#!|~&$])")  # punctuation that opens Markdown (or GitHub's math) anywhere
-_MD_LEAD = re.compile(r"^(\d{1,9})([.)])(?= |$)|^()([-+=])")  # a line's start: a numbered or bulleted item, an underline
+# punctuation that opens Markdown (or GitHub's math) anywhere; "_" only where it can: not between two letters or
+# digits (CommonMark: an intraword "_" neither opens nor closes emphasis), so matches_reference stays as it is
+_MD_SPECIAL = re.compile(r"[\\`*\[\]<>#!|~&$]|(?<![^\W_])_|_(?![^\W_])")
+# a line's start that opens a block: "1. " / "1) " (numbered item), "- " / "+ " (bullet), "---" / "===" (a rule or
+# an underline); "-0.5" opens none
+_MD_LEAD = re.compile(r"^(?:\d{1,9}(?P<num>[.)])(?= |$)|(?P<bullet>[-+])(?= |$)|(?P<rule>[-=])(?=[-= ]*$))")
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 SAFE_SCHEMES = ("http", "https")
 
@@ -36,7 +40,12 @@ def one_line(value):
 def md_text(value):
     """Markdown text of ``value`` on one line: Markdown's metacharacters backslash-escaped, so that it is shown
     as written and opens no heading, emphasis, link, code span, HTML, entity or table column."""
-    return _MD_LEAD.sub(lambda m: f"{m[1] or ''}\\{m[2] or m[4]}", _MD_SPECIAL.sub(r"\\\1", one_line(value)))
+    text = _MD_SPECIAL.sub(lambda m: "\\" + m[0], one_line(value))
+    lead = _MD_LEAD.match(text)
+    if lead:
+        at = lead.end() - 1  # the marker is the match's last character
+        text = f"{text[:at]}\\{text[at:]}"
+    return text
 
 
 def md_code(value, cell=False):

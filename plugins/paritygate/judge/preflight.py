@@ -34,6 +34,7 @@ import numpy as np
 from paritygate.backend import runtimes
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
+from paritygate.common.escape import one_line
 from paritygate.common.memo import Memo, ModelKey
 from paritygate.judge import declared
 from paritygate.lazy import available, missing_reason
@@ -56,7 +57,7 @@ class ModelValidation:
 
     def problem(self, key, err):
         """One line: the config file, the model, the key (None: a data file the message names) and ``err``."""
-        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        text = one_line(err)  # one line, no ANSI colour codes of a tool's message
         if text.startswith(f"{self.spec.source}: model "):
             self.problems.append(text)
         else:

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from paritygate.files import present, read_text
-from paritygate.models.config import BUNDLED_CONFIG, ConfigError, tomllib
+from paritygate.models.config import BUNDLED_CONFIG, ConfigError, parse_toml
 from paritygate.verdict import UPSTREAM_DEFECT_ATTR
 
 BUNDLED_EXPECTATIONS = BUNDLED_CONFIG.parent / "expectations.toml"
@@ -51,8 +51,8 @@ def read_expectations(path):
     path = Path(path)
     text = read_text(path, "expectations", "config", ExpectationError)
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
+        doc = parse_toml(text)
+    except ValueError as err:
         raise ExpectationError(f"{path}: cannot read expectations: not valid TOML: {err}") from err
     unknown_tables = sorted(set(doc) - set(SCHEMA))
     if unknown_tables:

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+from paritygate.files import write_file
 from paritygate.report.html import render_html
 from paritygate.report.markdown import render_markdown
 
@@ -13,16 +14,24 @@ def report_dict(session):
     """The report of a run: the recorder's (``paritygate.session``) checks, findings and counters, with the run's
     options (``session.options``) and environment."""
     options = session.options
-    return report_data(session.checks, session.findings, options.context, config=options.config_path,
+    data = report_data(session.checks, session.findings, options.context, config=options.config_path,
                        device_class=options.device_class, time=session.time_spent(),
                        artifact_cache=session.cache_stats(), reference_cache=session.reference_cache_stats(),
                        validation=session.validation, baseline=session.baseline_section)
+    if session.interrupted is not None:
+        data["status"] = "interrupted"
+        data["interrupted"] = {"selected": session.interrupted["selected"], "recorded": len(data["checks"]),
+                               "reason": "interrupted (Ctrl-C) before every selected test ran: no verdict"}
+    elif (session.validation or {}).get("problems"):
+        data["status"] = "stopped"
+    return data
 
 
 def report_data(checks, findings, context, config, device_class, time, **sections):
     """The one report dict (schema 1) of any run: its CheckResults (settled, ordered), the findings, the candidate
-    runtime and numerics of ``context`` (a ``context.RunContext``), its environment; ``sections`` add keys (a
-    baseline that is None is left out). ``pytest`` runs (``report_dict``) and ``paritygate shadow`` both write it."""
+    runtime and numerics of ``context`` (a ``context.RunContext``), its environment, ``status`` "complete";
+    ``sections`` add keys (a baseline that is None is left out). ``pytest`` runs (``report_dict``) and
+    ``paritygate shadow`` both write it."""
     data = {"schema": SCHEMA, "environment": context.versions(), "runtime": context.runtime,
             "numerics": context.numerics, "config": str(config), "device_class": device_class}
     data.update({k: v for k, v in sections.items() if k != "baseline"})
@@ -31,6 +40,7 @@ def report_data(checks, findings, context, config, device_class, time, **section
     data["findings"] = sorted(findings, key=lambda f: (f["kind"], f["model"], f["precision"] or "", f["check"]))
     if sections.get("baseline") is not None:
         data["baseline"] = sections["baseline"]
+    data["status"] = "complete"
     return data
 
 
@@ -39,11 +49,18 @@ def write_report(session, folder, data=None):
     return write_data(report_dict(session) if data is None else data, folder)
 
 
-def write_data(data, folder):
-    """Write a report dict as parity-report.json, .md and .html into ``folder``."""
+FILES = ("parity-report.json", "parity-report.md", "parity-report.html")
+
+
+def write_data(data, folder, names=FILES):
+    """The one writer of report files: ``data`` (a report dict) as ``names`` (of ``FILES``) in ``folder``, each
+    rendered first, then written through a temporary file and ``os.replace`` (``paritygate.files.write_file``): a
+    symlink planted at a report's name is replaced, its target never written. OSError names the file."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "parity-report.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
-    (folder / "parity-report.md").write_text(render_markdown(data))
-    (folder / "parity-report.html").write_text(render_html(data))
+    render = {"parity-report.json": lambda: json.dumps(data, indent=1, allow_nan=False) + "\n",
+              "parity-report.md": lambda: render_markdown(data), "parity-report.html": lambda: render_html(data)}
+    texts = {name: render[name]() for name in names}  # all rendered before any is written
+    for name, text in texts.items():
+        write_file(folder / name, text, "the report")
     return folder

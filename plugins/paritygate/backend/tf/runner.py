@@ -12,6 +12,7 @@ import numpy as np
 
 from paritygate.backend.base import BaseRunner, RunnerError
 from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras, keras_name, load_keras, output_names
+from paritygate.common.escape import one_line
 from paritygate.lazy import lazy_import
 
 tf = lazy_import("tensorflow")
@@ -92,7 +93,14 @@ class TfRunner(BaseRunner):
     def _load_keras(self):
         key = (str(self.path.resolve()), *_stat(self.path), keras_name(self.path))
         if key not in _KERAS:
-            _KERAS[key] = _keras_state(self.path)
+            try:
+                _KERAS[key] = _keras_state(self.path)
+            except RunnerError:
+                raise
+            except Exception as err:
+                # name that is no valid TensorFlow scope name); Keras's message carries ANSI colour codes
+                raise RunnerError(f"{self.path}: TensorFlow cannot trace the Keras model ({keras_name(self.path)}): "
+                                  f"{one_line(err)[:400]}") from err
         self._inputs, names, self._variables, self._fn = _KERAS[key]
         self.output_names = list(names)
 
