@@ -43,8 +43,16 @@ def test_shadow_writes_a_report_that_merges(bundled_config, tmp_path, capsys):
     merged = json.loads((tmp_path / "merged" / "parity-report.json").read_text())
     assert {(c["precision"], c["check"]) for c in merged["checks"]} == {(None, "shadow_data")} | {
         (p, c) for p in ("fp16", "fp32") for c in ("shadow_elementwise", "shadow_top1")}
-    # one report given twice: its records would count twice
-    assert main(["report", *[str(reports[0] / "parity-report.json")] * 2, "--out", str(tmp_path / "twice")]) == 4
+    # another run over the same file at the same precision (here: its report with fewer worst examples kept):
+    # its records would count twice
+    again = json.loads((reports[0] / "parity-report.json").read_text())
+    for c in again["checks"]:
+        (c["details"].get("shadow") or {}).get("worst", [None]).pop()
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "parity-report.json").write_text(json.dumps(again))
+    capsys.readouterr()
+    assert main(["report", str(reports[0] / "parity-report.json"), str(tmp_path / "copy" / "parity-report.json"),
+                 "--out", str(tmp_path / "twice")]) == 4
     assert "was read by" in capsys.readouterr().err
 
 
