@@ -27,6 +27,7 @@ class QuantileSketch:
     """Log-bucketed histogram of non-negative values: bucket i holds (gamma^(i-1), gamma^i]; zero apart."""
 
     gamma = (1 + SKETCH_ACCURACY) / (1 - SKETCH_ACCURACY)
+    log_gamma = math.log(gamma)
 
     def __init__(self):
         self.buckets, self.zeros, self.count, self.max, self.max_key = Counter(), 0, 0, -math.inf, None
@@ -36,7 +37,7 @@ class QuantileSketch:
         if not value > 0:  # 0, and NaN errors (counted as non-finite elsewhere)
             self.zeros += 1
         else:
-            self.buckets[math.ceil(math.log(value) / math.log(self.gamma))] += 1
+            self.buckets[math.ceil(math.log(value) / self.log_gamma)] += 1
         if value > self.max or self.max_key is None:
             self.max, self.max_key = value, key
 
