@@ -39,10 +39,26 @@ def team(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def issue_outcome(team, tmp_path_factory):
-    _, spec, _ = team
-    pattern = classes.write_traffic(tmp_path_factory.mktemp("issue"), ISSUE_COUNTS, ISSUE_TIES)
-    return run(Settings(spec, ("fp32", "int8"), pattern, fmt="npz"), ["logits"])
+def issue_report(team, tmp_path_factory):
+    """``paritygate shadow`` over the issue's 5000 examples (two shards), both team files: (exit status, stdout,
+    report folder)."""
+    import contextlib
+    import io
+
+    config, _, _ = team
+    folder = tmp_path_factory.mktemp("issue")
+    pattern = classes.write_traffic(folder / "data", ISSUE_COUNTS, ISSUE_TIES, shards=2)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["shadow", str(config), "--data", pattern, "--format", "npz", "--report", str(folder / "report")])
+    return rc, out.getvalue(), folder / "report"
+
+
+def checks_of(report):
+    from paritygate.result import read_checks
+
+    data = json.loads((report / "parity-report.json").read_text())
+    return {(c.precision, c.check): c for c in read_checks(data["checks"])}
 
 
 def verdicts(spec, outcome, precision, **kwargs):
@@ -54,10 +70,9 @@ def group(result, value):
     return next(g for g in result.details["shadow"]["groups"] if g["value"] == value)
 
 
-def test_fp32_class_conditional_flipper_fails_shadow_top1(team, issue_outcome):
-    _, spec, _ = team
-    found = verdicts(spec, issue_outcome, "fp32")
-    top1 = found["shadow_top1"]
+def test_fp32_class_conditional_flipper_fails_shadow_top1(issue_report):
+    found = checks_of(issue_report[2])
+    top1 = found["fp32", "shadow_top1"]
     assert (top1.details["shadow"]["events"], top1.details["shadow"]["examples"]) == (23, 5000)
     assert top1.details["shadow"]["overall_status"] == "pass"  # the overall rate alone would have passed
     assert top1.status == "fail"
@@ -66,27 +81,21 @@ def test_fp32_class_conditional_flipper_fails_shadow_top1(team, issue_outcome):
     assert class2["lower"] == pytest.approx(0.0149, abs=5e-5) and class2["upper"] == pytest.approx(0.0348, abs=5e-5)
     assert "class 2 23/985, 95% interval [0.0149, 0.0348] above the budget 0.01" in top1.failures[0]
     assert all(group(top1, c)["status"] == "pass" for c in (0, 1, 3, 4))
-    assert found["shadow_elementwise"].status == "fail"
+    assert found["fp32", "shadow_elementwise"].status == "fail"
 
 
-def test_int8_near_ties_inside_its_tolerance_fail_shadow_top1(team, issue_outcome):
-    _, spec, _ = team
-    found = verdicts(spec, issue_outcome, "int8")
-    assert found["shadow_elementwise"].status == "pass"  # inside int8's atol 0.3: only the top-1 gate can see it
-    top1 = found["shadow_top1"]
+def test_int8_near_ties_inside_its_tolerance_fail_shadow_top1(issue_report):
+    found = checks_of(issue_report[2])
+    assert found["int8", "shadow_elementwise"].status == "pass"  # inside int8's atol 0.3: only top-1 can see it
+    top1 = found["int8", "shadow_top1"]
     assert group(top1, 2)["events"] == 21 and top1.status == "fail"
     assert "Holm-adjusted p" in top1.details["message"] and "class 2 21/985" in top1.details["message"]
 
 
-def test_int8_near_ties_fail_the_command_with_the_interval_in_every_report(team, tmp_path, capsys):
-    config, _, _ = team
-    pattern = classes.write_traffic(tmp_path / "data", ISSUE_COUNTS, ISSUE_TIES, shards=2)
-    report = tmp_path / "report"
-    rc = main(["shadow", str(config), "--data", pattern, "--format", "npz", "--precisions", "int8", "--report",
-               str(report)])
-    assert rc == 1
-    out = capsys.readouterr().out
-    assert "shadow_top1: FAIL" in out and "class 2 21/985, 95% interval [0.0132, 0.0324]" in out
+def test_the_command_fails_with_the_interval_in_every_report(issue_report):
+    rc, out, report = issue_report
+    assert rc == 1  # the int8 file's case exited 0 before
+    assert "int8 shadow_top1: FAIL" in out and "class 2 21/985, 95% interval [0.0132, 0.0324]" in out
     assert "class 2  985" in out  # the table's row
     md, html = (report / "parity-report.md").read_text(), (report / "parity-report.html").read_text()
     assert "(no message recorded)" not in md + html
@@ -95,6 +104,18 @@ def test_int8_near_ties_fail_the_command_with_the_interval_in_every_report(team,
     data = json.loads((report / "parity-report.json").read_text())
     assert data["runtime"] == "onnxruntime" and {c["check"] for c in data["checks"]} == {
         "shadow_data", "shadow_elementwise", "shadow_top1"}
+
+
+def test_small_classes_are_reported_not_gated(issue_report):
+    """With a minimum count above every class (--min-group-examples 2000), only the overall rate is gated: the
+    class-2 flipper passes on it, and class 2's row still shows its interval."""
+    from paritygate.shadow.rates import gate_rates
+
+    s = checks_of(issue_report[2])["int8", "shadow_top1"].details["shadow"]
+    record = gate_rates(s["what"], s["events"], s["examples"], s["groups"], s["budget"], s["budget_source"], 2000)
+    class2 = next(g for g in record["groups"] if g["value"] == 2)
+    assert record["status"] == "pass" and class2["status"] == "not gated" and class2["upper"] > 0.03
+    assert "5 class(es)/slice(s) below 2000 examples" in record["message"]
 
 
 def test_controls_with_small_per_class_rates_do_not_fail(team, tmp_path):
@@ -115,15 +136,6 @@ def test_controls_with_small_per_class_rates_do_not_fail(team, tmp_path):
     assert top1.status == "inconclusive" and group(top1, 2)["status"] == "inconclusive"
     assert "class 2 4/1000, 95% interval [0.00109, 0.0102] holds the budget 0.01: about" in top1.details["message"]
     assert group(top1, 2)["examples_to_decide"] > 1000
-
-
-def test_small_classes_are_reported_not_gated(team, issue_outcome):
-    """With --min-group-examples above every class, only the overall rate is gated: the class-2 flipper passes
-    on it, and class 2's row still shows its interval."""
-    _, spec, _ = team
-    top1 = verdicts(spec, issue_outcome, "int8", min_examples=2000)["shadow_top1"]
-    assert top1.status == "pass" and group(top1, 2)["status"] == "not gated"
-    assert group(top1, 2)["upper"] > 0.03 and "5 class(es)/slice(s) below 2000 examples" in top1.details["message"]
 
 
 def test_a_two_output_classifier_runs_unchanged(tmp_path, capsys):
