@@ -149,6 +149,7 @@ def _run(settings, budget, min_examples, report):
     run_info = {"data": settings.data, "format": settings.fmt, "runner": settings.runner,
                 "options": list(settings.options), "workers": settings.workers, "read": outcome.read,
                 "handlers": outcome.handlers, "pipeline_seconds": round(outcome.seconds, 3),
+                "build_seconds": round(outcome.build_seconds, 3),
                 "examples_per_second": round(outcome.read / outcome.seconds, 1) if outcome.seconds else None}
     data = report_data(checks, [f for c in checks for f in c.findings], ctx, config=spec.source, device_class=None,
                        time={"wall": round(time.time() - started, 3)}, shadow=run_info)

@@ -72,7 +72,8 @@ class Outcome:
     outside: object = None  # combiners.OutsideTally of the records outside the declared range (None: none)
     keys: tuple = None  # (records, repeated, sample keys) with a key feature
     files: list = field(default_factory=list)  # the files read
-    seconds: float = 0.0
+    seconds: float = 0.0  # run().wait_until_finish(): loading the models in the workers, reading, judging
+    build_seconds: float = 0.0  # constructing the pipeline's graph before it runs
 
 
 def reference_handler(spec):
@@ -235,13 +236,15 @@ def run(settings, output_names):
         handlers[precision], served[precision] = candidate_handler(spec, precision, output_names, settings.numerics)
     folder = output_folder(settings.options)
     files = match(settings.data)
-    start = time.perf_counter()
     runner = LOCAL_RUNNER if settings.runner == "DirectRunner" else settings.runner
     with worker_import_path(settings.workers):
+        building = time.perf_counter()
         p = make_pipeline(runner, settings.options, settings.workers)
         build(p, settings, output_names, handlers, folder, files)
+        start = time.perf_counter()  # the pipeline's own time: its workers loading the models, then every record
         p.run().wait_until_finish()
-    outcome = Outcome(settings, served, files=files, seconds=time.perf_counter() - start)
+    outcome = Outcome(settings, served, files=files, seconds=time.perf_counter() - start,
+                      build_seconds=start - building)
     for kind, value in read_records(folder):
         collect(outcome, kind, value)
     return outcome
