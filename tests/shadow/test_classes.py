@@ -187,3 +187,19 @@ def test_max_infer_s_must_be_a_positive_number(team, tmp_path, capsys):
     assert main(["shadow", str(config), "--data", pattern, "--format", "npz", "--max-infer-s", "0", "--report",
                  str(tmp_path / "r")]) == 4
     assert "--max-infer-s='0': expected a positive number of seconds" in capsys.readouterr().err
+
+
+def test_a_task_output_run_refuses_is_refused_with_the_same_words(tmp_path, capsys):
+    """The output the task judges is picked by comparator.task.classification_outputs, run's own rule: a config
+    naming an output the reference lacks stops shadow with run's message, as a usage error (exit 4)."""
+    from paritygate.comparator.task import TaskSpecError, classification_outputs
+    from paritygate.models.config import load_config
+
+    ref = classes.save_classifier(tmp_path / "reference")
+    cand = classes.candidate_onnx(tmp_path / "team.onnx", 0.0)
+    config = classes.write_config(tmp_path, ref, cand, extra='task_output = "probs"')
+    pattern = classes.write_traffic(tmp_path / "data", [4] * 5, {})
+    rc = main(["shadow", str(config), "--data", pattern, "--format", "npz", "--report", str(tmp_path / "r")])
+    with pytest.raises(TaskSpecError) as run_words:
+        classification_outputs(load_config(config)[0], {"logits": None})
+    assert rc == 4 and capsys.readouterr().err.strip() == f"paritygate shadow: error: {run_words.value}"
