@@ -98,5 +98,8 @@ def test_detector_is_gated_on_missed_detections(tmp_path):
     detection = found["fp16", "shadow_detection"].details["shadow"]
     total, matched = outcome.stats["fp16"].detection
     assert total > 0 and detection["examples"] == total and detection["events"] == total - matched
+    per_class = [g for g in detection["groups"] if g["kind"] == "class"]  # by the reference detection's class
+    assert per_class and sum(g["examples"] for g in per_class) == total
+    assert sum(g["events"] for g in per_class) == total - matched
     assert found["fp16", "shadow_detection"].status == status(total - matched, total, FLIP_BUDGET)
     assert ("fp16", "shadow_top1") not in found
