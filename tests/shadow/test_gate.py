@@ -40,13 +40,12 @@ def test_status_gates_on_the_interval_not_the_point_estimate():
     assert gate.status(0, 200, 0.001) == "inconclusive"  # point estimate 0 < budget, yet not a pass
 
 
-def test_inconclusive_says_how_many_examples_would_decide():
-    out = gate.gate_rate(1, 200, 0.001, "top-1 flip rate", "test")
-    need = out["examples_to_decide"]
-    assert out["status"] == "inconclusive" and need > 200
-    assert gate.status(round(0.005 * need), need, 0.001) == "fail"
+def test_examples_to_decide_is_where_the_observed_rate_decides():
+    need = gate.examples_to_decide(1, 200, 0.001)
+    assert need > 200 and gate.status(round(0.005 * need), need, 0.001) == "fail"
     assert gate.status(round(0.005 * need * 0.9), int(need * 0.9), 0.001) == "inconclusive"
-    assert f"about {need - 200} more examples" in out["message"]
+    # a stricter level for a fail (a corrected one) needs more examples
+    assert gate.examples_to_decide(1, 200, 0.001, alpha=0.025 / 20) > need
 
 
 def test_a_rate_on_the_budget_never_decides():

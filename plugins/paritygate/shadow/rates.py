@@ -23,7 +23,15 @@ inconclusive; its examples still count in the overall rate, which is always gate
 
 import math
 
-from paritygate.shadow.gate import CONFIDENCE, CONFIDENCE_SOURCE, clopper_pearson, holm, min_count, over_budget_p
+from paritygate.shadow.gate import (
+    CONFIDENCE,
+    CONFIDENCE_SOURCE,
+    clopper_pearson,
+    examples_to_decide,
+    holm,
+    min_count,
+    over_budget_p,
+)
 from paritygate.shadow.stats import OTHER_SLICE
 
 ALPHA = (1.0 - CONFIDENCE) / 2  # one-sided: the level of the interval's lower bound
@@ -37,29 +45,6 @@ def label(member):
     if member["kind"] == "overall":
         return "overall"
     return f"{member['kind']} {member['value']!r}" if member["kind"] == "slice" else f"class {member['value']}"
-
-
-def _decides(x, n, budget, alpha):
-    """The fewest examples at which the observed rate x/n would decide (upper bound within the budget, or the
-    exact p-value at most ``alpha``); None when it sits on the budget (not within 10^10 examples)."""
-    rate = x / n
-
-    def decided(m):
-        events = round(rate * m)
-        return clopper_pearson(events, m)[1] <= budget or over_budget_p(events, m, budget) <= alpha
-
-    if decided(n):
-        return n
-    hi = n
-    while not decided(hi):
-        hi *= 2
-        if hi > 10**10:
-            return None
-    lo = hi // 2
-    while hi - lo > max(1, hi // 1000):  # to 0.1%: an estimate at the observed rate anyway
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if decided(mid) else (mid, hi)
-    return hi
 
 
 def gate_rates(what, events, examples, groups, budget, source, min_examples=None):
@@ -80,7 +65,7 @@ def gate_rates(what, events, examples, groups, budget, source, min_examples=None
         r["p_adjusted"] = p
         r["status"] = "fail" if p <= ALPHA else ("pass" if r["upper"] <= budget else "inconclusive")
         if r["status"] == "inconclusive":
-            r["examples_to_decide"] = _decides(r["events"], r["examples"], budget, ALPHA / len(gated))
+            r["examples_to_decide"] = examples_to_decide(r["events"], r["examples"], budget, ALPHA / len(gated))
     statuses = {r["status"] for r in gated}
     status = "fail" if "fail" in statuses else ("pass" if statuses == {"pass"} else "inconclusive")
     record = {"what": what, "events": overall["events"], "examples": overall["examples"], "rate": overall["rate"],
