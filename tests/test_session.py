@@ -92,3 +92,14 @@ def test_the_session_records_the_registered_result_itself_and_refuses_two(pytest
     assert checks["judged"]["model"] == "m" and checks["judged"]["details"]["half"] == 0.5
     assert checks["judged"]["details"]["noted"] == "after"
     assert "wrote into its own result (parity_result) and then registered" in checks["two_results"]["details"]["message"]
+
+
+def test_a_reproducers_link_planted_in_the_report_folder_stops_the_run(tmp_path):
+    from paritygate.context import RunOptions
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out" / "reproducers").symlink_to(tmp_path / "elsewhere")
+    problem = ParitySession(RunOptions(report_dir=tmp_path / "out")).open()
+    assert problem == (f"--parity-report={tmp_path / 'out'}: its reproducers/ is a symlink to {tmp_path / 'elsewhere'}; "
+                       "the run writes reproducers only inside the report folder: remove the link")

@@ -112,8 +112,17 @@ class RunOptions:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False, update_goldens=False,
                  device_class=None, beam_runner=None, beam_options=(), fp16_keep_fp32=None, is_xdist_worker=False,
                  localize=True, baseline=None, baseline_fail=(), numerics=DEFAULT_NUMERICS, reference_cache=True,
-                 shard=None):
+                 shard=None, max_infer_s=None, allow_unsafe_deserialization=False):
+        from paritygate.backend.deadline import configure, infer_limit_s
         from paritygate.models.config import BUNDLED_CONFIG
+
+        if max_infer_s is not None:  # --parity-max-infer-s: this process, its xdist workers and children
+            configure(max_infer_s)
+        infer_limit_s()  # a PARITYGATE_MAX_INFER_S that is no number: a ValueError now, not at the first inference
+        if allow_unsafe_deserialization:  # --parity-allow-unsafe-deserialization: Keras Lambda layers load
+            from paritygate.backend.tf.util import allow_unsafe_deserialization as allow
+
+            allow()
 
         self.config_path = Path(config_path).absolute() if config_path else BUNDLED_CONFIG  # as given: a link is
         # named as the user wrote it (a loop cannot be resolved at all); load_config resolves what it reads

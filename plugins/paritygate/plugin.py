@@ -16,8 +16,8 @@ from paritygate.lazy import available
 from paritygate.models.bundled import in_conformance
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
 from paritygate.models.known import mark_known_failures
-from paritygate.session import ParitySession, ahead_of, case_of, register, result_of
-from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
+from paritygate.session import ParitySession, ahead_of, case_of, classify, register, result_of
+from paritygate.verdict import MARKED, REPORT_ATTR
 
 SESSION_KEY = pytest.StashKey[ParitySession]()  # the recorder
 OPTIONS_KEY = pytest.StashKey[RunOptions]()  # the run's options; its .context is what checks compute with
@@ -77,13 +77,10 @@ def pytest_addoption(parser):
                          "float16 tensor rounded to FP16 where produced, ops computed in FP32 from FP16 values, as "
                          "a strongly typed engine does; docs/numerics.md) or ort (its own numerics, mostly FP32) "
                          f"(default: {DEFAULT_NUMERICS})")
-    group.addoption("--parity-max-infer-s", metavar="SECONDS", default=None,
-                    help="stop one inference call (any runtime: reference, candidate, Beam handler) after SECONDS: "
-                         "the check ends in error, a validation run in a problem line; also set by "
-                         "PARITYGATE_MAX_INFER_S (default: 600)")
-    group.addoption("--parity-allow-unsafe-deserialization", action="store_true", default=False,
-                    help="load Keras files whose Lambda layers hold Python code (run when the file loads); only for "
-                         "a file you trust (default: such a file is refused before it loads)")
+    group.addoption("--parity-max-infer-s", metavar="SECONDS", help="stop an inference call of any runtime after "
+                    "SECONDS: an error (or exit 4 in validation) (default: $PARITYGATE_MAX_INFER_S, else 600)")
+    group.addoption("--parity-allow-unsafe-deserialization", action="store_true", help="load Keras files whose Lambda "
+                    "layers hold Python code, run as they load: a file you trust (default: refused before it loads)")
     group.addoption("--parity-require-gpu", "--require-gpu", action="store_true", default=False, dest="require_gpu",
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT "
                          "(default: skip with the reason; --require-gpu is an alias)")
@@ -104,15 +101,6 @@ def pytest_configure(config):
         register_profiles()
     require_extras(config)
     try:
-        from paritygate.backend.deadline import configure, infer_limit_s
-
-        if config.getoption("parity_max_infer_s") is not None:
-            configure(config.getoption("parity_max_infer_s"))  # this process, its xdist workers and children
-        infer_limit_s()  # a PARITYGATE_MAX_INFER_S that is no number: one line now, not at the first inference
-        if config.getoption("parity_allow_unsafe_deserialization"):
-            from paritygate.backend.tf.util import allow_unsafe_deserialization
-
-            allow_unsafe_deserialization()  # this process, its xdist workers and children
         options = config.stash[OPTIONS_KEY] = _options(config)
     except ValueError as err:
         raise pytest.UsageError(str(err)) from err
@@ -127,7 +115,8 @@ _OPTIONS = {"config_path": "parity_config", "runtime": "parity_runtime", "report
             "require_gpu": "require_gpu", "update_goldens": "update_goldens", "device_class": "parity_device_class",
             "beam_runner": "parity_beam_runner", "beam_options": "parity_beam_option",
             "fp16_keep_fp32": "parity_fp16_keep_fp32", "numerics": "parity_numerics", "baseline": "parity_baseline",
-            "baseline_fail": "parity_baseline_fail", "shard": "parity_shard"}
+            "baseline_fail": "parity_baseline_fail", "shard": "parity_shard", "max_infer_s": "parity_max_infer_s",
+            "allow_unsafe_deserialization": "parity_allow_unsafe_deserialization"}
 
 
 def _options(config):
@@ -232,7 +221,7 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    _classify(report, call)
+    classify(report, call)
     session = item.config.stash[SESSION_KEY]
     check = session.record_test_outcome(item, report)
     if check is not None:  # the check's key numbers become JUnit XML <property> elements (CI test tabs)
@@ -242,27 +231,6 @@ def pytest_runtest_makereport(item, call):
         item.user_properties.extend(key_numbers(check))
         if report.when == "teardown":
             report.user_properties.extend(key_numbers(check))
-
-
-def _classify(report, call):
-    """Mark the statuses pytest's outcome cannot express: a passing test's declared word (``verdict.mark``:
-    ``regenerated``), a SuiteError raised in the call is an `error` (the
-    suite's or a tool's failure, not the candidate's), an Inconclusive is `inconclusive` (a failure unless the
-    model allows uninformative inputs, which then passes the run but keeps the word)."""
-    exc = call.excinfo.value if call.excinfo is not None else None
-    if report.when == "call" and report.passed and not hasattr(report, "wasxfail"):
-        marked = [v for k, v in report.user_properties if k == REPORT_ATTR and v in MARKED]
-        if marked:
-            setattr(report, REPORT_ATTR, marked[-1])  # e.g. regenerated: nothing was judged
-    if report.when != "call" or exc is None or hasattr(report, "wasxfail"):
-        return
-    if isinstance(exc, SuiteError):
-        setattr(report, REPORT_ATTR, "error")
-    elif isinstance(exc, Inconclusive):
-        setattr(report, REPORT_ATTR, "inconclusive")
-        if exc.allowed:
-            report.outcome, report.longrepr = "passed", None
-            report.user_properties.append(("paritygate_inconclusive_allowed", str(exc)))
 
 
 # the statuses pytest has no word for: (category, letter, verbose word)
@@ -280,10 +248,8 @@ def pytest_report_teststatus(report, config):
 
 def pytest_sessionfinish(session, exitstatus):
     session.config.stash[OPTIONS_KEY].close()
-    interrupted = {"selected": len(getattr(session, "items", []))} if exitstatus == pytest.ExitCode.INTERRUPTED \
-        else None  # Ctrl-C (or pytest.exit): the report says INTERRUPTED, never a verdict on what did not run
     fails = session.config.stash[SESSION_KEY].finish(workeroutput=getattr(session.config, "workeroutput", None),
-                                                     interrupted=interrupted)
+                                                     interrupted=exitstatus == pytest.ExitCode.INTERRUPTED and session)
     if fails and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # new failures or gating drift vs --parity-baseline
 
@@ -366,5 +332,3 @@ def parity_candidate_available(parity_options):
 
 def pytest_unconfigure(config):
     restore_importorskip(config)
-    if SESSION_KEY in config.stash:
-        config.stash[SESSION_KEY].release()  # the report folder, for the next run (an in-process one too)

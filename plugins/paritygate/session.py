@@ -14,7 +14,7 @@ import time
 import pytest
 
 from paritygate.result import CheckResult, jsonable
-from paritygate.verdict import REPORT_ATTR, STATUSES, UPSTREAM_DEFECT_ATTR
+from paritygate.verdict import MARKED, REPORT_ATTR, STATUSES, UPSTREAM_DEFECT_ATTR, Inconclusive, SuiteError
 
 _WORKER_KEY = "paritygate_checks"
 _CACHE_KEY = "paritygate_cache_stats"
@@ -244,10 +244,12 @@ class ParitySession:
     def finish(self, workeroutput=None, interrupted=None):
         """An xdist worker hands its checks to the controller (``workeroutput``); the controller compares the run
         with its ``baseline`` unless the validation pass stopped it, and writes the report when
-        ``--parity-report`` names a folder (``interrupted``: {"selected": N} for a run pytest stopped on Ctrl-C,
-        whose report then says INTERRUPTED). Returns whether the comparison fails the run (new failures or gating
-        drift: ``report.baseline.run_fails_reasons``)."""
-        self.interrupted = interrupted
+        ``--parity-report`` names a folder, then lets go of the folder. ``interrupted``: the pytest session of a
+        run stopped by Ctrl-C (or pytest.exit), whose report then says INTERRUPTED, never a verdict on what did not
+        run. Returns whether the comparison fails the run (new failures or gating drift:
+        ``report.baseline.run_fails_reasons``)."""
+        if interrupted:
+            self.interrupted = {"selected": len(getattr(interrupted, "items", None) or [])}
         if workeroutput is not None:
             self._hand_over(workeroutput)
             return False
@@ -261,6 +263,7 @@ class ParitySession:
             from paritygate.report import write_report
 
             write_report(self, self.options.report_dir)
+        self.release()
         from paritygate.report.baseline import run_fails_reasons
 
         return bool(run_fails_reasons(self.baseline_section))
@@ -281,6 +284,9 @@ class ParitySession:
                 pass
         except OSError as err:
             raise OSError(f"--parity-report={folder}: report folder is not writable: {err.strerror or err}") from err
+        if os.path.islink(folder / "reproducers"):  # planted: the run writes only inside the folder it was given
+            raise OSError(f"--parity-report={folder}: its reproducers/ is a symlink to {os.readlink(folder / 'reproducers')}; "
+                          "the run writes reproducers only inside the report folder: remove the link")
 
 
 def result_of(item):
@@ -327,6 +333,27 @@ def case_of(item):
     if "parity_model" in callspec.params:
         return callspec.params["parity_model"].name, None
     return None, None
+
+
+def classify(report, call):
+    """Mark the statuses pytest's outcome cannot express: a passing test's declared word (``verdict.mark``:
+    ``regenerated``), a SuiteError raised in the call is an `error` (the
+    suite's or a tool's failure, not the candidate's), an Inconclusive is `inconclusive` (a failure unless the
+    model allows uninformative inputs, which then passes the run but keeps the word)."""
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if report.when == "call" and report.passed and not hasattr(report, "wasxfail"):
+        marked = [v for k, v in report.user_properties if k == REPORT_ATTR and v in MARKED]
+        if marked:
+            setattr(report, REPORT_ATTR, marked[-1])  # e.g. regenerated: nothing was judged
+    if report.when != "call" or exc is None or hasattr(report, "wasxfail"):
+        return
+    if isinstance(exc, SuiteError):
+        setattr(report, REPORT_ATTR, "error")
+    elif isinstance(exc, Inconclusive):
+        setattr(report, REPORT_ATTR, "inconclusive")
+        if exc.allowed:
+            report.outcome, report.longrepr = "passed", None
+            report.user_properties.append(("paritygate_inconclusive_allowed", str(exc)))
 
 
 def _status_of(report):

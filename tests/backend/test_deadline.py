@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from paritygate.backend import deadline
-from paritygate.backend.base import BaseRunner, RunnerError
-from paritygate.backend.deadline import InferenceTimeout
+from paritygate.backend.base import BaseRunner, InferenceTimeout, RunnerError
 
 X = {"x": np.ones((2, 3), np.float32)}
 

@@ -17,6 +17,11 @@ class RunnerError(RuntimeError):
     """A runner could not load or run its model; the message names the file or tensor."""
 
 
+class InferenceTimeout(RunnerError):
+    """An inference call ran past the time limit (``paritygate.backend.deadline``); the message names the runner,
+    the limit and how to raise it."""
+
+
 class CandidateFault(RunnerError):
     """The candidate itself is wrong, not the suite: it fails on inputs within the config's ranges, or its file
     rounds an index to FP16. A check (and its replay) that meets one ends in ``fail``."""
@@ -72,7 +77,7 @@ class BaseRunner:
         run in the caller's thread; a runner that only wraps another overrides it to call ``infer_impl``."""
         from paritygate.backend.deadline import bounded
 
-        return bounded(lambda: self.infer_impl(feed), self.where(), cancel=self.cancel_impl)
+        return bounded(lambda: self.infer_impl(feed), self.where(), cancel=self.cancel_impl, error=InferenceTimeout)
 
     def where(self):
         """What a message names this runner by: its model file, else its name."""

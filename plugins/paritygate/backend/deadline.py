@@ -2,7 +2,8 @@
 with a trip count of 10**12 passes onnx.checker and ONNX Runtime's session creation, then runs for days) ends its
 call with ``InferenceTimeout`` instead of hanging the run.
 
-``BaseRunner.infer`` (paritygate/backend/base.py) calls every leaf runner's ``infer_impl`` through ``bounded``, so
+``BaseRunner.infer`` (paritygate/backend/base.py) calls every leaf runner's ``infer_impl`` through ``bounded`` (its
+error: ``base.InferenceTimeout``, a RunnerError), so
 the checks, the validation pass, replay, the Beam handlers and the shadow gate all get the same limit:
 
 - a runner that can stop a call from another thread (ONNX Runtime: ``RunOptions.terminate``) runs it in the
@@ -12,10 +13,11 @@ the checks, the validation pass, replay, the Beam handlers and the shadow gate a
   the limit the caller gets ``InferenceTimeout``, the runner's ``cancel`` (if any: the child process is killed)
   runs, and the stuck worker is abandoned (a daemon thread: it cannot keep the process alive).
 
-The limit is ``PARITYGATE_MAX_INFER_S`` seconds (``--parity-max-infer-s`` and ``paritygate shadow
---max-infer-s`` set it), default ``DEFAULT_S``: ten minutes, over 60x the slowest single call the suite makes on
-its real-size models here (docs/limits.md, "Inference time"), and short enough that a CI job's own timeout (GitHub
-Actions: 6 h) never has to end a hung run without its report.
+The limit is ``PARITYGATE_MAX_INFER_S`` seconds (``--parity-max-infer-s`` sets it for a run; a command's own flag
+calls ``configure``), default ``DEFAULT_S``: ten minutes, over 1000x the slowest single call measured here on
+a real-size model (ResNet50's TensorFlow reference, first call 0.46 s: docs/measure_infer_call.py, docs/limits.md
+"Inference time"), and short enough that a CI job's own timeout (GitHub Actions: 6 h) never has to end a hung run
+without its report.
 """
 
 import itertools
@@ -24,15 +26,9 @@ import queue
 import threading
 import time
 
-from paritygate.backend.base import RunnerError
-
 ENV = "PARITYGATE_MAX_INFER_S"
 DEFAULT_S = 600.0
 POLL_S = 0.25  # how often the watchdog looks at the calls it guards: a cancel comes at most this late
-
-
-class InferenceTimeout(RunnerError):
-    """An inference call ran past the limit; the message names the runner, the limit and how to raise it."""
 
 
 def infer_limit_s():
@@ -67,8 +63,9 @@ def timeout_message(what, limit):
             f"{DEFAULT_S:g})")
 
 
-def bounded(call, what, cancel=None, in_thread=True, limit=None):
-    """``call()``, stopped after ``limit`` seconds (default ``infer_limit_s()``) with ``InferenceTimeout``.
+def bounded(call, what, cancel=None, in_thread=True, limit=None, error=TimeoutError):
+    """``call()``, stopped after ``limit`` seconds (default ``infer_limit_s()``) with ``error`` (the runners':
+    ``paritygate.backend.base.InferenceTimeout``, a RunnerError) naming ``what``, the limit and how to raise it.
     ``cancel``: makes a running ``call`` return (or unblock) from another thread; ``in_thread=False`` (only with
     ``cancel``) runs ``call`` in the caller's thread under the watchdog. A call made from inside a bounded call
     (a runner that wraps another) runs as it is: the outer bound holds."""
@@ -76,10 +73,10 @@ def bounded(call, what, cancel=None, in_thread=True, limit=None):
         return call()
     limit = infer_limit_s() if limit is None else limit
     if in_thread:
-        return _in_worker(call, what, cancel, limit)
+        return _in_worker(call, what, cancel, limit, error)
     if cancel is None:
         raise TypeError("bounded(in_thread=False) needs cancel: nothing else could stop the call")
-    return _watched(call, what, cancel, limit)
+    return _watched(call, what, cancel, limit, error)
 
 
 _LOCAL = threading.local()
@@ -91,7 +88,7 @@ _TICKETS = itertools.count()
 _WATCHDOG = []  # the watchdog thread, once started
 
 
-def _watched(call, what, cancel, limit):
+def _watched(call, what, cancel, limit, error):
     ticket = next(_TICKETS)
     entry = _GUARDED[ticket] = [time.monotonic() + limit, cancel, False]
     if not _WATCHDOG:
@@ -101,13 +98,13 @@ def _watched(call, what, cancel, limit):
         return call()
     except Exception as err:
         if entry[2]:
-            raise InferenceTimeout(timeout_message(what, limit)) from err
+            raise error(timeout_message(what, limit)) from err
         raise
     finally:
         _LOCAL.inside = False
         _GUARDED.pop(ticket, None)
         if entry[2]:  # cancelled, yet the call returned before it saw the cancel: still over the limit
-            raise InferenceTimeout(timeout_message(what, limit))
+            raise error(timeout_message(what, limit))
 
 
 def _start_watchdog():
@@ -160,7 +157,7 @@ class _Worker:
             done.set()
 
 
-def _in_worker(call, what, cancel, limit):
+def _in_worker(call, what, cancel, limit, error):
     try:
         worker = _IDLE.get_nowait()
     except queue.Empty:
@@ -170,7 +167,7 @@ def _in_worker(call, what, cancel, limit):
     if not done.wait(limit):
         if cancel is not None:
             _quietly(cancel)
-        raise InferenceTimeout(timeout_message(what, limit))
+        raise error(timeout_message(what, limit))
     _IDLE.put(worker)
     ok, value = box[0]
     if ok:

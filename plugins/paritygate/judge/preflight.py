@@ -262,7 +262,7 @@ def _returns_in_time(spec, v, runner):
     """One seeded batch-1 sample through the fp32 candidate: a graph that never returns (an ONNX Loop of 10**12
     iterations passes onnx.checker and loads) is one line here, at the inference time limit (backend.deadline), not
     a hung first check. Any other failure is the checks' to judge (a candidate failing on valid inputs fails)."""
-    from paritygate.backend.deadline import InferenceTimeout
+    from paritygate.backend.base import InferenceTimeout
     from paritygate.inputs.sampling import sample_inputs
 
     if not isinstance(runner, runtimes.MappedRunner):

@@ -106,7 +106,7 @@ def _verdict(data, checks):
 
 
 def _failure(c):
-    lines = ["", f"### {_icon(c.status)}: {_t(c.model)} {_t(precision_label(c, 'model-level'))} {_t(c.check)}", ""]
+    lines = ["", f"### {_icon(c.status)}: {_t(c.model)} {precision_label(c, 'model-level', _t)} {_t(c.check)}", ""]
     lines += _fenced(cause(c) or "(no message recorded)")
     for o in (o for o in c.outputs or [] if not o.get("passed", True)):
         lines.append(f"- output {md_code(o['output'])}: {_t(statistics_text(o))}")
@@ -168,7 +168,7 @@ def render_markdown(data):
               "|---|---|---|---|---|---|"]
     for c in checks:
         upstream = upstream_note([c])
-        lines.append(f"| {_t(c.model)} | {_t(precision_label(c))} | {_t(c.check)} | {_icon(c.status)}"
+        lines.append(f"| {_t(c.model)} | {precision_label(c, text=_t)} | {_t(c.check)} | {_icon(c.status)}"
                      f"{f' ({_t(upstream)})' if upstream else ''} | {_stat_cell(c)} | {_note(c)} |")
     lines += (_latency(checks) + engine_lines(checks) + shadow_lines(checks) + _findings(data.get("findings"))
               + _reproducers(checks))

@@ -36,16 +36,18 @@ def _precision_rank(precision):
     return (1, 0, precision) if precision else (2, 0, "")
 
 
-def precision_label(check, empty="—"):
+def precision_label(check, empty="—", text=str):
     """The precision and, for an fp16/int8 row, the numerics it was computed with: ``fp16 [strict]``; with its
-    precision coverage when measured: ``fp16 [strict, 97% MACs]`` (the result's ``precision_coverage``)."""
+    precision coverage when measured: ``fp16 [strict, 97% MACs]`` (the result's ``precision_coverage``). ``text``
+    escapes the record's values (Markdown's, paritygate.common.escape); the brackets are the label's own."""
     if not check.precision:
         return empty
-    tags = [check.numerics] if check.numerics else []
+    tags = [text(check.numerics)] if check.numerics else []
     cov = check.precision_coverage or {}
     if isinstance(cov.get("mac_share"), (int, float)):
         tags.append(f"{cov['mac_share']:.0%} MACs")
-    return f"{check.precision} [{', '.join(tags)}]" if tags else check.precision
+    return f"{text(check.precision)} [{', '.join(tags)}]" if tags else text(check.precision)
+
 def counts(checks):
     """Count of every verdict word, zeros included, in the vocabulary's order."""
     return {s: sum(c.status == s for c in checks) for s in STATUSES}

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.backend.base import BaseRunner, CandidateFault, RunnerError
+from paritygate.backend.base import BaseRunner, CandidateFault, InferenceTimeout, RunnerError
 from paritygate.backend.onnxrt.options import session_options
 from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.lazy import lazy_import
@@ -55,7 +55,7 @@ class OnnxrtRunner(BaseRunner):
         from paritygate.backend.deadline import bounded
 
         run_options = ort.RunOptions()
-        return bounded(lambda: self.infer_impl(feed, run_options), self.where(), in_thread=False,
+        return bounded(lambda: self.infer_impl(feed, run_options), self.where(), in_thread=False, error=InferenceTimeout,
                        cancel=lambda: terminate(run_options))
 
     def infer_impl(self, feed, run_options=None):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.backend.base import BaseRunner, InferenceTimeout, RunnerError
 from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras, keras_name, load_keras, output_names
 from paritygate.common.escape import one_line
 from paritygate.lazy import lazy_import
@@ -134,7 +134,7 @@ class TfRunner(BaseRunner):
             with cancellation.CancellationManagerContext(manager):
                 return self.infer_impl(feed)
 
-        return bounded(call, self.where(), cancel=manager.start_cancel, in_thread=False)
+        return bounded(call, self.where(), cancel=manager.start_cancel, in_thread=False, error=InferenceTimeout)
 
     def infer_impl(self, feed):
         missing = set(self._inputs) - set(feed)
