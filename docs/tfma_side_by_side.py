@@ -36,7 +36,7 @@ def predict(pattern, out):
     images, labels = [], []
     for path in match(pattern):
         for i, get in tfrecord_rows(path):
-            _, feed, label = element(layout, get, i)
+            _, feed, label, _ = element(layout, get, i)
             images.append(feed["image"])
             labels.append(label)
     x = np.stack(images)

@@ -73,15 +73,16 @@ class RunContext:
         """Versions and device (``environment()``), read once per run."""
         return ENVIRONMENT.get(self, Once(), environment)
 
-    def save_reproducer(self, spec, precision, check, inputs, failures):
+    def save_reproducer(self, spec, precision, check, inputs, failures, outside_range=()):
         """Save ``inputs`` as a reproducer of ``check`` (paritygate.inputs.reproducer); returns its paths and the
-        replay command, for the result's ``reproducer``."""
+        replay command, for the result's ``reproducer``. ``outside_range``: inputs recorded outside their declared
+        range (shadow traffic), which replay then judges as recorded."""
         from paritygate.backend.cache import cache_root
         from paritygate.inputs.reproducer import save_reproducer
 
         folder = self.reproducer_dir or cache_root() / "reproducers"
         return save_reproducer(folder, spec, precision, check, self.runtime, inputs, failures, self.fp16_keep_fp32,
-                               numerics=self.numerics)
+                               numerics=self.numerics, outside_range=outside_range)
 
 
 def environment():

@@ -14,6 +14,8 @@ The limits, each with the environment variable that raises it (in MB, 2**20 byte
     onnx    2048 MB   PARITYGATE_MAX_ONNX_MB    ONNX files and saved_model.pb: protobuf's 2 GiB message limit
     npz     4096 MB   PARITYGATE_MAX_NPZ_MB     input sets, calibration sets, goldens, reproducers
     model   8192 MB   PARITYGATE_MAX_MODEL_MB   a reference .keras/.h5 file, a TensorRT engine (a SavedModel is a folder)
+    data    4096 MB   PARITYGATE_MAX_DATA_MB    a shadow traffic file read whole (Parquet; GZIP or remote TFRecord,
+                                                decompressed), and one TFRecord record
 
 Every file the suite writes for a person (the report's JSON, Markdown and HTML, reproducers, ``paritygate init``'s
 config) goes through ``write_file``: a new temporary file in the target's folder, renamed over the target, so that
@@ -33,7 +35,7 @@ from pathlib import Path
 MB = 2**20
 LIMITS = {"config": (1, "PARITYGATE_MAX_CONFIG_MB"), "json": (256, "PARITYGATE_MAX_JSON_MB"),
           "onnx": (2048, "PARITYGATE_MAX_ONNX_MB"), "npz": (4096, "PARITYGATE_MAX_NPZ_MB"),
-          "model": (8192, "PARITYGATE_MAX_MODEL_MB")}
+          "model": (8192, "PARITYGATE_MAX_MODEL_MB"), "data": (4096, "PARITYGATE_MAX_DATA_MB")}
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
 
@@ -68,7 +70,8 @@ def _what_it_is(mode):
 
 def check_file(path, what, kind, error=FileRefused, folder_ok=False):
     """``path`` as a Path after ``os.stat`` shows a regular file within ``kind``'s limit (or a folder when
-    ``folder_ok``); ``error`` with one line naming the path, ``what`` it should be and what it is otherwise."""
+    ``folder_ok``); ``error`` with one line naming the path, ``what`` it should be and what it is otherwise.
+    ``kind`` None: no size limit (a file the caller streams, never holding it whole)."""
     path = Path(path)
     try:
         st = os.stat(path)
@@ -83,7 +86,8 @@ def check_file(path, what, kind, error=FileRefused, folder_ok=False):
     if not stat.S_ISREG(st.st_mode):
         expected = "a regular file or a folder" if folder_ok else "a regular file"
         raise error(f"{path}: cannot read {what}: it is {_what_it_is(st.st_mode)}, expected {expected}")
-    _check_size(path, what, kind, st.st_size, error)
+    if kind is not None:
+        _check_size(path, what, kind, st.st_size, error)
     return path
 
 

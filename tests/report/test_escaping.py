@@ -139,7 +139,7 @@ def assert_no_markup_in_markdown(text, data):
     assert not kinds & {"html_block", "html_inline", "link_open", "image"}, kinds
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open" and t.tag == "h2"]
     assert set(headings) <= {"Changes since baseline", "Failures", "Checks", "Latency", "What the engine runs",
-                             "Findings", "Reproducers"}, headings
+                             "Shadow traffic", "Findings", "Reproducers"}, headings
     assert sum(t.type == "heading_open" and t.tag not in ("h1", "h2", "h3") for t in tokens) == 0
     assert sum(t.type == "heading_open" and t.tag == "h1" for t in tokens) == 1
     checks = [i for i, t in enumerate(tokens) if t.type == "heading_open" and tokens[i + 1].content == "Checks"]

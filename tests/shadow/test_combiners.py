@@ -4,7 +4,7 @@ import pytest
 pytest.importorskip("apache_beam", reason="apache_beam is not installed (pip install 'paritygate[beam]')")
 
 from paritygate.comparator.stats import percentile
-from paritygate.shadow.combiners import MAX_SLICES, OTHER_SLICE, SKETCH_ACCURACY, QuantileSketch, ShadowStats
+from paritygate.shadow.stats import MAX_SLICES, OTHER_SLICE, SKETCH_ACCURACY, QuantileSketch, ShadowStats
 
 
 def test_sketch_quantiles_are_within_the_stated_accuracy():
@@ -42,7 +42,23 @@ def test_stats_keep_the_worst_k_flips_first():
         stats.add(record(f"k{i}", error=i / 100))
     stats.add(record("flip", flipped=True, passed=False, error=0.001))
     assert [r["key"] for r in stats.worst_first()] == ["flip", "k99", "k98"]
-    assert (stats.examples, stats.flips, stats.failing, stats.per_class) == (101, 1, 1, {3: [101, 1]})
+    assert (stats.examples, stats.flips, stats.failing, stats.classes) == (101, 1, 1, {3: [101, 1]})
+
+
+def test_records_that_tie_are_never_compared():
+    """Two records with the same key and score (a key feature that repeats) do not reach the record's dicts: the
+    heap orders by rank and key only (a TypeError in the combiner before)."""
+    stats = ShadowStats(k=2)
+    for _ in range(5):
+        stats.add(record("same", error=0.5))
+    assert [r["key"] for r in stats.worst_first()] == ["same", "same"]
+
+
+def test_stats_round_trip_through_json_for_merging():
+    sketch = QuantileSketch()
+    for i, v in enumerate(np.random.default_rng(2).exponential(1e-3, 500)):
+        sketch.add(float(v), f"k{i}")
+    assert QuantileSketch.from_json(sketch.to_json()).summary() == sketch.summary()
 
 
 def test_slices_are_bounded():
@@ -53,4 +69,4 @@ def test_slices_are_bounded():
     a.merge(b)
     assert len(a.slices) == MAX_SLICES + 1
     assert a.slices[OTHER_SLICE][0] == 5 + MAX_SLICES + 5
-    assert sum(n for n, _, _ in a.slices.values()) == a.examples
+    assert sum(row[0] for row in a.slices.values()) == a.examples

@@ -40,13 +40,12 @@ def test_status_gates_on_the_interval_not_the_point_estimate():
     assert gate.status(0, 200, 0.001) == "inconclusive"  # point estimate 0 < budget, yet not a pass
 
 
-def test_inconclusive_says_how_many_examples_would_decide():
-    out = gate.gate_rate(1, 200, 0.001, "top-1 flip rate", "test")
-    need = out["examples_to_decide"]
-    assert out["status"] == "inconclusive" and need > 200
-    assert gate.status(round(0.005 * need), need, 0.001) == "fail"
+def test_examples_to_decide_is_where_the_observed_rate_decides():
+    need = gate.examples_to_decide(1, 200, 0.001)
+    assert need > 200 and gate.status(round(0.005 * need), need, 0.001) == "fail"
     assert gate.status(round(0.005 * need * 0.9), int(need * 0.9), 0.001) == "inconclusive"
-    assert f"about {need - 200} more examples" in out["message"]
+    # a stricter level for a fail (a corrected one) needs more examples
+    assert gate.examples_to_decide(1, 200, 0.001, alpha=0.025 / 20) > need
 
 
 def test_a_rate_on_the_budget_never_decides():
@@ -56,3 +55,23 @@ def test_a_rate_on_the_budget_never_decides():
 def test_bad_counts_are_refused():
     with pytest.raises(ValueError, match="0 <= x <= n"):
         gate.clopper_pearson(3, 2)
+
+
+def test_the_p_value_decides_where_the_lower_bound_does():
+    """P(X >= x | n, budget) < 2.5% exactly when the Clopper-Pearson lower bound lies above the budget."""
+    for x, n in ((23, 985), (21, 985), (9, 985), (12, 985), (0, 100)):
+        assert (gate.over_budget_p(x, n, 0.01) < 0.025) == (gate.clopper_pearson(x, n)[0] > 0.01)
+    assert gate.over_budget_p(3, 20, 0.1) == pytest.approx(1 - binomial_cdf(2, 20, 0.1), rel=1e-12)
+
+
+def test_holm_adjusts_step_down_and_keeps_the_order():
+    # Holm (1979): sorted p 0.0002, 0.01, 0.3, 0.5 -> 4 x 0.0002, 3 x 0.01, max(0.03, 2 x 0.3), max(0.6, 0.5)
+    assert gate.holm([0.0002, 0.5, 0.01, 0.3]) == pytest.approx([0.0008, 0.6, 0.03, 0.6])
+    assert gate.holm([]) == []
+
+
+def test_min_count_is_where_no_event_can_pass():
+    for budget in (0.01, 0.001, 0.05):
+        n = gate.min_count(budget)
+        assert gate.status(0, n, budget) == "pass" and gate.status(0, n - 1, budget) == "inconclusive"
+    assert (gate.min_count(0.01), gate.min_count(0.001), gate.min_count(0.0)) == (368, 3688, None)

@@ -18,8 +18,11 @@ FLIPPER = "tests.shadow.flip_handlers:flipper"
 
 
 def verdicts(spec, outcome, budget, folder=None):
+    from paritygate.context import RunContext
+
+    ctx = RunContext(reproducer_dir=folder) if folder else None
     return {(r.precision, r.check): r for p in outcome.settings.precisions
-            for r in precision_results(spec, p, outcome.stats[p], outcome.read, budget, "test", folder)}
+            for r in precision_results(spec, p, outcome.stats[p], outcome.read, budget, "test", ctx)}
 
 
 RUNNERS = [("DirectRunner", (), 1),
@@ -39,7 +42,7 @@ def test_runners_judge_every_record_and_dead_letter_the_bad(runner, options, wor
     lines = [line for f in tmp_path.glob("dead-*.jsonl") for line in f.read_text().splitlines()]
     assert len(lines) == 5
     assert stats.flips == 0 and stats.failing == 0  # the team's fp32 handler (Keras) vs the SavedModel
-    assert sum(n for n, _, _ in stats.slices.values()) == 40
+    assert sum(row[0] for row in stats.slices.values()) == 40
 
 
 def test_faithful_candidate_passes_and_flipper_is_caught(mobilenet_spec, mobilenet_outputs, traffic, tmp_path):
@@ -97,5 +100,8 @@ def test_detector_is_gated_on_missed_detections(tmp_path):
     detection = found["fp16", "shadow_detection"].details["shadow"]
     total, matched = outcome.stats["fp16"].detection
     assert total > 0 and detection["examples"] == total and detection["events"] == total - matched
+    per_class = [g for g in detection["groups"] if g["kind"] == "class"]  # by the reference detection's class
+    assert per_class and sum(g["examples"] for g in per_class) == total
+    assert sum(g["events"] for g in per_class) == total - matched
     assert found["fp16", "shadow_detection"].status == status(total - matched, total, FLIP_BUDGET)
     assert ("fp16", "shadow_top1") not in found

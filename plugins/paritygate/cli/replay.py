@@ -45,6 +45,8 @@ def _matches_reference(settings, spec, precision, inputs, meta):
                                                 floors=conditioning.floors(runs, floors[0] or {}))
     lines = [("PASS " if o.passed else "FAIL ") + o.describe() for o in outputs]
     lines += [f"task: {task}"] if task else []
+    lines += [f"note: input '{n}' was recorded outside its declared range {list(spec.inputs[n].range)} (paritygate "
+              "shadow traffic): judged as recorded" for n in meta.get("outside_range") or [] if n in spec.inputs]
     return replayed("matches_reference", spec, precision, not failures, lines + failures)
 
 
@@ -138,8 +140,11 @@ def replay(path, check=None, runtime=None, numerics=None):
     if meta["precision"] not in spec.precisions:
         raise ReplayError(f"{path}: precision {meta['precision']!r} is not one of model '{spec.name}''s "
                           f"precisions {list(spec.precisions)}")
+    outside = meta.get("outside_range") or []  # shadow traffic recorded outside the declared range, as recorded
+    if not (isinstance(outside, list) and all(isinstance(n, str) for n in outside)):
+        raise ReplayError(f"{path}: reproducer's key 'outside_range': expected a list of input names")
     try:  # the saved inputs as the config declares them: names, dtypes, shapes, finite values, ranges
-        check_arrays(spec, path, inputs, "reproducer")
+        check_arrays(spec, path, inputs, "reproducer", recorded_outside=outside)
     except InputSetError as err:
         raise ReplayError(str(err)) from err
     settings = _context(path, meta, spec, runtime, numerics)

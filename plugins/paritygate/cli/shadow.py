@@ -1,12 +1,13 @@
 """``paritygate shadow CONFIG --data PATTERN --report DIR``: the gate as one Beam pipeline over recorded traffic
 (paritygate.shadow). Exit status as ``paritygate run``: 0 pass, 1 a check failed or was inconclusive, 3 the
-pipeline or a tool failed, 4 usage (config, data pattern, model)."""
+pipeline or a tool failed, 4 usage (config, data pattern, model; data of which no record could be judged, keys
+that repeat: with a report)."""
 
 import sys
 import time
 from pathlib import Path
 
-from paritygate.backend import registry
+from paritygate.common.escape import one_line
 from paritygate.common.numerics import DEFAULT_NUMERICS, NUMERICS
 
 FAILED, INTERNAL, USAGE = 1, 3, 4
@@ -38,9 +39,15 @@ def add_parser(sub):
     shadow.add_argument("--key-feature", metavar="NAME", help="the feature holding each record's key (default: "
                         "file name and record index)")
     shadow.add_argument("--slice-feature", metavar="NAME", help="the feature to slice the statistics by")
+    shadow.add_argument("--min-group-examples", type=int, metavar="N", help="gate a reference class or slice only "
+                        "from N examples on (default: the fewest at which a rate with no event could pass the "
+                        "budget: 368 at 1%%, 3688 at 0.1%%); smaller ones are reported, not gated")
     shadow.add_argument("--worst", type=int, default=10, metavar="K", help="worst examples kept (default: %(default)s)")
     shadow.add_argument("--numerics", choices=NUMERICS, default=DEFAULT_NUMERICS, help="how ONNX Runtime computes "
                         "float16 artifacts, as --parity-numerics (default: %(default)s)")
+    shadow.add_argument("--max-infer-s", metavar="SECONDS", help="the longest one inference call of the suite's "
+                        "runners (reference, ONNX Runtime candidates) may run before the run stops with an error, as "
+                        "--parity-max-infer-s (default: PARITYGATE_MAX_INFER_S or 600)")
     return shadow
 
 
@@ -81,6 +88,11 @@ def settings_of(args, spec):
     match(args.data)  # ValueError naming the pattern when nothing matches
     if args.workers < 1 or args.worst < 1:
         raise ValueError(f"--workers {args.workers} / --worst {args.worst}: each at least 1")
+    if args.min_group_examples is not None and args.min_group_examples < 1:
+        raise ValueError(f"--min-group-examples {args.min_group_examples}: at least 1")
+    if args.key_feature and args.key_feature in spec.inputs or args.slice_feature and args.slice_feature in spec.inputs:
+        raise ValueError(f"--key-feature / --slice-feature: '{args.key_feature or args.slice_feature}' is an input of "
+                         f"model '{spec.name}'; name a feature of its own (a request id, a segment)")
     report = Path(args.report)
     return Settings(spec, tuple(args.precisions or spec.precisions), args.data, args.format, args.runner,
                     tuple(args.beam_option), args.workers, args.worst, args.key_feature, args.slice_feature,
@@ -88,67 +100,72 @@ def settings_of(args, spec):
 
 
 def main(args):
+    from paritygate.comparator.task import TaskSpecError
     from paritygate.models.config import ConfigError
 
     try:
+        if args.max_infer_s is not None:
+            from paritygate.backend.deadline import configure
+
+            configure(args.max_infer_s, "--max-infer-s")  # this process and its Beam worker processes
         spec = _spec(args)
         budget = _budget(args)
         settings = settings_of(args, spec)
     except (ConfigError, ValueError, OSError) as err:
-        print(f"paritygate shadow: error: {err}", file=sys.stderr)
+        print(f"paritygate shadow: error: {one_line(err)}", file=sys.stderr)
         return USAGE
     try:
-        data = _run(settings, budget, Path(args.report))
+        data = _run(settings, budget, args.min_group_examples, Path(args.report))
+    except TaskSpecError as err:  # the checks' own rule for the output the task judges, and its words
+        text = one_line(err).split(" [while running")[0]
+        print(f"paritygate shadow: error: {text}", file=sys.stderr)
+        return USAGE
     except Exception as err:  # noqa: BLE001 - the pipeline, a runtime or a handler failed: said, exit 3
-        print(f"paritygate shadow: error: the pipeline failed: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"paritygate shadow: error: the pipeline failed: {type(err).__name__}: {one_line(err)[:2000]}",
+              file=sys.stderr)
         return INTERNAL
     return _summary(data, args.report)
 
 
-def _run(settings, budget, report):
+def _run(settings, budget, min_examples, report):
+    """Run the pipeline and write the report (``report.report_data``, the one writer); the report dict."""
     from paritygate.backend.tf.runner import TfRunner
-    from paritygate.context import environment
-    from paritygate.report import SCHEMA, write_data
+    from paritygate.context import RunContext
+    from paritygate.report import report_data, write_data
+    from paritygate.shadow.data import data_result, summary
     from paritygate.shadow.pipeline import run
-    from paritygate.shadow.results import dead_letter_finding, precision_results
+    from paritygate.shadow.results import precision_results
 
     spec = settings.spec
     output_names = list(TfRunner(Path(spec.reference), spec.signature).activate().output_names)
     started = time.time()
     outcome = run(settings, output_names)
-    checks = [r for p in settings.precisions
-              for r in precision_results(spec, p, outcome.stats[p], outcome.read, *budget, report / "reproducers")]
-    finding = dead_letter_finding(spec, outcome)
-    data = {"schema": SCHEMA, "environment": environment(), "runtime": registry.CPU, "numerics": settings.numerics,
-            "config": str(spec.source), "device_class": None,
-            "time": {"wall": round(time.time() - started, 3)},
-            "checks": [c.to_dict() for c in sorted(checks, key=lambda c: (c.model, c.precision or "", c.check))],
-            "findings": [finding] if finding else [],
-            "shadow": {"data": settings.data, "format": settings.fmt, "runner": settings.runner, "options": list(settings.options),
-                       "workers": settings.workers, "read": outcome.read, "dead_letters": dict(outcome.dead),
-                       "dead_letter_files": settings.dead_letter, "handlers": outcome.handlers,
-                       "pipeline_seconds": round(outcome.seconds, 3),
-                       "examples_per_second": round(outcome.read / outcome.seconds, 1) if outcome.seconds else None}}
+    ctx = RunContext(numerics=settings.numerics, reproducer_dir=report / "reproducers")
+    checks = [data_result(spec.name, summary(outcome, settings.key_feature))]
+    checks += [r for p in settings.precisions
+               for r in precision_results(spec, p, outcome.stats.get(p), outcome.read, *budget, ctx, min_examples)]
+    for c in checks:
+        c.settle()
+    run_info = {"data": settings.data, "format": settings.fmt, "runner": settings.runner,
+                "options": list(settings.options), "workers": settings.workers, "read": outcome.read,
+                "handlers": outcome.handlers, "pipeline_seconds": round(outcome.seconds, 3),
+                "build_seconds": round(outcome.build_seconds, 3),
+                "examples_per_second": round(outcome.read / outcome.seconds, 1) if outcome.seconds else None}
+    data = report_data(checks, [f for c in checks for f in c.findings], ctx, config=spec.source, device_class=None,
+                       time={"wall": round(time.time() - started, 3)}, shadow=run_info)
     write_data(data, report)
     return data
 
 
 def _summary(data, report):
+    from paritygate.report.shadow import terminal_lines
     from paritygate.result import read_checks
     from paritygate.verdict import FAILING
 
-    run = data["shadow"]
-    print(f"paritygate shadow: read {run['read']} examples, judged them in {run['pipeline_seconds']:.1f} s "
-          f"({run['examples_per_second']} examples/s, runner {run['runner']}, {run['workers']} worker(s))")
-    if run["dead_letters"]:
-        total = sum(run["dead_letters"].values())
-        print(f"paritygate shadow: {total} record(s) went to the dead-letter output, not judged: "
-              f"{run['dead_letters']} -> {run['dead_letter_files']}-*.jsonl")
-    checks = read_checks(data["checks"])
-    for c in checks:
-        text = "; ".join(c.failures or c.errors or []) or c.details.get("message", "")
-        print(f"  {c.model} {c.precision} {c.check}: {c.status.upper()} {text}")
-        if c.reproducer:
-            print(f"    replay: {c.reproducer['command']}")
+    for line in terminal_lines(data):
+        print(line)
     print(f"paritygate shadow: wrote {Path(report) / 'parity-report.json'}, .md and .html")
+    checks = read_checks(data["checks"])
+    if any(c.check == "shadow_data" and c.status == "error" for c in checks):
+        return USAGE  # the data could not serve a verdict: fix it first
     return FAILED if any(c.status in FAILING for c in checks) else 0

@@ -1,6 +1,7 @@
 """One percentile for the whole suite: nearest rank, exact. Latency rows, the comparator's p99 errors and the
 Beam per-batch latency all use it, so a baseline compares one statistic under one name (``p99_ms``)."""
 
+import functools
 import math
 from fractions import Fraction
 
@@ -12,9 +13,15 @@ PERCENTILE_METHOD = ("nearest rank: the smallest sample with at least q% of the 
 
 def nearest_rank(size, q):
     """The 1-based nearest rank of the q-th percentile among ``size`` samples; exact (0.99 * 100 is not 99 in
-    binary floats, so the rank is computed in fractions)."""
+    binary floats, so the rank is computed in fractions, once per (size, q): the shadow gate asks for the p99 of
+    every example's few elements)."""
     if not 0 < q <= 100:
         raise ValueError(f"percentile q must be in (0, 100], got {q!r}")
+    return _rank(int(size), q)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rank(size, q):
     return max(math.ceil(Fraction(str(q)) * size / 100), 1)
 
 

@@ -22,17 +22,20 @@ class ReplayError(Exception):
     """The reproducer, its config or a runtime could not be loaded; the message names the file."""
 
 
-def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, fp16_keep_fp32=None, numerics=None):
+def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, fp16_keep_fp32=None, numerics=None,
+                    outside_range=()):
     """Write ``<model>-<precision>-<check>-<hash>.npz`` (+ Polygraphy inputs JSON) under ``folder``; returns the
     paths and the one-line replay command. The meta records the candidate ``runtime`` and the run's ``numerics``
-    (--parity-numerics), which replay honours."""
+    (--parity-numerics), which replay honours; ``outside_range``: the inputs recorded outside their declared range
+    (``paritygate shadow`` traffic), kept in the meta so that replay judges them as recorded."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     digest = content_digest(inputs)[:12]
     stem = folder / f"{spec.name}-{precision}-{check}-{digest}"
     meta = {"schema": SCHEMA, "config": str(spec.source), "model": spec.name, "precision": precision, "check": check,
-            "runtime": runtime, "numerics": numerics, "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,
-            "failures": failures[:20]}
+            "runtime": runtime, "numerics": numerics,
+            "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,
+            "failures": failures[:20], **({"outside_range": list(outside_range)} if outside_range else {})}
     npz = stem.with_suffix(".npz")
     buffer = io.BytesIO()
     np.savez(buffer, **{f"input:{k}": v for k, v in inputs.items()}, **{META: np.array(json.dumps(meta))})

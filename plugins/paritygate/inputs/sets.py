@@ -23,6 +23,7 @@ input's dims; every input of the group carries the same suffix. ``paritygate.jud
 file of every model before any check (exit code 4); the checks read the same files through it again.
 """
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,26 +58,51 @@ def read_npz(path, what="input set"):
     """All arrays of the .npz at ``path``; any failure to open or read it is one InputSetError naming the file."""
     check_file(path, what, "npz", InputSetError)
     with open(path, "rb") as f:  # ours to close: np.load leaks the file it opened when the archive is corrupt
-        head = f.read(6)
-        f.seek(0)
-        if not head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):  # zip (numpy.savez), .npy
-            seen = "does not start with a zip header" if head else "is empty"
-            raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays (the file {seen})")
-        try:
-            data = np.load(f, allow_pickle=False)
-        except Exception as err:
-            raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays ({_why(err)})") from err
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise InputSetError(f"{path}: cannot read {what}: holds one {type(data).__name__} (an .npy), expected "
-                                "an .npz archive of arrays keyed by input name")
-        try:
-            with data:
-                _check_unpacked(path, what, data)
-                return {k: data[k] for k in data.files}
-        except InputSetError:
-            raise
-        except Exception as err:
-            raise InputSetError(f"{path}: cannot read {what}: {_why(err)}") from err
+        return load_npz(f, path, what)
+
+
+def load_npz(f, path, what="input set"):
+    """All arrays of the .npz archive open as ``f`` (seekable, read from its start; ``path`` names it): its header,
+    its unpacked size (``_check_unpacked``) and each array's declared size (``_check_declared``) checked before an
+    array is read; no pickles."""
+    head = f.read(6)
+    f.seek(0)
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):  # zip (numpy.savez), .npy
+        seen = "does not start with a zip header" if head else "is empty"
+        raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays (the file {seen})")
+    try:
+        data = np.load(f, allow_pickle=False)
+    except Exception as err:
+        raise InputSetError(f"{path}: cannot read {what}: not an .npz archive of arrays ({_why(err)})") from err
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise InputSetError(f"{path}: cannot read {what}: holds one {type(data).__name__} (an .npy), expected "
+                            "an .npz archive of arrays keyed by input name")
+    try:
+        with data:
+            _check_unpacked(path, what, data)
+            _check_declared(path, what, data)
+            return {k: data[k] for k in data.files}
+    except InputSetError:
+        raise
+    except Exception as err:
+        raise InputSetError(f"{path}: cannot read {what}: {_why(err)}") from err
+
+
+def _check_declared(path, what, data):
+    """Each member's .npy header declares no more bytes than the member holds: numpy allocates the declared
+    shape before it reads (a 16 TB header over 16 bytes of data is a MemoryError, one of 2 GB a 2 GB allocation)."""
+    fmt = np.lib.format
+    for info in data.zip.infolist():
+        if not info.filename.endswith(".npy"):
+            continue
+        with data.zip.open(info) as member:
+            major, _ = fmt.read_magic(member)
+            read_header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+            shape, _, dtype = read_header(member)
+        declared = math.prod(shape) * dtype.itemsize
+        if declared > info.file_size:
+            raise InputSetError(f"{path}: cannot read {what}: array '{info.filename[:-4]}' declares shape "
+                                f"{list(shape)} of {dtype} ({declared} bytes) but holds {info.file_size} bytes")
 
 
 def _check_unpacked(path, what, data):
@@ -168,9 +194,10 @@ def _read_group(spec, path, arrays, what, labels):
     return InputSet(Path(path), {k: arrays[k] for k in spec.inputs}, label, rows)
 
 
-def check_arrays(spec, path, arrays, what="input set"):
+def check_arrays(spec, path, arrays, what="input set", recorded_outside=()):
     """Rows in ``arrays`` (input name -> array, from ``path``) after checking names, dtypes, shapes, finite values
-    and ranges against ``spec``."""
+    and ranges against ``spec``; ``recorded_outside``: inputs whose range is not checked (a reproducer of shadow
+    traffic recorded outside it)."""
     missing, extra = sorted(set(spec.inputs) - set(arrays)), sorted(set(arrays) - set(spec.inputs))
     if missing or extra:
         have = f"lacks input(s) {missing}" if missing else f"holds array(s) {extra} the config does not declare"
@@ -184,7 +211,7 @@ def check_arrays(spec, path, arrays, what="input set"):
                       else "")
             raise InputSetError(f"{path}: array '{name}' is {x.dtype}{list(x.shape)}, expected {t.dtype} "
                                 f"{['N', *t.shape[1:]]}{within} (inputs.{name} of {spec.source})")
-        _check_values(spec, path, name, t, x)
+        _check_values(spec, path, name, t, x, check_range=name not in recorded_outside)
         rows[name] = len(x)
     if len(set(rows.values())) > 1:
         raise InputSetError(f"{path}: arrays hold different numbers of rows {rows}; expected one row per example "
@@ -192,20 +219,33 @@ def check_arrays(spec, path, arrays, what="input set"):
     return next(iter(rows.values()), 0)
 
 
-def _check_values(spec, path, name, tensor, x):
-    if not x.size:
-        return
-    if x.dtype.kind in "fc":
-        bad = ~np.isfinite(x)
-        if bad.any():
-            first = [int(i) for i in np.argwhere(bad)[0]]
-            raise InputSetError(f"{path}: array '{name}' holds {int(bad.sum())} non-finite value(s) (first "
-                                f"{x[tuple(first)]} at index {first}); expected finite values in the declared "
-                                f"range {list(tensor.range)} (inputs.{name}.range of {spec.source})")
+def nonfinite_mask(x):
+    """Where ``x`` holds NaN or Inf (None for an array that cannot: integers): the finiteness rule of every input
+    the suite reads (input sets here, recorded traffic in ``paritygate.shadow.read``)."""
+    return ~np.isfinite(x) if x.dtype.kind in "fc" else None
+
+
+def outside_range(tensor, x):
+    """How many values of ``x`` lie outside ``tensor``'s declared range (inclusive), and the range of ``x``."""
     low, high = tensor.range
     lo, hi = x.min(), x.max()
-    if lo < low or hi > high:
-        outside = int(np.count_nonzero((x < low) | (x > high)))
+    if lo >= low and hi <= high:
+        return 0, (lo, hi)
+    return int(np.count_nonzero((x < low) | (x > high))), (lo, hi)
+
+
+def _check_values(spec, path, name, tensor, x, check_range=True):
+    if not x.size:
+        return
+    bad = nonfinite_mask(x)
+    if bad is not None and bad.any():
+        first = [int(i) for i in np.argwhere(bad)[0]]
+        raise InputSetError(f"{path}: array '{name}' holds {int(bad.sum())} non-finite value(s) (first "
+                            f"{x[tuple(first)]} at index {first}); expected finite values in the declared "
+                            f"range {list(tensor.range)} (inputs.{name}.range of {spec.source})")
+    outside, (lo, hi) = outside_range(tensor, x)
+    if outside and check_range:
+        low, high = tensor.range
         raise InputSetError(f"{path}: array '{name}' holds values in [{lo}, {hi}] ({outside} outside), expected "
                             f"values in the declared range [{low}, {high}] (inputs.{name}.range of {spec.source})")
     bad = np.flatnonzero(np.all(np.isin(x.reshape(len(x), -1), np.asarray(tensor.not_all)), axis=1)) \

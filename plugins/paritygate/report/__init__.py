@@ -14,22 +14,34 @@ def report_dict(session):
     """The report of a run: the recorder's (``paritygate.session``) checks, findings and counters, with the run's
     options (``session.options``) and environment."""
     options = session.options
-    data = {"schema": SCHEMA, "environment": options.context.versions(), "runtime": options.runtime,
-            "numerics": options.numerics_label, "engine_build": "on" if options.engine_build else "off",
-            "config": str(options.config_path), "device_class": options.device_class,
-            "artifact_cache": session.cache_stats(),
-            "reference_cache": session.reference_cache_stats(), "time": session.time_spent(), "validation": session.validation,
-            "checks": [c.to_dict() for c in sorted(session.checks, key=lambda c: (c.model, c.precision or "", c.check))],
-            "findings": sorted(session.findings, key=lambda f: (f["kind"], f["model"], f["precision"] or "",
-                                                                f["check"]))}
-    if session.baseline_section is not None:
-        data["baseline"] = session.baseline_section
+    data = report_data(session.checks, session.findings, options.context, config=options.config_path,
+                       device_class=options.device_class, time=session.time_spent(),
+                       artifact_cache=session.cache_stats(), reference_cache=session.reference_cache_stats(),
+                       validation=session.validation, baseline=session.baseline_section,
+                       engine_build="on" if options.engine_build else "off")
     if session.interrupted is not None:
         data["status"] = "interrupted"
         data["interrupted"] = {"selected": session.interrupted["selected"], "recorded": len(data["checks"]),
                                "reason": "interrupted (Ctrl-C) before every selected test ran: no verdict"}
-    else:
-        data["status"] = "stopped" if (session.validation or {}).get("problems") else "complete"
+    elif (session.validation or {}).get("problems"):
+        data["status"] = "stopped"
+    return data
+
+
+def report_data(checks, findings, context, config, device_class, time, **sections):
+    """The one report dict (schema 1) of any run: its CheckResults (settled, ordered), the findings, the candidate
+    runtime and numerics of ``context`` (a ``context.RunContext``), its environment, ``status`` "complete";
+    ``sections`` add keys (a baseline that is None is left out). ``pytest`` runs (``report_dict``) and
+    ``paritygate shadow`` both write it."""
+    data = {"schema": SCHEMA, "environment": context.versions(), "runtime": context.runtime,
+            "numerics": context.numerics_label, "config": str(config), "device_class": device_class}
+    data.update({k: v for k, v in sections.items() if k != "baseline"})
+    data["time"] = time
+    data["checks"] = [c.to_dict() for c in sorted(checks, key=lambda c: (c.model, c.precision or "", c.check))]
+    data["findings"] = sorted(findings, key=lambda f: (f["kind"], f["model"], f["precision"] or "", f["check"]))
+    if sections.get("baseline") is not None:
+        data["baseline"] = sections["baseline"]
+    data["status"] = "complete"
     return data
 
 

@@ -9,6 +9,7 @@ from paritygate.report.engine import OFF
 from paritygate.report.engine import html_section as engine_section
 from paritygate.report.html_checks import badge, baseline_section
 from paritygate.report.html_checks import render as render_checks
+from paritygate.report.shadow import html_section as shadow_section
 from paritygate.report.text import (
     PRECISION_ORDER,
     SEVERITY,
@@ -58,7 +59,8 @@ def render_html(data):
              f"{_verdict_word(data, checks)}</title><style>{CSS}{_status_css()}</style><body>"),
              _banner(data, checks), _matrix(checks),
              *render_checks(by_severity(checks), data.get("baseline"), before_rest=[
-                 _baseline(data.get("baseline")), engine_section(checks), _findings(data.get("findings"))]),
+                 _baseline(data.get("baseline")), engine_section(checks), shadow_section(checks),
+                 _findings(data.get("findings"))]),
              "</body></html>"]
     return "\n".join(p for p in parts if p) + "\n"
 

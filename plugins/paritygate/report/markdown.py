@@ -9,6 +9,7 @@ import re
 from paritygate.common.escape import md_code, md_text
 from paritygate.report.engine import OFF
 from paritygate.report.engine import markdown as engine_lines
+from paritygate.report.shadow import markdown as shadow_lines
 from paritygate.report.text import (
     by_severity,
     cause,
@@ -171,7 +172,8 @@ def render_markdown(data):
         upstream = upstream_note([c])
         lines.append(f"| {_t(c.model)} | {precision_label(c, text=_t)} | {_t(c.check)} | {_icon(c.status)}"
                      f"{f' ({_t(upstream)})' if upstream else ''} | {_stat_cell(c)} | {_note(c)} |")
-    lines += _latency(checks) + engine_lines(checks) + _findings(data.get("findings")) + _reproducers(checks)
+    lines += (_latency(checks) + engine_lines(checks) + shadow_lines(checks) + _findings(data.get("findings"))
+              + _reproducers(checks))
     return "\n".join(lines) + "\n"
 
 

@@ -64,7 +64,8 @@ def merge_reports(paths):
         raise MergeError("shards judged different candidate runtimes: " + ", ".join(
             f"{p}: {d.get('runtime')}" for p, d in shards) + "; merge reports of one runtime")
     merged = {k: v for k, v in first.items() if k not in ("checks", "findings", "baseline", "validation")}
-    merged.update(checks=_checks(shards), findings=[f for _, d in shards for f in d.get("findings") or []],
+    checks = _checks(shards)
+    merged.update(checks=checks, findings=_findings(shards, checks),
                   config=_joined(d.get("config") for _, d in shards),
                   device_class=_joined(d.get("device_class") for _, d in shards),
                   artifact_cache=_summed(d.get("artifact_cache") for _, d in shards),
@@ -73,6 +74,9 @@ def merge_reports(paths):
                   shards=[{"path": str(p), "checks": len(d["checks"]), "config": d.get("config"),
                            "environment": d.get("environment"), "time": d.get("time")} for p, d in shards],
                   environment_differs=_environment_differs(shards))
+    runs = [d["shadow"] for _, d in shards if isinstance(d.get("shadow"), dict)]
+    if runs:  # paritygate shadow runs: each one's data, runner and rate; the examples they read together
+        merged["shadow"] = {"read": sum(r.get("read") or 0 for r in runs), "runs": runs}
     times = [d["time"] for _, d in shards if d.get("time")]
     if times:
         merged["time"] = {**_summed(times), "wall": max(t.get("wall", 0.0) for t in times)}
@@ -104,21 +108,42 @@ def _each_once(shards):
 
 
 def _checks(shards):
-    """The shards' check records, each read back as its CheckResult (MergeError names the file of a bad one)."""
-    seen, checks = {}, []
+    """The shards' check records, each read back as its CheckResult (MergeError names the file of a bad one);
+    a ``shadow_*`` check several shards hold is one merged check (``paritygate.shadow.merge``: counts add)."""
+    seen, checks, shadow, files = {}, [], {}, {}
     for path, data in shards:
         try:
             results = read_checks(data["checks"])
         except ValueError as err:
             raise MergeError(f"{path}: {err}") from err
+        read = {c.model: (c.details.get("shadow") or {}).get("files") for c in results if c.check == "shadow_data"}
         for c in results:
             key = (c.model, c.precision, c.check)
+            if c.check.startswith("shadow_"):
+                shadow.setdefault(key, []).append(c)
+                files.setdefault(key, []).append((str(path), read.get(c.model) or []))
+                continue
             if seen.get(key, path) != path:
                 raise MergeError(f"check {key[0]} {key[1] or 'model-level'} {key[2]} is in {seen[key]} and in "
                                  f"{path}: the shards overlap; give each model (or -k selection) to one shard")
             seen[key] = path
             checks.append(c)
+    if shadow:
+        from paritygate.shadow.merge import merge_checks
+
+        for key, found in shadow.items():
+            try:
+                checks.append(found[0] if len(found) == 1 else merge_checks(found, files[key]))
+            except ValueError as err:
+                raise MergeError(str(err)) from None
     return [c.to_dict() for c in sorted(checks, key=lambda c: (c.model, c.precision or "", c.check))]
+
+
+def _findings(shards, checks):
+    """The shards' findings; a merged shadow check's own (its counts added) in place of each shard's."""
+    merged = {(c["model"], c["check"]) for c in checks if c["check"] == "shadow_data"}
+    found = [f for _, d in shards for f in d.get("findings") or [] if (f["model"], f["check"]) not in merged]
+    return found + [f for c in read_checks([c for c in checks if c["check"] == "shadow_data"]) for f in c.findings]
 
 
 def _joined(values):

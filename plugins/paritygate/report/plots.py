@@ -21,15 +21,24 @@ BIG = 1e300  # finite values beyond this are clipped so that no span overflows t
 
 
 def has_plots(check):
-    """Whether a CheckResult has plot data: error histograms, latency samples or divergence by depth."""
+    """Whether a CheckResult has plot data: error histograms, latency samples, divergence by depth, or a shadow
+    check's rates or |error| quantiles."""
+    shadow = check.details.get("shadow") if isinstance(check.details.get("shadow"), dict) else {}
     return any("error_histogram" in o for o in check.outputs or []) or \
         any("samples_ms" in r for r in check.latency or []) or \
-        bool((check.details.get("divergence") or {}).get("error_by_depth"))
+        bool((check.details.get("divergence") or {}).get("error_by_depth")) or \
+        bool(shadow.get("groups") is not None and shadow.get("examples") or shadow.get("outputs"))
 
 
 def plots(check):
-    """<svg> elements: per output an |error| histogram and error vs |reference|; error by depth; a latency CDF."""
+    """<svg> elements: per output an |error| histogram and error vs |reference|; error by depth; a latency CDF;
+    a shadow check's rate per class and slice with its interval, or its per-example |error| quantiles."""
+    shadow = check.details.get("shadow") if isinstance(check.details.get("shadow"), dict) else {}
     images = [_error_plot(o) for o in check.outputs or [] if "error_histogram" in o]
+    if shadow.get("groups") is not None and shadow.get("examples"):
+        images.append(_rate_plot(shadow))
+    if shadow.get("outputs"):
+        images.append(_quantile_plot(shadow))
     divergence = check.details.get("divergence") or {}
     if divergence.get("error_by_depth"):
         images.append(_divergence_plot(divergence))
@@ -264,3 +273,70 @@ def _divergence_plot(d):
         legend.append((f"first divergent: {first.get('node')} ({first.get('op_type')})", "dash", RED))
     labels = ("error by depth", "node depth (longest path from the inputs)", "error vs FP32 ONNX")
     return _svg([_panel(0, x, y, labels, body, legend)], "error by depth")
+
+
+RATE_BARS = 40  # classes / slices drawn in the rate plot (worst first after the overall rate)
+
+
+def _categorical(n, width):
+    """An x axis of n categories at 0..n-1, half a step of margin each side, no numeric ticks."""
+    x = _Axis([0.0, 1.0], False, LEFT, width - RIGHT)
+    x.ticks, x.lo, x.hi = [], -0.5, n - 0.5
+    return x
+
+
+def _categories(x, labels, y):
+    """Tick marks and labels under categorical positions 0..n-1 of ``x`` (labels cut to fit)."""
+    width = (x.p1 - x.p0) / max(len(labels), 1)
+    return "".join(f'<path d="M{_f(x(i))} {_f(y.p0)}v4" stroke="{INK}"/>' + _text(x(i), y.p0 + 15, label, width=width)
+                   for i, label in enumerate(labels))
+
+
+def _rate_plot(s):
+    """The rate overall and per class / slice (the gated ones and the worst of the rest), each with its 95%
+    interval as a bar, on a linear axis with the budget dashed."""
+    from paritygate.report.shadow import ORDER
+
+    groups = sorted((g for g in s.get("groups") or [] if isinstance(g, dict) and g.get("examples")),
+                    key=lambda g: (ORDER.get(g.get("status"), 9), -(g.get("upper") or 0)))
+    rows = [{"label": "overall", **s, "status": s.get("overall_status", s.get("status"))}] + [{**g, "label": f"{'cls' if g.get('kind') == 'class' else g.get('kind')} "
+                                               f"{g.get('value')}"} for g in groups[:RATE_BARS]]
+    rows = [r for r in rows if _finite(r.get("lower")) and _finite(r.get("upper")) and _finite(r.get("rate"))]
+    budget = s.get("budget") if _finite(s.get("budget")) else None
+    x = _categorical(len(rows), PANEL_W * 2)
+    y = _Axis([0] + [r["upper"] for r in rows] + ([budget] if budget is not None else []), False, TOP + PLOT_H, TOP)
+    colour = {"fail": RED, "inconclusive": COLORS[3], "pass": COLORS[2]}
+    body = "".join(f'<path d="M{_f(x(i))} {_f(y(r["lower"]))}V{_f(y(r["upper"]))}" stroke="{colour.get(r.get("status"), GRID)}" '
+                   f'stroke-width="3"/>' for i, r in enumerate(rows))
+    body += "".join(_dots(x, y, [(i, r["rate"])], colour.get(r.get("status"), GRID)) for i, r in enumerate(rows))
+    if budget is not None:
+        body += f'<path d="M{_f(x.p0)} {_f(y(budget))}H{_f(x.p1)}" stroke="{RED}" stroke-width="1.5" stroke-dasharray="5 3"/>'
+    what = str(s.get("what") or "rate")
+    legend = [("fail", "dot", RED), ("inconclusive", "dot", COLORS[3]), ("pass", "dot", COLORS[2]),
+              ("not gated", "dot", GRID)] + ([(f"budget {_num(budget)}", "dash", RED)] if budget is not None else [])
+    frame = _frame(x, y, f"{what}: point and 95% interval per class and slice", "", what)
+    keys, height = _legend(legend, LEFT - 40, TOP + PLOT_H + BOTTOM, PANEL_W * 2 - LEFT + 40 - RIGHT)
+    svg = frame + _categories(x, [r["label"] for r in rows], y) + body + keys
+    return _svg([(svg, height), ("", height)], f"{what} per class and slice with 95% intervals")
+
+
+def _quantile_plot(s):
+    """Each output's per-example max |error| at p50, p99, p99.9 and the max (log y), its atol dashed."""
+    names = ("p50", "p99", "p99.9", "max")
+    series = [(str(o.get("output")), [(i, (o.get("max_abs_error_per_example") or {}).get(k)) for i, k in enumerate(names)],
+               (o.get("tolerance") or {}).get("atol")) for o in s.get("outputs") or [] if isinstance(o, dict)]
+    points = [(i, max(v, EDGE_FLOOR)) for _, pts, _ in series for i, v in pts if _finite(v)]
+    atols = [a for *_, a in series if _finite(a) and a > 0]
+    x = _categorical(len(names), PANEL_W)
+    y = _Axis([v for _, v in points] + atols, True, TOP + PLOT_H, TOP)
+    body, legend = "", []
+    for j, (name, pts, atol) in enumerate(series):
+        color = COLORS[j % len(COLORS)]
+        body += _dots(x, y, [(i, max(v, EDGE_FLOOR)) for i, v in pts if _finite(v)], color)
+        legend.append((name, "dot", color))
+        if _finite(atol) and atol > 0:
+            body += f'<path d="M{_f(x.p0)} {_f(y(atol))}H{_f(x.p1)}" stroke="{color}" stroke-dasharray="5 3"/>'
+            legend.append((f"{name} atol {_num(atol)}", "dash", color))
+    frame = _frame(x, y, "per-example max |error| quantiles", "", "|error|")
+    keys, height = _legend(legend, LEFT - 40, TOP + PLOT_H + BOTTOM, PANEL_W - LEFT + 40 - RIGHT)
+    return _svg([(frame + _categories(x, names, y) + body + keys, height)], "per-example |error| quantiles")

@@ -1,181 +1,29 @@
-"""Bounded-memory statistics of a shadow run, as one Beam ``CombineFn`` per candidate precision.
+"""Beam ``CombineFn``s of a shadow run: ``ShadowStatsFn`` folds the judged records of a precision into a
+``shadow.stats.ShadowStats`` (``MergedStatsFn`` the ShadowStats of each bundle); ``KeyCheckFn`` counts the records whose key another record holds too (a key
+feature that is not unique). Imports apache_beam: import it on first use."""
 
-The accumulator's size depends on the number of outputs, classes, slices (at most MAX_SLICES) and K, never on the
-number of examples: a relative-error quantile sketch per output (DDSketch: Masson, Rim & Lee, "DDSketch: a fast and
-fully-mergeable quantile sketch with relative-error guarantees", VLDB 2019) and the K worst examples.
-"""
-
-import heapq
-import math
-from collections import Counter
+import hashlib
 
 import apache_beam as beam
+import numpy as np
 
-from paritygate.comparator.stats import nearest_rank
+from paritygate.shadow.stats import ShadowStats
 
-SKETCH_ACCURACY = 0.01  # each quantile within 1% of a true sample value (DDSketch's alpha); the max is exact
-SKETCH_SOURCE = "DDSketch (Masson, Rim & Lee, VLDB 2019), relative accuracy 1%; max exact"
-MAX_SLICES = 1000  # slice values beyond this many are pooled under OTHER_SLICE (bounded memory)
-OTHER_SLICE = "(other slices)"
-QUANTILES = (50, 99, 99.9)
+KEY_BUFFER = 1 << 16  # keys held as strings before they are folded into 8-byte digests
+KEY_SAMPLES = 5  # repeated keys named in the error
 
 
-class QuantileSketch:
-    """Log-bucketed histogram of non-negative values: bucket i holds (gamma^(i-1), gamma^i]; zero apart."""
+class Folding(beam.CombineFn):
+    """A CombineFn over accumulators that ``add`` an input and ``merge`` another accumulator, made by ``make()``."""
 
-    gamma = (1 + SKETCH_ACCURACY) / (1 - SKETCH_ACCURACY)
-
-    def __init__(self):
-        self.buckets, self.zeros, self.count, self.max, self.max_key = Counter(), 0, 0, -math.inf, None
-
-    def add(self, value, key=None):
-        self.count += 1
-        if not value > 0:  # 0, and NaN errors (counted as non-finite elsewhere)
-            self.zeros += 1
-        else:
-            self.buckets[math.ceil(math.log(value) / math.log(self.gamma))] += 1
-        if value > self.max or self.max_key is None:
-            self.max, self.max_key = value, key
-
-    def merge(self, other):
-        self.buckets.update(other.buckets)
-        self.zeros += other.zeros
-        self.count += other.count
-        if other.max_key is not None and (other.max > self.max or self.max_key is None):
-            self.max, self.max_key = other.max, other.max_key
-        return self
-
-    def quantile(self, q):
-        """The nearest-rank q-th percentile (comparator.stats), within SKETCH_ACCURACY of the exact one."""
-        if not self.count:
-            return None
-        rank = nearest_rank(self.count, q)
-        if rank <= self.zeros:
-            return 0.0
-        seen = self.zeros
-        for i in sorted(self.buckets):
-            seen += self.buckets[i]
-            if seen >= rank:
-                return min(2 * self.gamma ** i / (self.gamma + 1), self.max)
-        return self.max
-
-    def summary(self):
-        return {**{f"p{q:g}": self.quantile(q) for q in QUANTILES}, "max": self.max if self.count else None,
-                "key_of_max": self.max_key, "examples": self.count, "method": SKETCH_SOURCE}
-
-
-class OutputStats:
-    """One output over all examples: elements, mismatching elements, examples failing, non-finite, |error|."""
-
-    def __init__(self):
-        self.elements = self.mismatches = self.failing_examples = 0
-        self.nonfinite = Counter()
-        self.abs_error = QuantileSketch()
-
-    def add(self, row, key):
-        self.elements += row["elements"]
-        self.mismatches += row["mismatches"]
-        self.failing_examples += int(not row["passed"])
-        self.nonfinite.update({k: row[k] for k in ("reference_nan", "reference_inf", "candidate_nan",
-                                                   "candidate_inf") if row[k]})
-        self.abs_error.add(row["max_abs"], key)
-
-    def merge(self, other):
-        self.elements += other.elements
-        self.mismatches += other.mismatches
-        self.failing_examples += other.failing_examples
-        self.nonfinite.update(other.nonfinite)
-        self.abs_error.merge(other.abs_error)
-        return self
-
-
-class ShadowStats:
-    """Everything a precision's verdicts need, mergeable; ``k`` worst examples kept whole (inputs included)."""
-
-    def __init__(self, k):
-        self.k, self.examples, self.failing = k, 0, 0
-        self.outputs, self.flips, self.per_class, self.slices = {}, None, {}, {}
-        self.detection = None  # [reference detections, matched]
-        self.worst = []  # min-heap of (score, key, record)
-
-    def add(self, record):
-        self.examples += 1
-        self.failing += int(not record["passed"])
-        for name, row in record["outputs"].items():
-            self.outputs.setdefault(name, OutputStats()).add(row, record["key"])
-        flipped = self._add_task(record)
-        self._add_slice(record.get("slice"), flipped, not record["passed"])
-        self._keep_worst(((int(flipped), int(not record["passed"]), record["score"]), record["key"], record))
-        return self
-
-    def _add_task(self, record):
-        top1 = record.get("top1")
-        if top1 is not None:
-            ref, cand = top1
-            self.flips = (self.flips or 0) + int(ref != cand)
-            row = self.per_class.setdefault(int(ref), [0, 0])
-            row[0] += 1
-            row[1] += int(ref != cand)
-        if record.get("detection") is not None:
-            self.detection = [a + b for a, b in zip(self.detection or [0, 0], record["detection"])]
-        return top1 is not None and top1[0] != top1[1]
-
-    def _add_slice(self, value, flipped, failing, n=1):
-        if value is None:
-            return
-        value = str(value)
-        if value not in self.slices and len(self.slices) >= MAX_SLICES:
-            value = OTHER_SLICE
-        row = self.slices.setdefault(value, [0, 0, 0])
-        row[0] += n
-        row[1] += int(flipped)
-        row[2] += int(failing)
-
-    def _keep_worst(self, item):
-        if len(self.worst) < self.k:
-            heapq.heappush(self.worst, item)
-        elif item[:2] > self.worst[0][:2]:
-            heapq.heapreplace(self.worst, item)
-
-    def merge(self, other):
-        self.examples += other.examples
-        self.failing += other.failing
-        for name, stats in other.outputs.items():
-            self.outputs.setdefault(name, OutputStats()).merge(stats)
-        if other.flips is not None:
-            self.flips = (self.flips or 0) + other.flips
-        for cls, (n, f) in other.per_class.items():
-            row = self.per_class.setdefault(cls, [0, 0])
-            row[0] += n
-            row[1] += f
-        if other.detection is not None:
-            self.detection = [a + b for a, b in zip(self.detection or [0, 0], other.detection)]
-        for value, (n, f, bad) in other.slices.items():
-            self._add_slice(value, 0, 0, n=0)
-            row = self.slices.get(value) or self.slices[OTHER_SLICE]
-            row[0] += n
-            row[1] += f
-            row[2] += bad
-        for item in other.worst:
-            self._keep_worst(item)
-        return self
-
-    def worst_first(self):
-        """The kept records, worst first."""
-        return [record for *_, record in sorted(self.worst, key=lambda item: item[:2], reverse=True)]
-
-
-class ShadowStatsFn(beam.CombineFn):
-    """``beam.CombinePerKey(ShadowStatsFn(k))`` over (precision, judged record)."""
-
-    def __init__(self, k):
-        self.k = k
+    def make(self):
+        raise NotImplementedError
 
     def create_accumulator(self):
-        return ShadowStats(self.k)
+        return self.make()
 
-    def add_input(self, acc, record):
-        return acc.add(record)
+    def add_input(self, acc, element):
+        return acc.add(element)
 
     def merge_accumulators(self, accumulators):
         accumulators = iter(accumulators)
@@ -186,3 +34,129 @@ class ShadowStatsFn(beam.CombineFn):
 
     def extract_output(self, acc):
         return acc
+
+
+class ShadowStatsFn(Folding):
+    """``beam.CombinePerKey(ShadowStatsFn(k))`` over (precision, judged record) -> a ShadowStats."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def make(self):
+        return ShadowStats(self.k)
+
+
+class MergedStatsFn(ShadowStatsFn):
+    """``beam.CombinePerKey(MergedStatsFn(k))`` over (precision, a bundle's ShadowStats) -> one ShadowStats."""
+
+    def add_input(self, acc, stats):
+        return acc.merge(stats)
+
+
+def key_digest(key):
+    return int.from_bytes(hashlib.blake2b(str(key).encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+class KeyTally:
+    """The distinct keys seen, as sorted 8-byte digests (8 bytes a record: only with a key feature), the records
+    whose key repeats one seen before, and up to KEY_SAMPLES of those keys by name. Two different keys share a
+    64-bit digest with probability about N^2 / 2^65 (1e-8 at N = 10^6)."""
+
+    def __init__(self):
+        self.digests = np.zeros(0, np.uint64)
+        self.pending = {}  # digest -> key, not yet folded
+        self.records = self.repeated = 0
+        self.samples = []
+
+    def add(self, key):
+        self.records += 1
+        digest = key_digest(key)
+        if digest in self.pending:
+            self._repeat(key)
+        else:
+            self.pending[digest] = key
+        if len(self.pending) >= KEY_BUFFER:
+            self.fold()
+        return self
+
+    def _repeat(self, key, n=1):
+        self.repeated += n
+        if len(self.samples) < KEY_SAMPLES and str(key) not in self.samples:
+            self.samples.append(str(key))
+
+    def fold(self):
+        """Fold the pending keys into the digests, counting those seen before."""
+        if not self.pending:
+            return self
+        new = np.fromiter(self.pending, np.uint64, len(self.pending))
+        seen = np.isin(new, self.digests, assume_unique=True)
+        for digest in new[seen][:KEY_SAMPLES]:
+            self._repeat(self.pending[int(digest)], 0)
+        self.repeated += int(seen.sum())
+        self.digests = np.union1d(self.digests, new)
+        self.pending = {}
+        return self
+
+    def merge(self, other):
+        self.fold()
+        seen = np.isin(other.digests, self.digests, assume_unique=True)
+        self.repeated += other.repeated + int(seen.sum())
+        for key in other.samples:
+            self._repeat(key, 0)
+        self.digests = np.union1d(self.digests, other.digests)
+        for digest, key in other.pending.items():  # by name, where the other still holds them
+            if digest in self.pending:
+                self._repeat(key)
+            else:
+                self.pending[digest] = key
+        self.fold()
+        self.records += other.records
+        return self
+
+
+class KeyCheckFn(Folding):
+    """``beam.CombineGlobally(KeyCheckFn())`` over the records' keys -> (records, repeated, sample keys)."""
+
+    def make(self):
+        return KeyTally()
+
+    def extract_output(self, acc):
+        acc.fold()
+        return acc.records, acc.repeated, acc.samples
+
+
+class OutsideTally:
+    """Records holding values outside an input's declared range: per input [records, values, min seen, max seen],
+    the records in all, and up to KEY_SAMPLES of their keys."""
+
+    def __init__(self):
+        self.inputs, self.records, self.samples = {}, 0, []
+
+    def add(self, element):
+        key, outside = element
+        self.records += 1
+        if len(self.samples) < KEY_SAMPLES:
+            self.samples.append(str(key))
+        for name, count, lo, hi in outside:
+            row = self.inputs.setdefault(name, [0, 0, lo, hi])
+            row[0] += 1
+            row[1] += count
+            row[2], row[3] = min(row[2], lo), max(row[3], hi)
+        return self
+
+    def merge(self, other):
+        self.records += other.records
+        self.samples = (self.samples + other.samples)[:KEY_SAMPLES]
+        for name, (records, values, lo, hi) in other.inputs.items():
+            row = self.inputs.setdefault(name, [0, 0, lo, hi])
+            row[0] += records
+            row[1] += values
+            row[2], row[3] = min(row[2], lo), max(row[3], hi)
+        return self
+
+
+class OutsideFn(Folding):
+    """``beam.CombineGlobally(OutsideFn())`` over (key, outside) -> an OutsideTally."""
+
+    def make(self):
+        return OutsideTally()

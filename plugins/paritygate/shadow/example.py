@@ -1,31 +1,57 @@
 """One example of a shadow run judged as the checks judge a batch: ``judge.parity.judge_outputs`` (the elementwise
-policy with the cosine budget, the task metric), on a batch of one. The record it returns is what the combiners
-(``shadow.combiners``) fold: small numbers per output, the top-1 classes, the detection counts, the inputs."""
+policy with the cosine budget, the task metric), on a batch of one. The task metric picks the outputs it judges
+with the checks' own rule (``comparator.task.classification_outputs`` / ``detection_outputs``, on the batch, so with
+the same errors as ``paritygate run``); the top-1 classes and the detection counts here are read off that metric's
+result, never picked a second time. The record it returns is what the combiners (``shadow.stats``) fold: small
+numbers per output, the top-1 classes, the detection counts per reference class, the inputs."""
 
 import numpy as np
 
-from paritygate.comparator.task import classification_outputs
+from paritygate.comparator.task import detection_outputs
 from paritygate.judge.parity import judge_outputs
-
-NONFINITE = ("reference_nan", "reference_inf", "candidate_nan", "candidate_inf")
+from paritygate.shadow.stats import NONFINITE
 
 
 def _batch(outputs):
     return {k: np.asarray(v)[None] for k, v in outputs.items()}
 
 
+def top1(task, ref):
+    """(reference class, candidate class) of the one example the classification metric ``task`` judged: the first
+    judged output's reference class; the candidate's class from the first judged output that flips (several
+    judged outputs, e.g. logits and probabilities: a flip in any is a flip, as the metric fails on any)."""
+    per_output = task.get("per_output") or [task]
+    reference = int(np.argmax(ref[per_output[0]["output"]]))
+    flipped = next((o["flipped_rows"][0] for o in per_output if o["flipped_rows"]), None)
+    if flipped is None:
+        return reference, reference
+    return int(flipped["reference_class"]), int(flipped["candidate_class"])
+
+
+def detections(spec, task, ref):
+    """The detection metric's counts on one example, with [reference detections, missed] per reference class."""
+    names = detection_outputs(spec, ref)
+    scores, classes = np.asarray(ref[names["scores"]]), np.asarray(ref[names["classes"]])
+    missed = {m["detection"] for m in task["missed"]}
+    counts = {}
+    for i in np.flatnonzero(scores >= task["min_score"]):
+        row = counts.setdefault(int(classes[i]), [0, 0])
+        row[0] += 1
+        row[1] += int(int(i) in missed)
+    return {"reference_detections": task["reference_detections"], "matched": task["matched"], "classes": counts}
+
+
 def judge_example(spec, precision, key, slice_value, feed, ref, cand):
     """The record of one example: ``ref`` by reference output name, ``cand`` by candidate output name."""
-    outputs, task, failures = judge_outputs(spec, precision, _batch(ref), _batch(cand))
+    batch_ref = _batch(ref)
+    outputs, task, failures = judge_outputs(spec, precision, batch_ref, _batch(cand))
     rows = {o.output: {"elements": o.elements, "mismatches": o.mismatches, "passed": o.passed,
                        "max_abs": o.max_abs, **{k: getattr(o, k) for k in NONFINITE}} for o in outputs}
     record = {"key": key, "slice": slice_value, "precision": precision, "passed": not failures,
               "outputs": rows, "failures": failures[:3], "inputs": feed,
               "score": max((o.max_abs for o in outputs), default=0.0)}
     if task and task["metric"] == "classification":
-        name = classification_outputs(spec, ref)[0]
-        record["top1"] = (int(np.argmax(ref[name])), int(np.argmax(cand[spec.outputs.get(name, name)])))
+        record["top1"] = top1(task, ref)
     elif task and task["metric"] == "detection":
-        record["detection"] = (task["reference_detections"], task["matched"])
+        record["detection"] = detections(spec, task, ref)
     return record
-

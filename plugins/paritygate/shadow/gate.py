@@ -1,7 +1,8 @@
-"""Gate a rate on its exact binomial (Clopper-Pearson) confidence interval, not on the point estimate.
-
-``pass`` when the upper bound is within the budget, ``fail`` when the lower bound is beyond it, ``inconclusive``
-when the interval straddles it, with the number of examples that would decide at the observed rate.
+"""Gate a rate on its exact binomial (Clopper-Pearson) confidence interval, not on the point estimate: ``pass``
+when the upper bound is within the budget, ``fail`` when the lower bound is beyond it, ``inconclusive`` when the
+interval straddles it, with the number of examples that would decide at the observed rate; the exact p-value of
+"the rate is within the budget", Holm's correction over several such rates, and the fewest examples a rate needs
+to pass at all (``shadow.rates`` gates the overall rate, the classes and the slices with these).
 The interval is two-sided at CONFIDENCE (each bound one-sided at 1 - (1 - CONFIDENCE) / 2), from scipy's beta
 quantiles when scipy is installed, else from this module's own regularized incomplete beta (same numbers to
 1e-10: tests/shadow/test_gate.py)."""
@@ -73,6 +74,39 @@ def clopper_pearson(x, n, confidence=CONFIDENCE):
     return lower, upper
 
 
+def over_budget_p(x, n, budget):
+    """The one-sided exact p-value of "the rate is at most ``budget``" after x events in n trials:
+    P(X >= x | n, budget) = I_budget(x, n - x + 1). Below 1 - (1 + CONFIDENCE) / 2 (2.5%) exactly when the
+    Clopper-Pearson lower bound lies above the budget."""
+    if x <= 0:
+        return 1.0
+    if budget <= 0:
+        return 0.0
+    return min(1.0, max(0.0, betainc(x, n - x + 1, budget)))
+
+
+def holm(p_values, alpha=(1.0 - CONFIDENCE) / 2):
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially rejective multiple test procedure",
+    Scandinavian Journal of Statistics 6(2) 65-70): the family-wise error rate of rejecting every hypothesis whose
+    adjusted p-value is <= ``alpha`` is at most ``alpha``. Returns the adjusted p-values in the input's order."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [1.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def min_count(budget, confidence=CONFIDENCE):
+    """The fewest examples at which a rate with no event at all has its upper bound within ``budget``: below it
+    no count can pass the gate (None when none can: a budget of 0)."""
+    if budget >= 1:
+        return 1
+    if budget <= 0:
+        return None
+    return math.ceil(math.log((1.0 - confidence) / 2) / math.log1p(-budget) - 1e-9)
+
+
 def status(x, n, budget):
     """'pass' (upper <= budget), 'fail' (lower > budget) or 'inconclusive' (the interval holds the budget)."""
     lower, upper = clopper_pearson(x, n)
@@ -81,13 +115,18 @@ def status(x, n, budget):
     return "fail" if lower > budget else "inconclusive"
 
 
-def examples_to_decide(x, n, budget, limit=10**10):
-    """The fewest examples N >= n at which the observed rate x/n (kept) would decide, or None when it would not
-    within ``limit`` (the rate sits on the budget). Doubling, then bisection: ``status`` is monotone in N here."""
+def examples_to_decide(x, n, budget, alpha=None, limit=10**10):
+    """The fewest examples N >= n at which the observed rate x/n (kept) would decide -- the upper bound within the
+    budget, or the lower bound above it (with ``alpha``: the exact p-value ``over_budget_p`` at most ``alpha``, a
+    level a multiple-comparison correction sets) -- or None when it would not within ``limit`` (the rate sits on
+    the budget). Doubling, then bisection: the decision is monotone in N here."""
     rate = x / n
 
     def decided(m):
-        return status(round(rate * m), m, budget) != "inconclusive"
+        events = round(rate * m)
+        if alpha is None:
+            return status(events, m, budget) != "inconclusive"
+        return clopper_pearson(events, m)[1] <= budget or over_budget_p(events, m, budget) <= alpha
 
     if decided(n):
         return n
@@ -101,20 +140,3 @@ def examples_to_decide(x, n, budget, limit=10**10):
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if decided(mid) else (mid, hi)
     return hi
-
-
-def gate_rate(x, n, budget, what, source):
-    """The verdict on a rate of ``what`` (e.g. "top-1 flip rate"): a dict for the report, with the interval."""
-    lower, upper = clopper_pearson(x, n) if n else (0.0, 1.0)
-    verdict = status(x, n, budget) if n else "inconclusive"
-    out = {"what": what, "events": int(x), "examples": int(n), "rate": x / n if n else None, "lower": lower,
-           "upper": upper, "confidence": CONFIDENCE, "interval_source": CONFIDENCE_SOURCE, "budget": budget,
-           "budget_source": source, "status": verdict}
-    if verdict == "inconclusive":
-        need = examples_to_decide(x, n, budget) if n else None
-        out["examples_to_decide"] = need
-        more = (f"about {need - n} more examples at the observed rate would decide" if need
-                else "the observed rate sits on the budget: more examples alone will not decide")
-        out["message"] = (f"{what} {x}/{n}: {CONFIDENCE:.0%} interval [{lower:.3g}, {upper:.3g}] holds the budget "
-                          f"{budget:g} ({source}); {more}")
-    return out

@@ -1,7 +1,7 @@
 """One Beam pipeline per shadow run, with no shuffle of examples (memory does not grow with their number):
 
     files -> ReadFile (dead letters apart) -> RunInference(reference) -> RunInference(candidate) per precision
-          -> judge each example (shadow.example) -> CombinePerKey(precision, ShadowStatsFn) -> records to files
+          -> judge each example (shadow.example) into the bundle's ShadowStats -> CombinePerKey(precision) -> files
 
 The models run one after another on the same keyed element: each ``KeyedModelHandler`` carries the example's key,
 slice value and the outputs so far in its key, so the "join by key" is the chain itself (Beam's documented
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.window import GlobalWindows
 
 from paritygate.beam.contract import (
     as_feed,
@@ -35,9 +36,10 @@ from paritygate.beam.contract import (
 from paritygate.beam.pipeline import make_pipeline, worker_import_path
 from paritygate.beam.records import WriteRecords, read_records
 from paritygate.common.numerics import DEFAULT_NUMERICS
-from paritygate.shadow.combiners import ShadowStatsFn
+from paritygate.shadow.combiners import KeyCheckFn, MergedStatsFn, OutsideFn
 from paritygate.shadow.example import judge_example
-from paritygate.shadow.read import DEAD, Layout, ReadFile, match
+from paritygate.shadow.read import COUNT, DEAD, OUTSIDE, Layout, ReadFile, match
+from paritygate.shadow.stats import ShadowStats
 
 PROGRESS_SECONDS = 5.0  # a progress line per worker process at most this often
 DEAD_SAMPLES = 5  # dead letters kept per category for the report (all of them go to the dead-letter files)
@@ -67,13 +69,18 @@ class Outcome:
     read: int = 0
     dead: Counter = field(default_factory=Counter)
     dead_samples: dict = field(default_factory=dict)  # category -> [(key, reason)]
-    seconds: float = 0.0
+    outside: object = None  # combiners.OutsideTally of the records outside the declared range (None: none)
+    keys: tuple = None  # (records, repeated, sample keys) with a key feature
+    files: list = field(default_factory=list)  # the files read
+    seconds: float = 0.0  # run().wait_until_finish(): loading the models in the workers, reading, judging
+    build_seconds: float = 0.0  # constructing the pipeline's graph before it runs
 
 
 def reference_handler(spec):
     from paritygate.beam.tf_handler import TFNumpyHandler
 
-    return TFNumpyHandler(spec.reference, spec.signature, min_batch_size=1, max_batch_size=spec.max_batch)
+    return TFNumpyHandler(spec.reference, spec.signature, min_batch_size=spec.max_batch,
+                          max_batch_size=spec.max_batch)
 
 
 def candidate_handler(spec, precision, output_names, numerics=DEFAULT_NUMERICS):
@@ -82,7 +89,7 @@ def candidate_handler(spec, precision, output_names, numerics=DEFAULT_NUMERICS):
     ``backend.runtimes.computed_artifact``)."""
     if handler_path(spec):
         factory = load_factory(spec)
-        handler = make_handler(spec, factory, 1, spec.max_batch, output_names)
+        handler = make_handler(spec, factory, spec.max_batch, spec.max_batch, output_names)
         if declared_precision(spec, handler, factory) == precision:
             return handler, handler_path(spec)
     from paritygate.backend.onnx.artifacts.loader import onnx_artifact
@@ -92,7 +99,7 @@ def candidate_handler(spec, precision, output_names, numerics=DEFAULT_NUMERICS):
     artifact = onnx_artifact(spec, precision)
     served = computed_artifact(artifact, numerics)
     handler = OnnxRuntimeHandler(served, bindings_for(spec, artifact), spec.max_batch,
-                                 output_names_for(spec, artifact, output_names), min_batch_size=1,
+                                 output_names_for(spec, artifact, output_names), min_batch_size=spec.max_batch,
                                  max_batch_size=spec.max_batch)
     return handler, f"paritygate.beam.serving.OnnxRuntimeHandler({served})"
 
@@ -113,63 +120,88 @@ class Carry:
         return (key, slice_value, {**outputs, self.side: got}), result.example
 
 
-class Judge:
-    """``((key, slice, outputs), example)`` -> (precision, record) per candidate precision."""
+class JudgeBundle(beam.DoFn):
+    """The last model's ``((key, slice, outputs), PredictionResult)`` -> every precision judged on the example
+    (``shadow.example``) and folded into this bundle's ShadowStats; each precision's stats go out at the bundle's
+    end, as (precision, ShadowStats): one element a precision and bundle crosses to the combine, not one an
+    example (Beam's "combine in the DoFn" pattern)."""
 
-    def __init__(self, spec, precisions):
-        self.spec, self.precisions = spec, tuple(precisions)
+    def __init__(self, spec, output_names, side, precisions, worst):
+        self.carry, self.spec = Carry(spec, output_names, side), spec
+        self.precisions, self.worst = tuple(precisions), worst
 
-    def __call__(self, element):
-        (key, slice_value, outputs), example = element
+    def start_bundle(self):
+        self.stats = {p: ShadowStats(self.worst) for p in self.precisions}
+
+    def process(self, element):
+        (key, slice_value, outputs), example = self.carry(element)
         feed = as_feed(self.spec, example)
+        progress("judged")
         for precision in self.precisions:
-            yield precision, judge_example(self.spec, precision, key, slice_value, feed, outputs["reference"],
-                                           outputs[precision])
+            self.stats[precision].add(judge_example(self.spec, precision, key, slice_value, feed,
+                                                    outputs["reference"], outputs[precision]))
+
+    def finish_bundle(self):
+        for precision, stats in self.stats.items():
+            if stats.examples:
+                yield GlobalWindows.windowed_value((precision, stats))
+
+
+class KeyedRead(ReadFile):
+    """``ReadFile`` emitting what the first ``KeyedModelHandler`` takes: ((key, slice, {}), the handler's element)."""
+
+    def __init__(self, spec, layout, fmt):
+        super().__init__(layout, fmt)
+        self.spec = spec
+
+    def emit(self, key, feed, value):
+        progress("read")
+        return (key, value, {}), element_of(self.spec, feed)
 
 
 _COUNTS = Counter()  # this process's progress: examples read and judged
 _CLOCK = {}
 
 
-class Progress(beam.DoFn):
-    """Counts ``what`` in this process and prints one line at most every PROGRESS_SECONDS to stderr."""
-
-    def __init__(self, what):
-        self.what = what
-
-    def process(self, element):
-        _COUNTS[self.what] += 1
-        now = time.monotonic()
-        start = _CLOCK.setdefault("start", now)
-        if now - _CLOCK.setdefault("last", now) >= PROGRESS_SECONDS:
-            _CLOCK["last"] = now
-            rate = _COUNTS["judged"] / max(now - start, 1e-9)
-            print(f"paritygate shadow [pid {os.getpid()}]: read {_COUNTS['read']}, judged {_COUNTS['judged']} "
-                  f"({rate:.0f} examples/s)", file=sys.stderr, flush=True)
-        yield element
+def progress(what):
+    """Count ``what`` in this process; print one line at most every PROGRESS_SECONDS to stderr."""
+    _COUNTS[what] += 1
+    now = time.monotonic()
+    start = _CLOCK.setdefault("start", now)
+    if now - _CLOCK.setdefault("last", now) >= PROGRESS_SECONDS:
+        _CLOCK["last"] = now
+        rate = _COUNTS["judged"] / max(now - start, 1e-9)
+        print(f"paritygate shadow [pid {os.getpid()}]: read {_COUNTS['read']}, judged {_COUNTS['judged']} "
+              f"({rate:.0f} examples/s)", file=sys.stderr, flush=True)
 
 
-def build(p, settings, output_names, handlers, folder):
+def build(p, settings, output_names, handlers, folder, files):
     """The pipeline's transforms on ``p``; every result goes to ``folder`` as records (beam.records.WriteRecords)."""
     spec = settings.spec
     layout = Layout.of(spec, settings.key_feature, settings.slice_feature)
-    read = (p | "Files" >> beam.Create(match(settings.data))
-            | "Read" >> beam.ParDo(ReadFile(layout, settings.fmt)).with_outputs(DEAD, main="good"))
-    good = read.good | "Read progress" >> beam.ParDo(Progress("read"))
-    stream = good | "Element" >> beam.Map(lambda r: ((r[0], r[2], {}), element_of(spec, r[1])))
-    for side, handler in handlers.items():
-        stream = (stream | f"RunInference {side}" >> RunInference(KeyedModelHandler(handler))
-                  | f"Carry {side}" >> beam.Map(Carry(spec, output_names, side)))
-    judged = (stream | "Judged progress" >> beam.ParDo(Progress("judged"))
-              | "Judge" >> beam.FlatMap(Judge(spec, settings.precisions)))
-    records = [judged | "Stats" >> beam.CombinePerKey(ShadowStatsFn(settings.worst))
+    read = (p | "Files" >> beam.Create(files)
+            | "Read" >> beam.ParDo(KeyedRead(spec, layout, settings.fmt)).with_outputs(DEAD, OUTSIDE, COUNT,
+                                                                                      main="good"))
+    stream, sides = read.good, list(handlers)
+    for side in sides:
+        stream = stream | f"RunInference {side}" >> RunInference(KeyedModelHandler(handlers[side]))
+        if side != sides[-1]:
+            stream = stream | f"Carry {side}" >> beam.Map(Carry(spec, output_names, side))
+    judged = stream | "Judge" >> beam.ParDo(JudgeBundle(spec, output_names, sides[-1], settings.precisions,
+                                                        settings.worst))
+    records = [judged | "Stats" >> beam.CombinePerKey(MergedStatsFn(settings.worst))
                | "Stats record" >> beam.Map(lambda kv: ("stats", kv)),
-               good | "Count read" >> beam.combiners.Count.Globally() | "Read record" >> beam.Map(lambda n: ("read", n)),
+               read.count | "Read record" >> beam.Map(lambda n: ("read", n)),
                read.dead | "Dead by kind" >> beam.Map(lambda d: (d[0], (d[1], d[2])))
                | "Dead samples" >> beam.combiners.Sample.FixedSizePerKey(DEAD_SAMPLES)
                | "Dead record" >> beam.Map(lambda kv: ("dead", kv)),
                read.dead | "Dead kind" >> beam.Map(lambda d: d[0]) | "Dead count" >> beam.combiners.Count.PerElement()
-               | "Dead count record" >> beam.Map(lambda kv: ("dead_count", kv))]
+               | "Dead count record" >> beam.Map(lambda kv: ("dead_count", kv)),
+               read.outside | "Outside" >> beam.CombineGlobally(OutsideFn()).without_defaults()
+               | "Outside record" >> beam.Map(lambda t: ("outside", t))]
+    if settings.key_feature:
+        records.append(read.good | "Keys" >> beam.Map(lambda r: r[0][0]) | "Key check" >> beam.CombineGlobally(KeyCheckFn())
+                       | "Keys record" >> beam.Map(lambda t: ("keys", t)))
     if settings.dead_letter:
         _ = (read.dead | "Dead JSON" >> beam.Map(_dead_json)
              | "Dead letters" >> beam.io.WriteToText(settings.dead_letter, file_name_suffix=".jsonl"))
@@ -192,6 +224,9 @@ def output_folder(options):
     return tempfile.mkdtemp(prefix="paritygate-shadow-")
 
 
+LOCAL_RUNNER = "FnApiRunner"  # what --runner DirectRunner runs: Beam's DirectRunner would try Prism first
+
+
 def run(settings, output_names):
     """Run the pipeline; the Outcome. ``output_names``: the reference's output names (TfRunner.output_names)."""
     spec = settings.spec
@@ -200,20 +235,33 @@ def run(settings, output_names):
     for precision in settings.precisions:
         handlers[precision], served[precision] = candidate_handler(spec, precision, output_names, settings.numerics)
     folder = output_folder(settings.options)
-    start = time.perf_counter()
+    files = match(settings.data)
+    runner = LOCAL_RUNNER if settings.runner == "DirectRunner" else settings.runner
     with worker_import_path(settings.workers):
-        p = make_pipeline(settings.runner, settings.options, settings.workers)
-        build(p, settings, output_names, handlers, folder)
+        building = time.perf_counter()
+        p = make_pipeline(runner, settings.options, settings.workers)
+        build(p, settings, output_names, handlers, folder, files)
+        start = time.perf_counter()  # the pipeline's own time: its workers loading the models, then every record
         p.run().wait_until_finish()
-    outcome = Outcome(settings, served, seconds=time.perf_counter() - start)
+    outcome = Outcome(settings, served, files=files, seconds=time.perf_counter() - start,
+                      build_seconds=start - building)
     for kind, value in read_records(folder):
-        if kind == "stats":
-            precision, acc = value
-            outcome.stats[precision] = outcome.stats[precision].merge(acc) if precision in outcome.stats else acc
-        elif kind == "read":
-            outcome.read += value
-        elif kind == "dead":
-            outcome.dead_samples.setdefault(value[0], []).extend(value[1])
-        elif kind == "dead_count":
-            outcome.dead[value[0]] += value[1]
+        collect(outcome, kind, value)
     return outcome
+
+
+def collect(outcome, kind, value):
+    """Fold one record the pipeline wrote into ``outcome``."""
+    if kind == "stats":
+        precision, acc = value
+        outcome.stats[precision] = outcome.stats[precision].merge(acc) if precision in outcome.stats else acc
+    elif kind == "read":
+        outcome.read += value
+    elif kind == "dead":
+        outcome.dead_samples.setdefault(value[0], []).extend(value[1])
+    elif kind == "dead_count":
+        outcome.dead[value[0]] += value[1]
+    elif kind == "outside":
+        outcome.outside = value if outcome.outside is None else outcome.outside.merge(value)
+    elif kind == "keys":
+        outcome.keys = value

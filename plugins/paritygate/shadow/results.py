@@ -1,21 +1,23 @@
 """A shadow run's combined statistics as the report's ``CheckResult``s, one set per candidate precision:
 
-    shadow_top1         classification: the top-1 flip rate (overall, per reference class, per slice), gated on
-                        its Clopper-Pearson interval against the flip budget (shadow.gate)
+    shadow_top1         classification: the top-1 flip rate overall, per reference class and per slice, gated on
+                        exact intervals with Holm's correction (shadow.rates) against the flip budget
     shadow_detection    detection: the rate of reference detections the candidate misses, gated the same way
+                        (overall, per reference class, per slice)
     shadow_elementwise  the checks' elementwise policy (comparator.tolerance, with the cosine budget) on every
                         example: fails when any example fails it; |error| quantiles per output with the key of the max
     shadow_judged       error when an example read was not judged (a handler returned no result for it)
 
-Dead letters are no verdict on the candidate: a finding ``shadow_dead_letters`` with the counts per category.
+and one model-level ``shadow_data`` check: what was read, the dead letters per category, the records outside the
+declared range; ``error`` when no record could be judged or a key feature names several records. Each record
+carries its counts (``details["shadow"]``), so that reports of several runs merge into one (``shadow.merge``).
 The worst examples that failed are saved as reproducers of ``matches_reference`` (``paritygate replay FILE``).
 """
 
-from paritygate.backend import registry
 from paritygate.comparator.tolerance import TASK_RATIO, TASK_SOURCE, tolerance_for
-from paritygate.inputs.reproducer import save_reproducer
 from paritygate.result import CheckResult
-from paritygate.shadow.gate import clopper_pearson, gate_rate
+from paritygate.shadow.rates import gate_rates
+from paritygate.shadow.stats import SLICE_FIELDS
 
 # The flip budget: MLPerf Inference's closed-division accuracy target of 99% of the FP32 reference (TASK_RATIO),
 # read as "at most 1% of top-1 decisions may differ"; its high-accuracy target (99.9%, e.g. BERT-99.9, DLRM-99.9 in
@@ -24,103 +26,118 @@ FLIP_BUDGET = round(1 - TASK_RATIO, 10)
 FLIP_SOURCE = f"1 - {TASK_RATIO} ({TASK_SOURCE})"
 HIGH_ACCURACY_BUDGET = 0.001
 HIGH_ACCURACY_SOURCE = "1 - 0.999 (MLPerf Inference rules: 99.9% high-accuracy target)"
+TOP1, DETECTION, ELEMENTWISE, JUDGED, DATA = ("shadow_top1", "shadow_detection", "shadow_elementwise",
+                                              "shadow_judged", "shadow_data")
 
 
-def rate_result(spec, precision, check, gate, extra):
-    result = CheckResult(spec.name, precision, check, gate["status"], details={"shadow": {**gate, **extra}})
-    if gate["status"] == "fail":
-        result.failures.append(f"{spec.name} {precision}: {gate['what']} {gate['events']}/{gate['examples']}: "
-                               f"{gate['confidence']:.0%} interval [{gate['lower']:.3g}, {gate['upper']:.3g}] above "
-                               f"the budget {gate['budget']:g} ({gate['budget_source']})")
-    elif gate["status"] == "inconclusive":
-        result.inconclusive = {"message": gate["message"], "allowed": False}
-        result.details["message"] = gate["message"]
-    else:
-        result.details["message"] = (f"{gate['what']} {gate['events']}/{gate['examples']}: {gate['confidence']:.0%} "
-                                     f"interval [{gate['lower']:.3g}, {gate['upper']:.3g}] within the budget "
-                                     f"{gate['budget']:g} ({gate['budget_source']})")
+def rate_result(model, precision, check, record, worst=()):
+    """The CheckResult of a gated rate (``rates.gate_rates``'s record)."""
+    result = CheckResult(model, precision, check, record["status"],
+                         details={"shadow": {**record, "worst": list(worst)}, "message": record["message"]})
+    if record["status"] == "fail":
+        result.failures = [f"{model} {precision}: {record['what']}: {line}" for line in record["decided_by"]]
+    elif record["status"] == "inconclusive":
+        result.inconclusive = {"message": record["message"], "allowed": False}
     return result
 
 
-def _rows(table, names):
+def class_groups(table):
+    return [{"kind": "class", "value": c, "examples": n, "events": e} for c, (n, e) in sorted(table.items())]
+
+
+def slice_groups(slices, detection=False):
+    """Slice rows: top-1 flips out of examples, or (``detection``) missed out of reference detections."""
     rows = []
-    for value, counts in sorted(table.items(), key=lambda kv: str(kv[0])):
-        n, events = counts[0], counts[1]
-        lower, upper = clopper_pearson(events, n) if n else (0.0, 1.0)
-        rows.append({names: value, "examples": n, "flips": events, "rate": events / n if n else None,
-                     "lower": lower, "upper": upper, **({"failing": counts[2]} if len(counts) > 2 else {})})
+    for value, counts in sorted(slices.items(), key=lambda kv: str(kv[0])):
+        c = dict(zip(SLICE_FIELDS, counts))
+        n, e = (c["detections"], c["missed"]) if detection else (c["examples"], c["flips"])
+        rows.append({"kind": "slice", "value": value, "examples": n, "events": e, "counts": c})
     return rows
 
 
-def elementwise_result(spec, precision, stats):
-    outputs = [{"output": name, "elements": o.elements, "mismatching_elements": o.mismatches,
-                "failing_examples": o.failing_examples, "nonfinite": dict(o.nonfinite),
-                "tolerance": tolerance_for(spec, precision, name).as_dict(),
-                "max_abs_error_per_example": o.abs_error.summary()} for name, o in sorted(stats.outputs.items())]
-    failing = sum(o["failing_examples"] for o in outputs)
-    result = CheckResult(spec.name, precision, "shadow_elementwise", "fail" if failing else "pass",
-                         details={"shadow": {"examples": stats.examples, "outputs": outputs}})
-    for o in outputs:
+def top1_result(model, precision, stats, budget, source, min_examples=None, worst=()):
+    record = gate_rates("top-1 flip rate", stats.flips, stats.examples,
+                        class_groups(stats.classes) + slice_groups(stats.slices), budget, source, min_examples)
+    return rate_result(model, precision, TOP1, record, worst)
+
+
+def detection_result(model, precision, stats, budget, source, min_examples=None, worst=()):
+    total, matched = stats.detection
+    record = gate_rates("missed detection rate", total - matched, total,
+                        class_groups(stats.detection_classes) + slice_groups(stats.slices, detection=True), budget,
+                        source, min_examples)
+    return rate_result(model, precision, DETECTION, record, worst)
+
+
+def elementwise_result(model, precision, outputs, tolerances, examples, worst=()):
+    """``outputs``: name -> stats.OutputStats; ``tolerances``: name -> the tolerance dict each was judged with."""
+    rows = [{"output": name, **o.to_json(), "tolerance": tolerances[name],
+             "max_abs_error_per_example": o.abs_error.summary()} for name, o in sorted(outputs.items())]
+    failing = sum(o["failing_examples"] for o in rows)
+    result = CheckResult(model, precision, ELEMENTWISE, "fail" if failing else "pass",
+                         details={"shadow": {"examples": examples, "outputs": rows, "worst": list(worst)}})
+    for o in rows:
+        e = o["max_abs_error_per_example"]
         if o["failing_examples"]:
             result.failures.append(
-                f"{spec.name} {precision}: output '{o['output']}': {o['failing_examples']}/{stats.examples} examples "
-                f"outside the elementwise policy ({o['mismatching_elements']} elements); worst |error| "
-                f"{o['max_abs_error_per_example']['max']:.3g} at {o['max_abs_error_per_example']['key_of_max']}")
-    if not failing:
-        result.details["message"] = f"{stats.examples} examples within the elementwise policy"
+                f"{model} {precision}: output '{o['output']}': {o['failing_examples']}/{examples} examples outside "
+                f"the elementwise policy ({o['mismatching_elements']} elements); worst |error| {e['max']:.3g} at "
+                f"{e['key_of_max']}; per-example max |error| p50 {e['p50']:.3g}, p99 {e['p99']:.3g}")
+    result.details["message"] = "; ".join(result.failures) or (
+        f"{examples} examples within the elementwise policy; worst |error| "
+        + ", ".join(f"'{o['output']}' {o['max_abs_error_per_example']['max']:.3g} at "
+                    f"{o['max_abs_error_per_example']['key_of_max']}" for o in rows))
     return result
 
 
-def worst_examples(spec, precision, stats, folder):
-    """The kept worst examples (worst first); those that failed saved as reproducers under ``folder``."""
+def judged_result(model, precision, read, judged):
+    """``error`` when examples read were not judged, or none was (None when every example read was judged)."""
+    unjudged = read - judged
+    if judged and not unjudged:
+        return None
+    message = (f"{model} {precision}: {unjudged} of {read} examples read were not judged (a handler returned no "
+               "result for them)" if unjudged else
+               f"{model} {precision}: no example was judged: no verdict on the candidate (shadow_data says why)")
+    return CheckResult(model, precision, JUDGED, "error", errors=[message],
+                       details={"shadow": {"read": read, "judged": judged}, "message": message})
+
+
+def worst_examples(spec, precision, stats, ctx=None):
+    """The kept worst examples (worst first); those that failed saved as reproducers through ``ctx`` (a
+    ``context.RunContext``: its runtime and reproducer folder), None: not saved."""
     import numpy as np
+
+    from paritygate.inputs.sets import outside_range
 
     rows = []
     for record in stats.worst_first():
         row = {"key": record["key"], "slice": record.get("slice"), "max_abs_error": record["score"],
-               "top1": record.get("top1"), "passed": record["passed"], "failures": record["failures"]}
-        if not record["passed"] and folder is not None:
+               "top1": record.get("top1"), "passed": record["passed"], "failures": record["failures"],
+               "missed": record["detection"]["reference_detections"] - record["detection"]["matched"]
+               if record.get("detection") else None}
+        if not record["passed"] and ctx is not None:
+            outside = [n for n, x in record["inputs"].items() if outside_range(spec.inputs[n], np.asarray(x))[0]]
             inputs = {k: np.asarray(v)[None] for k, v in record["inputs"].items()}
-            row["reproducer"] = save_reproducer(folder, spec, precision, "matches_reference", registry.CPU, inputs,
-                                                record["failures"])
+            row["reproducer"] = ctx.save_reproducer(spec, precision, "matches_reference", inputs,
+                                                    record["failures"], outside_range=outside)
         rows.append(row)
     return rows
 
 
-def precision_results(spec, precision, stats, read, budget, budget_source, folder=None):
+def precision_results(spec, precision, stats, read, budget, source, ctx=None, min_examples=None):
     """The CheckResults of one precision's ShadowStats (``read``: examples read, to find unjudged ones)."""
-    worst = worst_examples(spec, precision, stats, folder)
-    results = [elementwise_result(spec, precision, stats)]
+    if stats is None or not stats.examples:
+        return [r for r in [judged_result(spec.name, precision, read, 0)] if r]
+    worst = worst_examples(spec, precision, stats, ctx)
+    tolerances = {name: tolerance_for(spec, precision, name).as_dict() for name in stats.outputs}
+    results = [elementwise_result(spec.name, precision, stats.outputs, tolerances, stats.examples, worst)]
     if stats.flips is not None:
-        extra = {"per_class": _rows(stats.per_class, "class"), "slices": _rows(stats.slices, "slice")}
-        results.append(rate_result(spec, precision, "shadow_top1",
-                                   gate_rate(stats.flips, stats.examples, budget, "top-1 flip rate", budget_source),
-                                   extra))
+        results.append(top1_result(spec.name, precision, stats, budget, source, min_examples, worst))
     if stats.detection is not None:
-        total, matched = stats.detection
-        results.append(rate_result(spec, precision, "shadow_detection",
-                                   gate_rate(total - matched, total, budget, "missed detection rate", budget_source),
-                                   {"slices": _rows(stats.slices, "slice")}))
+        results.append(detection_result(spec.name, precision, stats, budget, source, min_examples, worst))
+    repro = next((w["reproducer"] for w in worst if w.get("reproducer")), None)
     for r in results:
-        r.details["shadow"]["worst"] = worst
-        repro = next((w["reproducer"] for w in worst if w.get("reproducer")), None)
-        if repro and r.status == "fail":
+        if repro and r.status in ("fail", "inconclusive"):  # a failing example stands behind either
             r.reproducer = repro
-    unjudged = read - stats.examples
-    if unjudged:
-        results.append(CheckResult(spec.name, precision, "shadow_judged", "error", errors=[
-            (f"{spec.name} {precision}: {unjudged} of {read} examples read were not judged "
-             "(a handler returned no result for them)")]))
-    return results
+    return results + [r for r in [judged_result(spec.name, precision, read, stats.examples)] if r]
 
-
-def dead_letter_finding(spec, outcome):
-    """The finding that names the dead letters (None without any)."""
-    if not outcome.dead:
-        return None
-    total = sum(outcome.dead.values())
-    return {"kind": "shadow_dead_letters", "model": spec.name, "precision": None, "check": "shadow",
-            "details": {"summary": f"{total} record(s) could not be judged and went to the dead-letter output "
-                        f"({', '.join(f'{k}: {n}' for k, n in sorted(outcome.dead.items()))})",
-                        "counts": dict(outcome.dead), "samples": outcome.dead_samples,
-                        "dead_letter": outcome.settings.dead_letter}}
