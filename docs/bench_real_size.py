@@ -145,9 +145,8 @@ def timed(cmd, log, cwd, env=None):
 
 def _name_calibration(folder):
     """The calibration rows of an image model were written as "*": named now after the input ``init`` found."""
-    import tomllib
-
     import numpy as np
+    import tomllib
 
     names = list(tomllib.loads((folder / "parity.toml").read_text())["models"][0]["inputs"])
     calib = dict(np.load(folder / "calibration.npz"))
