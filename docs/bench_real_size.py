@@ -113,7 +113,8 @@ def confirm(toml, model):
 
 # -- measuring ---------------------------------------------------------------------------------------------
 def timed(cmd, log, cwd, env=None):
-    """Run ``cmd`` under ``/usr/bin/time -v``: {wall, peak_rss_gb, silence_s, load_mean, load_max, rc}."""
+    """Run ``cmd`` under ``/usr/bin/time -v``: {wall_s, cpu_s (user + system, children included), peak_rss_gb (the
+    largest single process), silence_s, load_mean, load_max, rc}."""
     tv = Path(log).with_suffix(".time")
     loads, done = [], threading.Event()
 
@@ -137,7 +138,8 @@ def timed(cmd, log, cwd, env=None):
     end = time.perf_counter()
     text = tv.read_text()
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
-    return {"wall_s": round(end - start, 1), "peak_rss_gb": round(rss_kb / 2**20, 3),
+    cpu = sum(float(re.search(rf"{k} time \(seconds\): ([\d.]+)", text).group(1)) for k in ("User", "System"))
+    return {"wall_s": round(end - start, 1), "cpu_s": round(cpu, 1), "peak_rss_gb": round(rss_kb / 2**20, 3),
             "silence_s": round(max(silence, end - last), 1), "rc": rc,
             "load_mean": round(sum(loads) / len(loads), 2) if loads else None,
             "load_max": round(max(loads), 2) if loads else None}
@@ -213,16 +215,15 @@ def bench(model, work, args):
 
 
 def table(rows):
-    head = ("model", "bare s", "bare RSS GB", "gate s", "ratio", "gate RSS GB", "budget GB", "silence s",
-            "load mean/max")
-    print(" | ".join(head))
+    print("model | bare wall s (CPU s) | bare RSS GB | gate wall s (CPU s) | ratio wall (CPU) | gate RSS GB | "
+          "budget GB | longest silence s | load mean/max")
     for r in rows:
         bare, gate, idle = r.get("bare", {}), r.get("gate", {}), r.get("idle", {})
-        ratio = gate["wall_s"] / bare["wall_s"] if bare and gate else None
-        budget = idle["peak_rss_gb"] + 3 * (r["saved_model_gb"] + r.get("artifacts_gb", 0)) / 1.073741824 \
-            if idle and gate else None
-        cells = (r["model"], bare.get("wall_s"), bare.get("peak_rss_gb"), gate.get("wall_s"),
-                 ratio and f"{ratio:.1f}x", gate.get("peak_rss_gb"), budget and f"{budget:.2f}",
+        ratio = f"{gate['wall_s'] / bare['wall_s']:.1f}x ({gate['cpu_s'] / bare['cpu_s']:.1f}x)" if bare and gate else None
+        budget = f"{idle['peak_rss_gb'] + 3 * (r['saved_model_gb'] + r['artifacts_gb']) / 1.073741824:.2f}" \
+            if idle and gate else None  # sizes in GB (1e9), RSS in GiB
+        cells = (r["model"], bare and f"{bare['wall_s']} ({bare['cpu_s']})", bare.get("peak_rss_gb"),
+                 gate and f"{gate['wall_s']} ({gate['cpu_s']})", ratio, gate.get("peak_rss_gb"), budget,
                  gate.get("silence_s"), gate and f"{gate['load_mean']}/{gate['load_max']}")
         print(" | ".join(str(c) for c in cells))
 
