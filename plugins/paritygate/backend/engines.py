@@ -3,6 +3,7 @@
 verdict. Pure bookkeeping over ``aot`` and ``layers``; nothing heavy is imported until a build is asked for."""
 
 from paritygate.backend.base import CandidateFault, RunnerError
+from paritygate.common import progress
 from paritygate.common.memo import ArtifactKey, Memo, PrecisionKey
 from paritygate.verdict import SuiteError
 
@@ -41,7 +42,8 @@ def _engine_build(ctx, spec, precision):
     settings = build_settings(spec)
     settings["profile"] = {renamed.get(k, k): v for k, v in settings["profile"].items()}
     try:
-        report = aot.engine_report(path, settings)
+        with progress.step(f"TensorRT-RTX engine build of {spec.name} {precision}"):
+            report = aot.engine_report(path, settings)
     except RuntimeError as err:
         raise SuiteError(f"model '{spec.name}' {precision}: {err}") from err
     return {**report, "artifact": str(path), "coverage": layers.coverage(report["layers"], precision)}

@@ -21,11 +21,13 @@ xdist worker (whose output no one sees). A library user and the suite's own unit
 """
 
 import os
+import shutil
 import threading
 import time
 from contextlib import contextmanager
 
-INTERVAL_S = 10.0  # plain lines: the longest a running step stays silent (well inside issue 37's 30 s)
+# plain lines: the longest a running step stays silent (well inside issue 37's 30 s); PARITYGATE_PROGRESS_S sets it
+INTERVAL_S = float(os.environ.get("PARITYGATE_PROGRESS_S") or 10.0)
 TTY_TICK_S = 1.0  # a terminal's line is redrawn this often
 PREFIX = "paritygate: "
 
@@ -63,10 +65,11 @@ class _Board:
     def __init__(self):
         self.lock = threading.Lock()
         self.steps = []
-        self.write = None  # callable(text): the stream's write, flushed; None: nothing is shown
+        self.write = None  # callable(text), unbuffered; None: nothing is shown
         self.tty = False
-        self.fresh_line = None  # callable() -> True when the stream's current line holds text of someone else's
-        self.shown = None  # the text on a terminal's line now, or None
+        self.column = None  # callable() -> the column another writer (pytest) left its line at, or None
+        self.shown = None  # a terminal: the column of pytest's line our line went below (0: none), None: not shown
+        self.broken_at = None  # plain lines: the column pytest's line had when our last line broke it
         self.last = 0.0  # when a plain line was last written
         self.wake = threading.Event()
         self.thread = None
@@ -77,24 +80,26 @@ class _Board:
         return PREFIX + " > ".join(s.describe(now, i == len(steps) - 1) for i, s in enumerate(steps))
 
     def show(self, now):
-        """Write the state when due (called by the thread, and by a step that ends on a terminal)."""
+        """Write the state when due (called by the thread, and when the last step ends)."""
         if self.write is None or os.getpid() != self.pid:
             return
         if not self.steps:
-            if self.tty and self.shown is not None:
-                self.write("\r\x1b[K")
-                self.shown = None
-            return
-        if self.tty:
-            text = self.line(now)
-            if self.shown is None and self.fresh_line is not None and self.fresh_line():
-                self.write("\n")
-            self.write(f"\r{text}\x1b[K")
-            self.shown = text
-        elif now - max(self.last, self.steps[0].started) >= INTERVAL_S:
-            text = self.line(now)
-            self.write(("\n" if self.fresh_line is not None and self.fresh_line() else "") + text + "\n")
-            self.last = now
+            self.clear()
+        elif self.tty and now - self.steps[0].started >= TTY_TICK_S:
+            if self.shown is None:  # below pytest's unfinished line, put back where it was when cleared
+                self.shown = self.column() if self.column is not None else 0
+                self.write("\n" if self.shown else "")
+            self.write(f"\r{self.line(now)[:shutil.get_terminal_size().columns - 1]}\x1b[K")  # no wrapped rows
+        elif not self.tty and now - max(self.last, self.steps[0].started) >= INTERVAL_S:
+            column = self.column() if self.column is not None else 0
+            self.write(("\n" if column and column != self.broken_at else "") + self.line(now) + "\n")
+            self.broken_at, self.last = column, now
+
+    def clear(self):
+        """A terminal: erase our line, the cursor back at the end of pytest's line."""
+        if self.tty and self.shown is not None:
+            self.write("\r\x1b[K" + (f"\x1b[1A\x1b[{self.shown}C" if self.shown else ""))
+        self.shown = None
 
     def run(self):
         while self.write is not None:
@@ -107,23 +112,30 @@ class _Board:
 BOARD = _Board()
 
 
-def configure(write, tty=False, fresh_line=None):
-    """Show the steps through ``write(text)`` (it flushes): one line rewritten in place when ``tty``, else plain
-    lines. ``fresh_line()``: True when the stream's current line holds another writer's text (pytest's dots), so
-    that a progress line starts on a line of its own. ``write`` None: show nothing (``close``)."""
+def configure(write, tty=False, column=None):
+    """Show the steps through ``write(text)`` (unbuffered): one line rewritten in place when ``tty``, else plain
+    lines. ``column()``: where another writer of the stream (pytest's dots) left its current line, so that a
+    progress line goes on a line of its own. Returns what was configured before, for ``close`` (a run inside a run,
+    as pytester's, gives the outer one its stream back)."""
     with BOARD.lock:
-        BOARD.write, BOARD.tty, BOARD.fresh_line, BOARD.last, BOARD.pid = write, tty, fresh_line, 0.0, os.getpid()
+        previous = (BOARD.write, BOARD.tty, BOARD.column, BOARD.pid)
+        BOARD.write, BOARD.tty, BOARD.column, BOARD.pid = write, tty, column, os.getpid()
+        BOARD.last, BOARD.shown, BOARD.broken_at = 0.0, None, None
     if write is not None and (BOARD.thread is None or not BOARD.thread.is_alive()):
         BOARD.thread = threading.Thread(target=BOARD.run, name="paritygate-progress", daemon=True)
         BOARD.thread.start()
+    return previous
 
 
-def close():
-    """Clear a terminal's line and stop showing anything."""
+def close(previous=(None, False, None, None)):
+    """Clear a terminal's line and show nothing more through this stream: ``previous`` (``configure``'s return)
+    is shown through again."""
     with BOARD.lock:
-        BOARD.steps.clear()
-        BOARD.show(time.monotonic())
-        BOARD.write = None
+        if BOARD.write is not None and os.getpid() == BOARD.pid:
+            BOARD.clear()
+        BOARD.write, BOARD.tty, BOARD.column, BOARD.pid = previous
+        BOARD.shown = BOARD.broken_at = None
+        BOARD.shown = None
     BOARD.wake.set()
 
 

@@ -219,7 +219,13 @@ def with_corner_examples(prop, spec, argname="feed", pool=None, known=()):
     explicit = recorded + corner_feeds(spec) + (pool_feeds(spec, pool) if pool is not None else [])
     for feed in reversed(explicit):  # decorators apply inside out: the first runs first
         prop = example(**{argname: feed})(prop)
+    prop.paritygate_explicit = len(explicit)
     return prop
+
+
+def explicit_count(prop):
+    """How many explicit examples ``with_corner_examples`` gave ``prop`` (0 for another function)."""
+    return getattr(prop, "paritygate_explicit", 0)
 
 
 def feeds(spec, batch_sizes=None, pool=None):

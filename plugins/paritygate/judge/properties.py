@@ -18,6 +18,7 @@ import numpy as np
 
 from paritygate.backend.precision import computed_dtype
 from paritygate.backend.runtimes import candidate_runner, resolved_spec
+from paritygate.common import progress
 from paritygate.comparator.compare import compare_array
 from paritygate.comparator.tolerance import (
     DETERMINISM_SOURCE,
@@ -26,7 +27,7 @@ from paritygate.comparator.tolerance import (
     invariance_bound,
     tolerance_for,
 )
-from paritygate.inputs.strategies import feeds, input_pool, with_corner_examples
+from paritygate.inputs.strategies import explicit_count, feeds, input_pool, with_corner_examples
 from paritygate.judge import coverage, kernel_order, vacuity
 from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import judge_outputs, output_records
@@ -166,13 +167,14 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
     """Run ``check(feed, reference_profile)`` as a Hypothesis property; fills and returns ``result`` (a CheckResult,
     the test's own when given: what it holds so far stays recorded when the property raises). ``judge_vacuity``
     False: the caller judges vacuity itself (``_vacuity``), once the task metric has run too."""
-    from hypothesis import given
+    from hypothesis import given, settings
 
     result = CheckResult(spec.name, precision, name) if result is None else result
     nonfinite = NonfiniteLog()  # parity with a NaN / Inf reference is no evidence (paritygate.judge.nonfinite)
 
     @given(feed=strategy)
     def prop(feed):
+        examples.advance()
         with _failing(ledger, feed):
             profile = reference.profile(feed)
             if name == "property_parity" and profile.digest not in ledger.seen:
@@ -182,7 +184,8 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
 
     prop = with_corner_examples(prop, spec, pool=input_pool(ctx, spec), known=known_failure_feeds(spec, precision, name))
     try:
-        prop()
+        with progress.step("examples", total=explicit_count(prop) + settings.default.max_examples) as examples:
+            prop()
     except Exception as err:
         if not _is_assertion(err):  # ``result`` (the test's own when given) is the row: it keeps the coverage
             coverage.judge(ctx, spec, precision, result, passed=False)

@@ -30,8 +30,8 @@ class Plan:
 
 
 class _Search:
-    def __init__(self, passes, max_trials):
-        self._passes, self.max_trials = passes, max_trials
+    def __init__(self, passes, max_trials, shown=None):
+        self._passes, self.max_trials, self.shown = passes, max_trials, shown  # shown: the progress step
         self.trials, self._seen = [], {}
 
     @property
@@ -47,6 +47,8 @@ class _Search:
             if isinstance(out, str):
                 trial["why_not"] = out
             self.trials.append(trial)
+            if self.shown is not None:
+                self.shown.advance(detail=f"{step}, {len(nodes)} node(s) kept")
         return self._seen[key]
 
 
@@ -61,7 +63,13 @@ def search(ranked, passes, order, upstream_of, max_greedy=6, max_trials=24, weig
     upstream_of(name, nodes) -> [names]: the nearest eligible nodes upstream of ``name`` not in ``nodes``;
     weight(name) -> number: prune tries the heaviest members first (the MAC nodes: the plan then keeps as few
     multiply-accumulates out of the precision as it can, which keeps its precision coverage); None: all alike."""
-    s = _Search(passes, max_trials)
+    from paritygate.common import progress
+
+    with progress.step("localization: plan trials", total=max_trials) as shown:
+        return _search(_Search(passes, max_trials, shown), ranked, order, upstream_of, max_greedy, weight)
+
+
+def _search(s, ranked, order, upstream_of, max_greedy, weight):
     eligible = set(order)
     keep = []
 
