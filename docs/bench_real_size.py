@@ -2,7 +2,7 @@
 silence, against a bare tf2onnx conversion of the same SavedModel.
 
     flock /work/coord/heavy.lock .venv/bin/python docs/bench_real_size.py --work /tmp/bench37 \
-        [--models efficientnetb0 resnet50 bert] [--gate-args='-m "not latency" -p no:xdist'] [--keep-cache]
+        [--models efficientnetb0 resnet50 bert] [--gate-args='-m "not latency" -p no:xdist'] [--keep-cache] [--per-test]
 
 Each model is generated here, nothing downloaded: ``keras.applications`` EfficientNetB0 and ResNet50 with
 ``weights=None`` and a BERT-base-size encoder from Keras layers (12 layers, hidden 768, 12 heads, sequence 128,
@@ -206,8 +206,14 @@ def bench(model, work, args):
             shutil.rmtree(cache, ignore_errors=True)
         shutil.rmtree(folder / "report", ignore_errors=True)
         env = {**os.environ, "PARITYGATE_CACHE": str(cache), "HYPOTHESIS_PROFILE": "ci"}
+        extra = []
+        if args.per_test:  # docs/measure_cpu.py: CPU, wall and memory per test, in WORK/<model>/per_test.tsv
+            (folder / "per_test.tsv").unlink(missing_ok=True)
+            env.update(PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
+                       MEASURE_CPU_OUT=str(folder / "per_test.tsv"))
+            extra = ["-p", "measure_cpu"]
         row["gate"] = timed([str(venv / "paritygate"), "run", "parity.toml", "--report", "report",
-                             *shlex.split(args.gate_args)], folder / "gate.log", folder, env)
+                             *shlex.split(args.gate_args), *extra], folder / "gate.log", folder, env)
         row["gate"]["time_line"] = summary(folder / "gate.log")
         row["gate"]["verdicts"] = verdicts(folder / "report")
         row["artifacts_gb"] = round(size_gb(*(cache / "onnx").glob("*.onnx")), 3) if (cache / "onnx").exists() else 0
@@ -242,6 +248,8 @@ def main(argv=None):
     parser.add_argument("--runs", nargs="+", choices=("bare", "idle", "gate"), default=["bare", "idle", "gate"])
     parser.add_argument("--gate-args", default="-m 'not latency' -p no:xdist")
     parser.add_argument("--keep-cache", action="store_true", help="a warm run: keep WORK/<model>/cache")
+    parser.add_argument("--per-test", action="store_true", help="each test's CPU, wall and memory "
+                        "(docs/measure_cpu.py) in WORK/<model>/per_test.tsv")
     args = parser.parse_args(argv)
     work = args.work.resolve()
     results = work / "results.json"
