@@ -16,7 +16,7 @@ from paritygate.lazy import available
 from paritygate.models.bundled import in_conformance
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
 from paritygate.models.known import mark_known_failures
-from paritygate.session import ParitySession, ahead_of, case_of, register, result_of
+from paritygate.session import ParitySession, ahead_of, case_of, register, result_of, run_order, show_progress
 from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
 
 SESSION_KEY = pytest.StashKey[ParitySession]()  # the recorder
@@ -101,32 +101,10 @@ def pytest_configure(config):
     except ValueError as err:
         raise pytest.UsageError(str(err)) from err
     session = config.stash[SESSION_KEY] = ParitySession(options)
-    _show_progress(config)
+    config.add_cleanup(show_progress(config))  # the run's long steps on stdout (common.progress)
     problem = session.open()
     if problem is not None:
         raise pytest.UsageError(problem)
-
-
-def _show_progress(config):
-    """The long steps of a run (conversions, builds, reference runs, each check's examples, localization's
-    search) shown on pytest's stdout (paritygate.common.progress); not under -q, not in an xdist worker. Written to
-    a copy of the file descriptor taken now, before any test's capture swaps fd 1."""
-    import os
-
-    from paritygate.common import progress
-
-    if hasattr(config, "workerinput") or config.getoption("verbose") < 0:
-        return
-    try:
-        fd = os.dup(sys.stdout.fileno())
-    except (AttributeError, OSError, ValueError):  # an in-process pytester run: no file descriptor of its own
-        return
-    def column():  # where pytest's terminal reporter (registered after this hook, or absent) left its line
-        has = config.pluginmanager.has_plugin("terminalreporter")
-        return config.get_terminal_writer().width_of_current_line if has else 0
-
-    previous = progress.configure(lambda text: os.write(fd, text.encode("utf-8", "replace")), os.isatty(fd), column)
-    config.add_cleanup(lambda: (progress.close(previous), os.close(fd)))
 
 
 # RunOptions keyword -> the pytest option it is read from as given
@@ -178,7 +156,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
         if options.is_xdist_worker and item.get_closest_marker("latency"):
             item.add_marker(pytest.mark.skip(reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
-    items[:] = sorted(items, key=lambda item: item.get_closest_marker("latency") is not None)  # parity verdicts first
+    items[:] = run_order(items)  # parity verdicts first, grouped by model and precision; latency last
 
 
 def pytest_collection_finish(session):
@@ -228,18 +206,8 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Time each test for the summary's time line (paritygate.common.timeline); a check over a model is a progress
-    step (paritygate.common.progress), numbered among the run's tests."""
-    from contextlib import nullcontext
-
-    from paritygate.common import progress
-    from paritygate.common.timeline import in_test
-
-    model = case_of(item)[0]
-    items = item.session.items
-    shown = progress.step(f"[{items.index(item) + 1}/{len(items)}] {item.name}") if model is not None \
-        and item in items else nullcontext()
-    with in_test(), shown:
+    """Time each test, show it as a progress step, release what the run is done with (``ParitySession.running``)."""
+    with item.config.stash[SESSION_KEY].running(item):
         yield
 
 

@@ -8,8 +8,10 @@ baseline comparison and the terminal summary are the report's (``paritygate.repo
 import copy
 import json
 import os
+import sys
 import tempfile
 import time
+from contextlib import contextmanager, nullcontext
 
 import pytest
 
@@ -41,7 +43,33 @@ class ParitySession:
         self.worker_time = {}  # seconds per part of the time line, summed over xdist workers
         self.workers = 0
         self.started = time.perf_counter()
+        self._releases = None  # nodeid -> what the run is done with after it (``releases``), on the first check
         self._at_start = _counters()  # the process's counters: a second session in it (an in-process run) counts its own
+
+    # -- around each check ----------------------------------------------------------------------------
+    @contextmanager
+    def running(self, item):
+        """Around a test: its time (paritygate.common.timeline); a check over a model is a progress step numbered
+        among the run's tests (paritygate.common.progress); after it, what the run is done with is released."""
+        from paritygate.common import progress
+        from paritygate.common.timeline import in_test
+
+        items = item.session.items
+        shown = case_of(item)[0] is not None and item in items
+        with in_test(), progress.step(f"[{items.index(item) + 1}/{len(items)}] {item.name}") if shown else nullcontext():
+            yield
+        self.release_after(item)
+
+    def release_after(self, item):
+        """Close what the run's last check of a model x precision (then of the model) held: its candidate session,
+        its TensorFlow, its kernel-order child (``RunContext.release``). Not on an xdist worker, which is handed
+        checks in an order it cannot know."""
+        if self.options.is_xdist_worker:
+            return
+        if self._releases is None:
+            self._releases = releases(item.session.items)
+        for model, precision in self._releases.get(item.nodeid, ()):
+            self.options.context.release(model, precision)
 
     # -- before the checks -----------------------------------------------------------------------------
     def open(self):
@@ -272,6 +300,52 @@ def ahead_of(items, context):
     if context.spin or os.environ.get("PYTEST_XDIST_WORKER"):
         return ()
     return {case_of(i)[0] for i in items if case_of(i)[1] == "fp32" and i.originalname != "test_engine_builds"}
+
+
+def show_progress(config):
+    """Show the run's long steps on pytest's stdout (paritygate.common.progress), not under -q nor in an xdist
+    worker; returns the callable that stops it."""
+    from paritygate.common import progress
+
+    if hasattr(config, "workerinput") or config.getoption("verbose") < 0:
+        return lambda: None
+    has = config.pluginmanager.has_plugin  # the terminal reporter registers after pytest_configure, or not at all
+    return progress.show_on(sys.stdout, lambda: config.get_terminal_writer().width_of_current_line
+                            if has("terminalreporter") else 0)
+
+
+def run_order(items):
+    """``items`` in the run's order: the parity verdicts first, latency last (issue 30); the checks over models
+    grouped by model, then by precision (the model's own checks first), each group in the order pytest collected
+    it, in the places those checks held. A precision's candidate is then done with before the next one loads, and
+    released (``releases``)."""
+    items = sorted(items, key=lambda item: item.get_closest_marker("latency") is not None)
+    models, precisions, slots = {}, {}, []
+    for i, item in enumerate(items):
+        model, precision = case_of(item)
+        if model is not None and item.get_closest_marker("latency") is None:
+            slots.append(i)
+            models.setdefault(model, len(models))
+            precisions.setdefault(precision, len(precisions) if precision is not None else -1)
+    order = sorted(slots, key=lambda i: (models[case_of(items[i])[0]], precisions[case_of(items[i])[1]], i))
+    moved = [items[i] for i in order]
+    for slot, item in zip(slots, moved):
+        items[slot] = item
+    return items
+
+
+def releases(items):
+    """{nodeid: [(model, precision or None), ...]}: after which item the run is done with a model x precision (and
+    with a model: its None), for ``RunContext.release``."""
+    last = {}
+    for item in items:
+        model, precision = case_of(item)
+        if model is not None:
+            last.update({(model, None): item.nodeid, **({(model, precision): item.nodeid} if precision else {})})
+    done = {}
+    for key, nodeid in last.items():
+        done.setdefault(nodeid, []).append(key)
+    return {k: sorted(v, key=lambda key: key[1] is None) for k, v in done.items()}  # the precision before its model
 
 
 def case_of(item):

@@ -139,6 +139,24 @@ def close(previous=(None, False, None, None)):
     BOARD.wake.set()
 
 
+def show_on(stream, column=None):
+    """``configure`` on a copy of ``stream``'s file descriptor, taken now (a test's capture later swaps fd 1 under
+    ``stream``, the copy keeps writing where the run's output goes); on a terminal when it is one. Returns the
+    callable that stops it (and closes the copy); it does nothing when ``stream`` has no descriptor (an in-process
+    pytester run)."""
+    try:
+        fd = os.dup(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return lambda: None
+    previous = configure(lambda text: os.write(fd, text.encode("utf-8", "replace")), os.isatty(fd), column)
+
+    def stop():
+        close(previous)
+        os.close(fd)
+
+    return stop
+
+
 @contextmanager
 def step(what, total=None, unit=""):
     """An open step for the ``with`` block (see the module doc); yields the ``Step`` (``advance`` it)."""

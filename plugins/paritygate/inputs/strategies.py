@@ -27,7 +27,7 @@ from paritygate.inputs.sampling import (
 )
 from paritygate.inputs.sets import check_arrays, read_input_set
 
-INPUT_POOLS = Memo("input_pools", key=ModelKey)  # the model's InputPool (input_pool)
+INPUT_POOLS = Memo("input_pools", key=ModelKey, close=lambda pool: None)  # forgotten once the model is done  # the model's InputPool (input_pool)
 
 
 def register_profiles():

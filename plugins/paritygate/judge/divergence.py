@@ -19,7 +19,7 @@ from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
-PLAN_BOOKS = Memo("plan_books", key=PrecisionKey)  # the model+precision's plans.PlanBook (plan_book)
+PLAN_BOOKS = Memo("plan_books", key=PrecisionKey, close=lambda book: None)  # its evidence: forgotten once done  # the model+precision's plans.PlanBook (plan_book)
 
 PLAN_KEY = {"fp16": "fp16_keep_fp32", "int8": "int8_exclude"}
 PLAN_FIELD = {"fp16": "keep_fp32", "int8": "exclude_from_quantization"}

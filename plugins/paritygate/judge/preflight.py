@@ -40,7 +40,7 @@ from paritygate.judge import declared
 from paritygate.lazy import available, missing_reason
 from paritygate.verdict import SuiteError
 
-BARE_RUNNERS = Memo("preflight_runners", key=ModelKey)  # a bare fp32 ONNX Runtime runner (_fp32_onnx_runner)
+BARE_RUNNERS = Memo("preflight_runners", key=ModelKey, close=runtimes.release)  # a bare fp32 ONNX Runtime runner (_fp32_onnx_runner)
 
 
 class ModelValidation:

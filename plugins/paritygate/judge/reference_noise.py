@@ -32,7 +32,7 @@ from paritygate.verdict import SuiteError
 # would fail a candidate that is exactly as stable as the reference; a larger one would excuse more than the
 # reference's noise explains.
 K_REFERENCE = 2.0
-NOISE = Memo("noise", key=ModelKey)  # the model's ReferenceNoise (reference_noise)
+NOISE = Memo("noise", key=ModelKey, close=lambda noise: None)  # its caches: forgotten once the model is done  # the model's ReferenceNoise (reference_noise)
 
 
 def reference_noise(ctx, spec):
