@@ -3,6 +3,7 @@ silence, against a bare tf2onnx conversion of the same SavedModel.
 
     flock /work/coord/heavy.lock .venv/bin/python docs/bench_real_size.py --work /tmp/bench37 \
         [--models efficientnetb0 resnet50 bert] [--gate-args='-m "not latency" -p no:xdist'] [--keep-cache] [--per-test]
+        [--site SITE]   # SITE: a wheel installed with `pip install --no-deps --target SITE paritygate-*.whl`
 
 Each model is generated here, nothing downloaded: ``keras.applications`` EfficientNetB0 and ResNet50 with
 ``weights=None`` and a BERT-base-size encoder from Keras layers (12 layers, hidden 768, 12 heads, sequence 128,
@@ -206,16 +207,19 @@ def bench(model, work, args):
             shutil.rmtree(cache, ignore_errors=True)
         shutil.rmtree(folder / "report", ignore_errors=True)
         env = {**os.environ, "PARITYGATE_CACHE": str(cache), "HYPOTHESIS_PROFILE": "ci"}
+        if args.site:  # a wheel installed there (pip install --no-deps --target DIR), ahead of the checkout's
+            env["PYTHONPATH"] = os.pathsep.join([str(args.site), env.get("PYTHONPATH", "")])
         extra = []
         if args.per_test:  # docs/measure_cpu.py: CPU, wall and memory per test, in WORK/<model>/per_test.tsv
             (folder / "per_test.tsv").unlink(missing_ok=True)
-            env.update(PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
+            env.update(PYTHONPATH=os.pathsep.join([env.get("PYTHONPATH", ""), str(HERE)]),
                        MEASURE_CPU_OUT=str(folder / "per_test.tsv"))
             extra = ["-p", "measure_cpu"]
         row["gate"] = timed([str(venv / "paritygate"), "run", "parity.toml", "--report", "report",
                              *shlex.split(args.gate_args), *extra], folder / "gate.log", folder, env)
         row["gate"]["time_line"] = summary(folder / "gate.log")
         row["gate"]["verdicts"] = verdicts(folder / "report")
+        row["gate"]["site"] = str(args.site) if args.site else "checkout"
         row["artifacts_gb"] = round(size_gb(*(cache / "onnx").glob("*.onnx")), 3) if (cache / "onnx").exists() else 0
     return row
 
@@ -248,6 +252,8 @@ def main(argv=None):
     parser.add_argument("--runs", nargs="+", choices=("bare", "idle", "gate"), default=["bare", "idle", "gate"])
     parser.add_argument("--gate-args", default="-m 'not latency' -p no:xdist")
     parser.add_argument("--keep-cache", action="store_true", help="a warm run: keep WORK/<model>/cache")
+    parser.add_argument("--site", type=Path, help="run the gate from a wheel installed in this folder (pip install "
+                        "--no-deps --target SITE paritygate-*.whl), e.g. another commit's, instead of the checkout")
     parser.add_argument("--per-test", action="store_true", help="each test's CPU, wall and memory "
                         "(docs/measure_cpu.py) in WORK/<model>/per_test.tsv")
     args = parser.parse_args(argv)
