@@ -174,7 +174,6 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
 
     @given(feed=strategy)
     def prop(feed):
-        examples.advance()
         with _failing(ledger, feed):
             profile = reference.profile(feed)
             if name == "property_parity" and profile.digest not in ledger.seen:
@@ -185,6 +184,7 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
     prop = with_corner_examples(prop, spec, pool=input_pool(ctx, spec), known=known_failure_feeds(spec, precision, name))
     try:
         with progress.step("examples", total=explicit_count(prop) + settings.default.max_examples) as examples:
+            reference = _Counted(reference, examples)  # prop's source stays as it is: ci's draws hash it
             prop()
     except Exception as err:
         if not _is_assertion(err):  # ``result`` (the test's own when given) is the row: it keeps the coverage
@@ -223,6 +223,17 @@ def _vacuity(spec, precision, name, ledger, result, limit, task_outputs=None):
     info = vacuity.informativeness(spec, ledger.reference_outputs, limit, tolerance, task_outputs)
     result.details["informativeness"] = info
     result.set_inconclusive(vacuity.verdict(spec, name, info))
+
+
+class _Counted:
+    """The reference noise a property runs, each example counted on the progress line (paritygate.common.progress)."""
+
+    def __init__(self, noise, shown):
+        self.noise, self.shown = noise, shown
+
+    def profile(self, feed):
+        self.shown.advance()
+        return self.noise.profile(feed)
 
 
 @contextmanager

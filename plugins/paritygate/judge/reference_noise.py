@@ -32,6 +32,7 @@ from paritygate.verdict import SuiteError
 # would fail a candidate that is exactly as stable as the reference; a larger one would excuse more than the
 # reference's noise explains.
 K_REFERENCE = 2.0
+CONFIGURATION = "kernel_order"  # TensorFlow's other kernel order, as judge.kernel_order names it
 NOISE = Memo("noise", key=ModelKey, close=lambda noise: None)  # its caches: forgotten once the model is done  # the model's ReferenceNoise (reference_noise)
 
 
@@ -66,17 +67,23 @@ class ReferenceNoise:
             outputs = _numpy(self.runner.infer(arrays))
             again = getattr(self.runner, "again", self.runner.infer)  # the cache keeps a repeat as its own sample
             configs = {"repeat": _numpy(again(arrays))}
-            if self.alternate is not None:
-                try:
-                    configs["kernel_order"] = _numpy(self.alternate.infer(arrays))
-                except SuiteError as err:  # it cannot run here: the policy alone judges (judge.kernel_order)
-                    self.alternate, self.alternate_error = None, str(err)
             n = len(next(iter(arrays.values())))
             if n > 1:
                 rows = [self._single({k: v[i:i + 1] for k, v in arrays.items()}) for i in range(n)]
                 configs["batch1"] = {k: np.concatenate([r[k] for r in rows]) for k in outputs}
-            self.feeds[key] = ReferenceRuns(outputs, configs, key)
+            self.feeds[key] = ReferenceRuns(outputs, configs, key, lambda: self._other_order(arrays))
         return self.feeds[key]
+
+    def _other_order(self, arrays):
+        """The feed under TensorFlow's other kernel order, or None where it cannot run (then the policy alone judges,
+        judge.kernel_order): run only when a check asks for it (FP32 parity), not for every feed of every check."""
+        if self.alternate is None:
+            return None
+        try:
+            return _numpy(self.alternate.infer(arrays))
+        except SuiteError as err:
+            self.alternate, self.alternate_error = None, str(err)
+            return None
 
     def _single(self, row):
         key = digest(row)
@@ -93,17 +100,28 @@ class ReferenceRuns:
     """One feed's reference outputs (the whole batch, as compared) and its other configurations. (A ``Profile``
     is something else: a latency measurement setting, ``paritygate.latency.harness.Profile``.)"""
 
-    def __init__(self, outputs, configs, digest):
+    def __init__(self, outputs, configs, digest, other_order=None):
         self.outputs, self.configs, self.digest = outputs, configs, digest
+        self._other_order = other_order  # () -> outputs under the other kernel order, or None: run on first ask
+
+    def with_kernel_order(self):
+        """The configurations with TensorFlow's other kernel order among them, run now when it was not yet (only
+        FP32 parity asks: judge.kernel_order)."""
+        if self._other_order is not None:
+            other, self._other_order = self._other_order(), None
+            if other is not None:
+                self.configs[CONFIGURATION] = other
+        return self.configs
 
     def spread(self, which=None, kernel_order=False):
         """Per output: max |configuration - outputs| over ``which`` configurations (default all but TensorFlow's
         other kernel order, which ``kernel_order`` adds: FP32 parity's, judge.kernel_order) and over each input's
         (batch row's) elements, broadcast to the output's shape."""
-        names = [which] if which else [c for c in self.configs if kernel_order or c != "kernel_order"]
+        configs = self.with_kernel_order() if kernel_order or which == CONFIGURATION else self.configs
+        names = [which] if which else [c for c in configs if kernel_order or c != CONFIGURATION]
         out = {}
         for k, ref in self.outputs.items():
-            diffs = [_difference(ref, self.configs[c][k]) for c in names if c in self.configs]
+            diffs = [_difference(ref, configs[c][k]) for c in names if c in configs]
             d = np.maximum.reduce(diffs) if diffs else np.zeros(ref.shape)
             if d.ndim > 1:
                 d = np.broadcast_to(d.reshape(d.shape[0], -1).max(axis=1).reshape((-1,) + (1,) * (d.ndim - 1)), d.shape)
@@ -117,9 +135,9 @@ class ReferenceRuns:
     def cosine_floors(self, k, kernel_order=False):
         """Per output: 1 - k * (1 - the reference's lowest cosine with itself over its configurations, as
         ``spread`` picks them)."""
-        floors = {}
+        floors, configs = {}, self.with_kernel_order() if kernel_order else self.configs
         for name, ref in self.outputs.items():
-            cosines = [_cosine(ref, c[name]) for n, c in self.configs.items() if kernel_order or n != "kernel_order"]
+            cosines = [_cosine(ref, c[name]) for n, c in configs.items() if kernel_order or n != CONFIGURATION]
             floors[name] = 1.0 - k * (1.0 - min(cosines, default=1.0))
         return floors
 
@@ -154,17 +172,17 @@ class Ledger:
         self.feeds = []  # every distinct input, in order: what a repair plan must pass too (paritygate.judge.plans)
         self.unstable = []  # one entry per input where the reference's spread exceeded the check's limit
         self.shapes = Counter()  # the distinct feed shapes run: ((input, shape), ...) -> examples
-        self.kernel_order = False  # the reference also ran under its other kernel order (FP32: judge.kernel_order)
+        self.profiles = []  # each distinct input's ReferenceRuns
 
     def add(self, feed, profile):
         self.examples += 1
-        self.kernel_order = self.kernel_order or "kernel_order" in profile.configs
         self.shapes[tuple((k, tuple(np.shape(v))) for k, v in feed.items())] += 1
         if profile.digest not in self.seen:  # Hypothesis may replay an input: count its information once
             self.seen.add(profile.digest)
             self.feeds.append(feed)
             self.sources.update(getattr(feed, "sources", ["unlabelled"] * len(next(iter(feed.values())))))
             self.reference_outputs.append(profile.outputs)
+            self.profiles.append(profile)
 
     def keep_worst(self, outputs, result=None):
         self.last_worst = {o.output: o for o in outputs}
@@ -201,7 +219,8 @@ class Ledger:
             result.outputs = output_records(self.worst.values())
             result.details["note"] = (f"{self.examples} examples run (corner and input-set batches included); "
                                       "statistics of the worst example per output")
-        configurations = ["batch", "repeat", "batch1"] + (["kernel_order"] if self.kernel_order else [])
+        other_order = any(CONFIGURATION in p.configs for p in self.profiles)  # FP32 parity ran it (judge.kernel_order)
+        configurations = ["batch", "repeat", "batch1"] + ([CONFIGURATION] if other_order else [])
         result.details["reference_noise"] = {"k": K_REFERENCE, "configurations": configurations,
                                              "unstable_inputs": len(self.unstable)}
 
