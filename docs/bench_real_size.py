@@ -125,13 +125,15 @@ def timed(cmd, log, cwd, env=None):
 
     threading.Thread(target=sample, daemon=True).start()
     start = last = time.perf_counter()
-    silence = 0.0
+    silence, where, tail = 0.0, None, b""
     with open(log, "wb") as out:
         proc = subprocess.Popen(["/usr/bin/time", "-v", "-o", str(tv), *cmd], cwd=cwd, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         while chunk := os.read(proc.stdout.fileno(), 65536):
             now = time.perf_counter()
-            silence, last = max(silence, now - last), now
+            if now - last > silence:  # the longest gap so far: when it began, after which output
+                silence, where = now - last, (round(last - start, 1), tail.decode(errors="replace").strip()[-160:])
+            last, tail = now, (tail + chunk)[-400:]
             out.write(chunk)
             out.flush()
         rc = proc.wait()
@@ -141,7 +143,7 @@ def timed(cmd, log, cwd, env=None):
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
     cpu = sum(float(re.search(rf"{k} time \(seconds\): ([\d.]+)", text).group(1)) for k in ("User", "System"))
     return {"wall_s": round(end - start, 1), "cpu_s": round(cpu, 1), "peak_rss_gb": round(rss_kb / 2**20, 3),
-            "silence_s": round(max(silence, end - last), 1), "rc": rc,
+            "silence_s": round(max(silence, end - last), 1), "silence_after": where, "rc": rc,
             "load_mean": round(sum(loads) / len(loads), 2) if loads else None,
             "load_max": round(max(loads), 2) if loads else None}
 
