@@ -177,3 +177,37 @@ def test_a_five_percent_batch_coupling_fails_batch_invariance_at_int8(pytester, 
     assert coupled["details"]["reproducer"]["npz"]
     assert checks[("correct", "int8")]["batch_invariance"]["status"] == "pass"
     assert checks[("correct", "int8")]["determinism"]["details"]["determinism"]["mode"] == "bitwise"
+
+
+def test_determinism_takes_property_parity_run_of_an_input_as_its_first(tmp_path):
+    """determinism draws property_parity's inputs (ci's draws are the same): an input property_parity ran through
+    the candidate session is run twice more, not three times; one it did not is run three times. A candidate whose
+    outputs change between runs still fails."""
+    from paritygate.backend.onnxrt.runner import OnnxrtRunner
+    from paritygate.judge.properties import determinism_check, parity_check
+    from paritygate.judge.reference_noise import Ledger, ReferenceRuns
+    from paritygate.models.config import load_config
+
+    make_onnx(tmp_path / "cand.onnx")
+    (spec,) = load_config(write_config(tmp_path, {"models": [{"name": "m", "reference": "cand.onnx", "onnx": "cand.onnx",
+                                                              "precisions": ["fp32"], "max_batch": 2, "inputs": X}]}))
+    runner = OnnxrtRunner(tmp_path / "cand.onnx").activate()
+    calls = []
+
+    class Counted:
+        def infer(self, feed):
+            calls.append(1)
+            return runner.infer(feed)
+
+    feed = {"x": np.array([[1.0], [2.0]], np.float32)}
+    profile = ReferenceRuns({"y": feed["x"] * 5, "z": feed["x"] * 2}, {}, "seen")
+    runs = {}
+    parity_check(spec, "fp32", Counted(), Ledger(), runs=runs)(feed, profile)
+    assert len(calls) == 1 and set(runs) == {"seen"}
+    determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, profile)
+    assert len(calls) == 3  # two more runs of the input property_parity ran
+    determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, ReferenceRuns(profile.outputs, {}, "unseen"))
+    assert len(calls) == 6
+    runs["seen"] = {"y": feed["x"] * 5 + 1e-6, "z": feed["x"] * 2}  # a run 1 that differs: the check fails
+    with pytest.raises(AssertionError, match="outputs changed between identical runs"):
+        determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, profile)

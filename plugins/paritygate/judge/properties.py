@@ -19,6 +19,7 @@ import numpy as np
 from paritygate.backend.precision import computed_dtype
 from paritygate.backend.runtimes import candidate_runner, resolved_spec
 from paritygate.common import progress
+from paritygate.common.memo import ArtifactKey, Memo
 from paritygate.comparator.compare import compare_array
 from paritygate.comparator.tolerance import (
     DETERMINISM_SOURCE,
@@ -36,17 +37,23 @@ from paritygate.models.known import known_failure_feeds
 from paritygate.result import CheckResult
 from paritygate.verdict import SuiteError, inconclusive
 
+# the candidate's outputs per input in property_parity, for determinism (candidate_runs); released with the candidate
+CANDIDATE_RUNS = Memo("candidate_runs", key=ArtifactKey, close=lambda runs: runs.clear())
+
 
 # -- the three properties -------------------------------------------------------------------------------------
 # Each ``*_check(spec, precision, candidate, ledger)`` returns the ``check(feed, reference_profile)`` its property
 # runs on every input (an AssertionError: the candidate is wrong); ``paritygate.cli.replay`` runs the same one on a
 # reproducer's inputs.
-def parity_check(spec, precision, candidate, ledger, task_rows=None):
+def parity_check(spec, precision, candidate, ledger, task_rows=None, runs=None):
+    """``runs``: {input digest: the candidate's outputs}, filled for determinism's first run (``candidate_runs``)."""
     order = kernel_order.applies(precision)  # FP32: TensorFlow's other kernel order is reference noise too
 
     def check(feed, profile):
         floors = {k: K_REFERENCE * v for k, v in profile.spread(kernel_order=order).items()}
         cand = candidate.infer(feed)
+        if runs is not None:
+            runs[profile.digest] = cand
         if task_rows is not None:  # in-distribution rows: judged with the task metric too (paritygate.judge.task_rows)
             task_rows.add(feed, profile.outputs, cand)
         outputs, _, failures = judge_outputs(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
@@ -70,7 +77,8 @@ def property_parity(ctx, spec, precision, result=None):
         return _policy_limit(spec, precision, name, ref)
 
     result = _run(ctx, spec, precision, "property_parity", feeds(spec, pool=pool),
-                  parity_check(spec, precision, candidate, ledger, rows), reference, ledger, result, limit,
+                  parity_check(spec, precision, candidate, ledger, rows, candidate_runs(ctx, given, precision)),
+                  reference, ledger, result, limit,
                   judge_vacuity=False)
     task_outputs = None
     if rows is not None and len(pool):
@@ -127,11 +135,14 @@ def _determinism_limit(spec):
     return lambda name, ref: _invariance_limit(spec, ref) if bounded else 0.0
 
 
-def determinism_check(spec, precision, candidate, ledger):
+def determinism_check(spec, precision, candidate, ledger, runs=None):
+    """``runs``: {input digest: outputs} of earlier runs of the same candidate session (property_parity's, which
+    draws the same inputs): run 1 of an input found there is that run, and two more follow; else three here."""
     bounded = spec.nondeterministic
 
     def check(feed, profile):
-        first = _identity(spec, candidate.infer(feed))
+        earlier = (runs or {}).get(profile.digest)
+        first = _identity(spec, earlier if earlier is not None else candidate.infer(feed))
         spread = profile.spread("repeat")
         ledger.note_unstable(feed, profile, _determinism_limit(spec), "repeat")
         for attempt in (2, 3):
@@ -152,11 +163,18 @@ def determinism(ctx, spec, precision, result=None):
     given, spec = spec, resolved_spec(ctx, spec)
     pool, ledger, bounded = input_pool(ctx, spec), Ledger(), spec.nondeterministic
     result = _run(ctx, spec, precision, "determinism", feeds(spec, pool=pool),
-                  determinism_check(spec, precision, candidate, ledger), reference, ledger, result,
+                  determinism_check(spec, precision, candidate, ledger, candidate_runs(ctx, given, precision)),
+                  reference, ledger, result,
                   _determinism_limit(spec))
     result.details["determinism"] = ({"mode": "bounded", "reason": bounded, "source": INVARIANCE_SOURCE} if bounded
                                      else {"mode": "bitwise", "source": DETERMINISM_SOURCE})
     return coverage.judge(ctx, given, precision, result)
+
+
+def candidate_runs(ctx, spec, precision):
+    """{input digest: outputs} of the candidate's runs in property_parity, kept for determinism's first run of the
+    same inputs (``CANDIDATE_RUNS``, released with the candidate)."""
+    return CANDIDATE_RUNS.get(ctx, ArtifactKey(ctx.runtime, spec.name, precision), dict)
 
 
 CHECKS = {"property_parity": parity_check, "batch_invariance": invariance_check, "determinism": determinism_check}
