@@ -117,18 +117,23 @@ def timed(cmd, log, cwd, env=None):
     """Run ``cmd`` under ``/usr/bin/time -v``: {wall_s, cpu_s (user + system, children included), peak_rss_gb (the
     largest single process), silence_s, load_mean, load_max, rc}."""
     tv = Path(log).with_suffix(".time")
-    loads, done = [], threading.Event()
+    loads, peaks, done = [], {}, threading.Event()
 
     def sample():
-        while not done.wait(5.0):
-            loads.append(os.getloadavg()[0])
+        tick = 0
+        while not done.wait(1.0):
+            tick += 1
+            if tick % 5 == 0:
+                loads.append(os.getloadavg()[0])
+            for role, hwm in _descendants(proc.pid):  # each process's own peak so far, by what it is
+                peaks[role] = max(peaks.get(role, 0.0), hwm)
 
-    threading.Thread(target=sample, daemon=True).start()
     start = last = time.perf_counter()
     silence, where, tail = 0.0, None, b""
     with open(log, "wb") as out:
         proc = subprocess.Popen(["/usr/bin/time", "-v", "-o", str(tv), *cmd], cwd=cwd, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        threading.Thread(target=sample, daemon=True).start()
         while chunk := os.read(proc.stdout.fileno(), 65536):
             now = time.perf_counter()
             if now - last > silence:  # the longest gap so far: when it began, after which output
@@ -145,7 +150,35 @@ def timed(cmd, log, cwd, env=None):
     return {"wall_s": round(end - start, 1), "cpu_s": round(cpu, 1), "peak_rss_gb": round(rss_kb / 2**20, 3),
             "silence_s": round(max(silence, end - last), 1), "silence_after": where, "rc": rc,
             "load_mean": round(sum(loads) / len(loads), 2) if loads else None,
-            "load_max": round(max(loads), 2) if loads else None}
+            "load_max": round(max(loads), 2) if loads else None,
+            "peak_by_process_gb": {k: round(v, 3) for k, v in sorted(peaks.items())}}
+
+
+ROLES = (("tf2onnx.convert", "tf2onnx"), ("paritygate.backend.trt.aot", "trt-rtx builder"),
+         ("paritygate.backend.tf.process", "tensorflow child"), ("pytest", "pytest"))
+
+
+def _descendants(root):
+    """(role, VmHWM GiB) of every live process under ``root`` (sampled: one that lives < 1 s may be missed)."""
+    children, found = {}, []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            children.setdefault(int(fields["PPid"]), []).append((int(status.parent.name), fields))
+        except (OSError, ValueError, KeyError):
+            continue
+    todo = [root]
+    while todo:
+        for pid, fields in children.get(todo.pop(), []):
+            todo.append(pid)
+            try:
+                cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            role = next((r for key, r in ROLES if key in cmdline), "other")
+            if "VmHWM" in fields:
+                found.append((role, int(fields["VmHWM"].split()[0]) / 2**20))
+    return found
 
 
 def _name_calibration(folder):
