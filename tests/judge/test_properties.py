@@ -211,3 +211,40 @@ def test_determinism_takes_property_parity_run_of_an_input_as_its_first(tmp_path
     runs["seen"] = {"y": feed["x"] * 5 + 1e-6, "z": feed["x"] * 2}  # a run 1 that differs: the check fails
     with pytest.raises(AssertionError, match="outputs changed between identical runs"):
         determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, profile)
+
+
+def test_batch_invariance_runs_a_row_met_again_alone_once(tmp_path):
+    """A corner batch's identical rows, or an input-set row drawn again, are run alone once per check, as the
+    reference's batch-1 runs are; a candidate whose element differs in the batch still fails."""
+    from paritygate.backend.onnxrt.runner import OnnxrtRunner
+    from paritygate.judge.properties import invariance_check
+    from paritygate.judge.reference_noise import Ledger, ReferenceRuns
+    from paritygate.models.config import load_config
+
+    make_onnx(tmp_path / "cand.onnx")
+    (spec,) = load_config(write_config(tmp_path, {"models": [{"name": "m", "reference": "cand.onnx", "onnx": "cand.onnx",
+                                                              "precisions": ["fp32"], "max_batch": 4, "inputs": X}]}))
+    runner = OnnxrtRunner(tmp_path / "cand.onnx").activate()
+    shapes = []
+
+    class Counted:
+        def infer(self, feed):
+            shapes.append(len(feed["x"]))
+            return runner.infer(feed)
+
+    check = invariance_check(spec, "fp32", Counted(), Ledger())
+    corner = {"x": np.full((4, 1), 10.0, np.float32)}
+    check(corner, ReferenceRuns({"y": corner["x"] * 5, "z": corner["x"] * 2}, {}, "c"))
+    assert shapes == [4, 4, 1]  # together, shuffled, the one distinct row alone
+    check({"x": np.array([[10.0], [3.0]], np.float32)}, ReferenceRuns({"y": np.array([[50.0], [15.0]]),
+                                                                       "z": np.array([[20.0], [6.0]])}, {}, "d"))
+    assert shapes[3:] == [2, 2, 1]  # the row 10.0 ran alone already: only 3.0 runs alone
+
+    class Coupled(Counted):  # an element's output depends on its companions
+        def infer(self, feed):
+            out = runner.infer(feed)
+            return {**out, "y": out["y"] + 0.01 * (len(feed["x"]) - 1)}
+
+    with pytest.raises(AssertionError, match="batch invariance"):
+        invariance_check(spec, "fp32", Coupled(), Ledger())(corner, ReferenceRuns({"y": corner["x"] * 5,
+                                                                                    "z": corner["x"] * 2}, {}, "c"))
