@@ -244,9 +244,11 @@ class ParitySession:
 
             self.baseline_section = baseline.compare(report_dict(self))
         if self.options.report_dir is not None:
+            from paritygate.common import progress
             from paritygate.report import write_report
 
-            write_report(self, self.options.report_dir)
+            with progress.step(f"writing the report ({len(self.checks)} checks)"):
+                write_report(self, self.options.report_dir)
         from paritygate.report.baseline import run_fails_reasons
 
         return bool(run_fails_reasons(self.baseline_section))
