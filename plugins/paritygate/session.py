@@ -55,7 +55,7 @@ class ParitySession:
         from paritygate.common.timeline import in_test
 
         items = item.session.items
-        shown = case_of(item)[0] is not None and item in items
+        shown = case_of(item)[0] is not None and item in items  # (a test run again by a plugin is not listed)
         with in_test(), progress.step(f"[{items.index(item) + 1}/{len(items)}] {item.name}") if shown else nullcontext():
             yield
         self.release_after(item)
@@ -64,11 +64,9 @@ class ParitySession:
         """Close what the run's last check of a model x precision (then of the model) held: its candidate session,
         its TensorFlow, its kernel-order child (``RunContext.release``). Not on an xdist worker, which is handed
         checks in an order it cannot know."""
-        if self.options.is_xdist_worker:
-            return
-        if self._releases is None:
+        if self._releases is None and not self.options.is_xdist_worker:
             self._releases = releases(item.session.items)
-        for model, precision in self._releases.get(item.nodeid, ()):
+        for model, precision in (self._releases or {}).get(item.nodeid, ()):
             self.options.context.release(model, precision)
 
     # -- before the checks -----------------------------------------------------------------------------
