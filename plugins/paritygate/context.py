@@ -45,8 +45,14 @@ class RunContext:
         self.store.close()
 
     def release(self, model, precision=None):
-        """The run's last check of ``model`` (at ``precision``) is done: close what it held (``Store.release``)."""
-        return self.store.release(model, precision)
+        """The run's last check of ``model`` (at ``precision``) is done: close what it held (``Store.release``) and
+        give the freed memory back to the system (``common.memory.trim``)."""
+        from paritygate.common.memory import trim
+
+        released = self.store.release(model, precision)
+        if released:
+            trim()
+        return released
 
     def start_goldens(self, checks, alone):
         """Before the checks: start the TensorFlow reference of each goldens check in ``checks`` (key -> its

@@ -285,7 +285,10 @@ class FailingCheck:
         try:
             yield runner
         finally:
+            from paritygate.common.memory import trim
+
             runner.deactivate()
+            trim()  # a search opens a session a trial: each one's pages go back, not on top of the last
 
 
 def _trigger(result, feed, max_batch):
