@@ -47,10 +47,13 @@ class RunContext:
     def release(self, model, precision=None):
         """The run's last check of ``model`` (at ``precision``) is done: close what it held (``Store.release``) and
         give the freed memory back to the system (``common.memory.trim``)."""
+        import gc
+
         from paritygate.common.memory import trim
 
         released = self.store.release(model, precision)
-        if released:
+        if released:  # a session's Python wrappers may sit in reference cycles: collected before the pages go back
+            gc.collect()
             trim()
         return released
 

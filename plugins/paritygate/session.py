@@ -1,9 +1,9 @@
 """The one ParitySession of a pytest run: the recorder. It keeps each check's ``paritygate.result.CheckResult``
 itself (the judge's, which the test registered, or the test's own: ``RESULT_KEY``) with the pytest outcome's
 status, and the findings; merges what xdist workers recorded (JSON: the hand-over is an edge); and writes the
-report. The run's options (``paritygate.context.RunOptions``) and
-what checks compute with (``RunContext``) live in the context: judge code takes that, never the session. The
-baseline comparison and the terminal summary are the report's (``paritygate.report.baseline``, ``.summary``)."""
+report; around each check, it orders the run and releases what a run is done with. The run's options
+(``paritygate.context.RunOptions``) and what checks compute with (``RunContext``) live in the context: judge code
+takes that, never the session. The baseline comparison and the terminal summary are the report's."""
 
 import copy
 import json
@@ -49,8 +49,8 @@ class ParitySession:
     # -- around each check ----------------------------------------------------------------------------
     @contextmanager
     def running(self, item):
-        """Around a test: its time (paritygate.common.timeline); a check over a model is a progress step numbered
-        among the run's tests (paritygate.common.progress); after it, what the run is done with is released."""
+        """Around a test: its time (common.timeline); a check over a model is a progress step numbered among the run's
+        tests (common.progress), and after it what the run is done with is released (``release_after``)."""
         from paritygate.common import progress
         from paritygate.common.timeline import in_test
 
@@ -58,16 +58,20 @@ class ParitySession:
         shown = case_of(item)[0] is not None and item in items  # (a test run again by a plugin is not listed)
         with in_test(), progress.step(f"[{items.index(item) + 1}/{len(items)}] {item.name}") if shown else nullcontext():
             yield
-        self.release_after(item)
+        if shown:
+            self.release_after(item)
 
     def release_after(self, item):
-        """Close what the run's last check of a model x precision (then of the model) held: its candidate session,
-        its TensorFlow, its kernel-order child (``RunContext.release``). Not on an xdist worker, which is handed
-        checks in an order it cannot know."""
+        """After a check over a model: close what the run's last check of a model x precision (then of the model) held
+        (``RunContext.release``; not on an xdist worker, handed checks in an order it cannot know), and give the
+        check's freed pages back (a few ms: the next check's come from there, not on top; ``common.memory.trim``)."""
+        from paritygate.common.memory import trim
+
         if self._releases is None and not self.options.is_xdist_worker:
             self._releases = releases(item.session.items)
         for model, precision in (self._releases or {}).get(item.nodeid, ()):
             self.options.context.release(model, precision)
+        trim()
 
     # -- before the checks -----------------------------------------------------------------------------
     def open(self):
@@ -303,8 +307,7 @@ def ahead_of(items, context):
 
 
 def show_progress(config):
-    """Show the run's long steps on pytest's stdout (paritygate.common.progress), not under -q nor in an xdist
-    worker; returns the callable that stops it."""
+    """Show the run's long steps on stdout (common.progress), not under -q nor in an xdist worker; returns its stop."""
     from paritygate.common import progress
 
     if hasattr(config, "workerinput") or config.getoption("verbose") < 0:
@@ -315,10 +318,9 @@ def show_progress(config):
 
 
 def run_order(items):
-    """``items`` in the run's order: the parity verdicts first, latency last (issue 30); the checks over models
-    grouped by model, then by precision (the model's own checks first), each group in the order pytest collected
-    it, in the places those checks held. A precision's candidate is then done with before the next one loads, and
-    released (``releases``)."""
+    """``items`` in the run's order: parity verdicts first, latency last (issue 30); the checks over models grouped by
+    model, then precision (the model's own first), each group in collection order, in the places those checks held:
+    a precision's candidate is done with before the next one loads, and released (``releases``)."""
     items = sorted(items, key=lambda item: item.get_closest_marker("latency") is not None)
     models, precisions, slots = {}, {}, []
     for i, item in enumerate(items):
@@ -328,8 +330,7 @@ def run_order(items):
             models.setdefault(model, len(models))
             precisions.setdefault(precision, len(precisions) if precision is not None else -1)
     order = sorted(slots, key=lambda i: (models[case_of(items[i])[0]], precisions[case_of(items[i])[1]], i))
-    moved = [items[i] for i in order]
-    for slot, item in zip(slots, moved):
+    for slot, item in zip(slots, [items[i] for i in order]):
         items[slot] = item
     return items
 
