@@ -23,6 +23,7 @@ bias, and ONNX Runtime refuses the model ("Transpose ... Invalid attribute perm 
 """
 
 from paritygate.backend.onnx.graph.names import fresh_name, tensor_names
+from paritygate.common import progress
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
@@ -79,8 +80,9 @@ def quantize(source, out, feeds, ops, exclude=(), ranges=None):
         prepared = Path(tmp) / "prepared.onnx"
         onnx.save(model, str(prepared))
         reused = ranges is not None and Path(ranges).is_file()
-        q.quantize_static(str(prepared), str(out), _Reader(feeds), **kwargs,
-                          calibration_cache_path=None if ranges is None else str(ranges))
+        with progress.step("calibration rows", total=0 if reused else len(feeds)) as shown:
+            q.quantize_static(str(prepared), str(out), _Reader(feeds, shown), **kwargs,
+                              calibration_cache_path=None if ranges is None else str(ranges))
     return {"converter": CONVERTER, **({"calibration_ranges": "reused" if reused else "computed"} if ranges else {}),
             "settings": {k: (v.name if hasattr(v, "name") else v) for k, v in kwargs.items()},
             "unshared_biases": [{"node": n, "bias": b, "copy": c} for n, b, c in copies],
@@ -88,8 +90,11 @@ def quantize(source, out, feeds, ops, exclude=(), ranges=None):
 
 
 class _Reader:
-    def __init__(self, feeds):
-        self._it = iter(feeds)
+    def __init__(self, feeds, shown=None):
+        self._it, self.shown = iter(feeds), shown  # shown: the progress step, each row counted
 
     def get_next(self):
-        return next(self._it, None)
+        row = next(self._it, None)
+        if row is not None and self.shown is not None:
+            self.shown.advance()
+        return row
