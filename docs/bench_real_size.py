@@ -125,8 +125,10 @@ def timed(cmd, log, cwd, env=None):
             tick += 1
             if tick % 5 == 0:
                 loads.append(os.getloadavg()[0])
-            for role, hwm in _descendants(proc.pid):  # each process's own peak so far, by what it is
+            found = _descendants(proc.pid)
+            for role, hwm, _ in found:  # each process's own peak so far, by what it is
                 peaks[role] = max(peaks.get(role, 0.0), hwm)
+            peaks["all at once"] = max(peaks.get("all at once", 0.0), sum(rss for _, _, rss in found))
 
     start = last = time.perf_counter()
     silence, where, tail = 0.0, None, b""
@@ -159,7 +161,8 @@ ROLES = (("tf2onnx.convert", "tf2onnx"), ("paritygate.backend.trt.aot", "trt-rtx
 
 
 def _descendants(root):
-    """(role, VmHWM GiB) of every live process under ``root`` (sampled: one that lives < 1 s may be missed)."""
+    """(role, VmHWM GiB, VmRSS GiB) of every live process under ``root`` (sampled each second: a process that lives
+    less may be missed; "all at once" is the largest sum of their resident sets seen)."""
     children, found = {}, []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -177,7 +180,7 @@ def _descendants(root):
                 continue
             role = next((r for key, r in ROLES if key in cmdline), "other")
             if "VmHWM" in fields:
-                found.append((role, int(fields["VmHWM"].split()[0]) / 2**20))
+                found.append((role, int(fields["VmHWM"].split()[0]) / 2**20, int(fields["VmRSS"].split()[0]) / 2**20))
     return found
 
 
