@@ -353,29 +353,3 @@ def test_the_bundled_models_artifacts_pass_the_tensorrt_lint():
         for precision in spec.precisions:
             report = loader.artifact_report(spec, precision)
             assert report["built_by_suite"] and report["lint"] == [], (spec.name, precision, report["lint"])
-
-
-def test_tf2onnx_runs_its_optimizers_in_place_and_again_by_default_where_one_raises():
-    """The conversion runs tf2onnx with TF2ONNX_CATCH_ERRORS set (no deep copy of the graph before each optimizer:
-    docs/measured.md, "Real-size models"); where an optimizer raised in place, tf2onnx runs once more as it does by
-    default (skipping it), and a failure elsewhere is not run twice. The command here stands in for tf2onnx."""
-    import sys
-    import textwrap
-
-    from paritygate.backend.onnx.artifacts.loader import _tf2onnx
-
-    script = textwrap.dedent("""
-        import os, sys
-        lean = 'TF2ONNX_CATCH_ERRORS' in os.environ
-        print('lean' if lean else 'default')
-        if lean and sys.argv[1] == 'optimizer':
-            sys.exit('File /x/tf2onnx/optimizer/transpose_optimizer.py, line 1: boom')
-        if sys.argv[1] == 'converter':
-            sys.exit('ValueError: Erfc')
-    """)
-    ok = _tf2onnx([sys.executable, "-c", script, "fine"])
-    assert ok.returncode == 0 and ok.stdout.strip() == "lean"
-    retried = _tf2onnx([sys.executable, "-c", script, "optimizer"])
-    assert retried.returncode == 0 and retried.stdout.strip() == "default"
-    failed = _tf2onnx([sys.executable, "-c", script, "converter"])
-    assert failed.returncode != 0 and failed.stdout.strip() == "lean" and "Erfc" in failed.stderr

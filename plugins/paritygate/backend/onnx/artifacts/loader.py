@@ -116,9 +116,10 @@ def _convert(spec, out, key):
 
         saved_model, signature = saved_model_of(spec)
         source = str(saved_model)
-        cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", source, "--signature_def", signature,
-               "--opset", str(OPSET), "--output", str(out)]
-        proc = _tf2onnx(cmd)
+        # tf2onnx's command line with its garbage collected as it goes (convert.py: its peak memory bounded)
+        cmd = [sys.executable, "-m", "paritygate.backend.onnx.artifacts.convert", "--saved-model", source,
+               "--signature_def", signature, "--opset", str(OPSET), "--output", str(out)]
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_quiet_env())
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
             raise ArtifactError(TF2ONNX, f"conversion of {spec.reference} ({' '.join(cmd)})", tail,
@@ -127,19 +128,6 @@ def _convert(spec, out, key):
     validate.validate(model, validate.smoke_feeds(spec, model, _input_names(spec, model)), TF2ONNX)
     return {"converter": TF2ONNX, "version": _version("tf2onnx"), "command": cmd, "source": source,
             "lint": trt_lint.lint(model), **({"copied_from": str(twin)} if twin is not None else {})}
-
-
-def _tf2onnx(cmd):
-    """tf2onnx with its ONNX optimizers run in place: by default it deep-copies the whole graph, weights included,
-    before each of its 12 optimizers on every pass, so that one that raises is skipped (tf2onnx/optimizer/__init__.py,
-    ``catch_errors``); ``TF2ONNX_CATCH_ERRORS`` set turns that off (tf2onnx/convert.py reads any value as off). The
-    graph is the same up to the names of merged duplicate constants (tf2onnx names those differently from one run
-    to the next either way). Where an optimizer raises in place, tf2onnx runs again as it does by default."""
-    lean = subprocess.run(cmd, check=False, capture_output=True, text=True,
-                          env={**_quiet_env(), "TF2ONNX_CATCH_ERRORS": "FALSE"})
-    if lean.returncode == 0 or "tf2onnx/optimizer/" not in lean.stderr:
-        return lean
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, env=_quiet_env())
 
 
 def _quiet_env():

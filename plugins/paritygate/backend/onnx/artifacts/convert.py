@@ -1,0 +1,78 @@
+"""tf2onnx's command line (``python -m tf2onnx.convert``) with its memory bounded: the same code run with the same
+arguments, the garbage it leaves collected as it goes.
+
+tf2onnx's ONNX optimizers (tf2onnx/optimizer/__init__.py, ``optimize_graph``) deep-copy the whole graph, weights
+included, before each of its 12 optimizers on every pass, and drop the copy before; its graph objects hold reference
+cycles (a node and its graph), which Python frees only when its cyclic collector runs, and that runs by counts of
+objects, not bytes, so the dropped copies of the weights pile up. Here, after each optimizer and each of the
+conversion's stages (freezing, grappler, the TF -> ONNX mapping), the collector runs and the freed pages go back
+(``common.memory.trim``) whenever the process grew by ``GROWTH_BYTES`` since it last did: a small model pays nothing.
+Measured on MobileNetV2 (alpha 0.35, 6.8 MB of weights): peak 0.98 GiB as tf2onnx runs, 0.83 GiB here; the real-size
+models: docs/measured.md, "Real-size models".
+
+    python -m paritygate.backend.onnx.artifacts.convert --saved-model DIR --signature_def serving_default \\
+        --opset 17 --output model.onnx        # tf2onnx.convert's arguments, as they are
+"""
+
+import functools
+import gc
+import os
+import sys
+
+from paritygate.common.memory import trim
+
+GROWTH_BYTES = 64 * 2**20
+_LAST = [0]
+
+
+def resident():
+    """This process's resident set in bytes (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def collect(force=False):
+    """Collect the cyclic garbage and give its pages back when the process grew by ``GROWTH_BYTES`` since the last
+    time (``force``: now)."""
+    now = resident()
+    if force or now - _LAST[0] > GROWTH_BYTES:
+        gc.collect()
+        trim()
+        _LAST[0] = resident()
+
+
+def _collecting(function):
+    @functools.wraps(function)
+    def wrapped(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        finally:
+            collect()
+
+    return wrapped
+
+
+def install():
+    """Collect after each ONNX optimizer and each conversion stage of tf2onnx (module doc)."""
+    from tf2onnx import convert, optimizer, tf_loader, tfonnx
+
+    for factory in optimizer._get_optimizers().values():
+        factory.optimize = _collecting(factory.optimize)
+    for module, name in ((tf_loader, "tf_optimize"), (tf_loader, "from_saved_model"), (convert, "process_tf_graph"),
+                         (tfonnx, "process_parsed_graph"), (optimizer, "optimize_graph")):
+        setattr(module, name, _collecting(getattr(module, name)))
+
+
+def main(argv):
+    install()
+    from tf2onnx import convert
+
+    sys.argv = ["tf2onnx.convert", *argv]
+    convert.main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
