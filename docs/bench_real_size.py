@@ -156,7 +156,7 @@ def timed(cmd, log, cwd, env=None):
             "peak_by_process_gb": {k: round(v, 3) for k, v in sorted(peaks.items())}}
 
 
-ROLES = (("tf2onnx.convert", "tf2onnx"), ("paritygate.backend.trt.aot", "trt-rtx builder"),
+ROLES = (("tf2onnx.convert", "tf2onnx"), ("artifacts.convert", "tf2onnx"), ("paritygate.backend.trt.aot", "trt-rtx builder"),
          ("paritygate.backend.tf.process", "tensorflow child"), ("pytest", "pytest"))
 
 
