@@ -209,14 +209,17 @@ def summary(log):
 
 
 def verdicts(report):
+    """({status: count}, seconds localization took: each check's ``details.divergence.seconds``) of the report."""
     try:
         checks = json.loads((report / "parity-report.json").read_text())["checks"]
     except (OSError, ValueError, KeyError):
-        return None
-    counts = {}
+        return None, None
+    counts, localization = {}, 0.0
     for check in checks:
         counts[check["status"]] = counts.get(check["status"], 0) + 1
-    return counts
+        found = (check.get("details") or {}).get("divergence")
+        localization += found.get("seconds", 0.0) if isinstance(found, dict) else 0.0
+    return counts, round(localization, 1)
 
 
 def bench(model, work, args):
@@ -256,7 +259,7 @@ def bench(model, work, args):
         row["gate"] = timed([str(venv / "paritygate"), "run", "parity.toml", "--report", "report",
                              *shlex.split(args.gate_args), *extra], folder / "gate.log", folder, env)
         row["gate"]["time_line"] = summary(folder / "gate.log")
-        row["gate"]["verdicts"] = verdicts(folder / "report")
+        row["gate"]["verdicts"], row["gate"]["localization_s"] = verdicts(folder / "report")
         row["gate"]["site"] = str(args.site) if args.site else "checkout"
         row["artifacts_gb"] = round(size_gb(*(cache / "onnx").glob("*.onnx")), 3) if (cache / "onnx").exists() else 0
     return row
