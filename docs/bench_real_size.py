@@ -270,14 +270,15 @@ def table(rows):
           "ratio without it | gate RSS GiB (all at once) | budget GiB | longest silence s | load mean/max")
     for r in rows:
         bare, gate, idle = r.get("bare", {}), r.get("gate", {}), r.get("idle", {})
-        ratio = f"{gate['wall_s'] / bare['wall_s']:.1f}x ({gate['cpu_s'] / bare['cpu_s']:.1f}x)" if bare and gate else None
+        cpu = f" ({gate['cpu_s'] / bare['cpu_s']:.1f}x)" if bare.get("cpu_s") and gate.get("cpu_s") else ""
+        ratio = f"{gate['wall_s'] / bare['wall_s']:.1f}x{cpu}" if bare and gate else None
         spent = gate.get("localization_s") or 0.0
         without = f"{(gate['wall_s'] - spent) / bare['wall_s']:.1f}x" if bare and gate else None
         budget = f"{idle['peak_rss_gb'] + 3 * (r['saved_model_gb'] + r['artifacts_gb']) / 1.073741824:.2f}" \
             if idle and gate else None  # sizes in GB (1e9), RSS in GiB
         together = (gate.get("peak_by_process_gb") or {}).get("all at once")
-        cells = (r["model"], bare and f"{bare['wall_s']} ({bare['cpu_s']})", bare.get("peak_rss_gb"),
-                 gate and f"{gate['wall_s']} ({gate['cpu_s']})", ratio, spent, without,
+        cells = (r["model"], bare and f"{bare['wall_s']} ({bare.get('cpu_s')})", bare.get("peak_rss_gb"),
+                 gate and f"{gate['wall_s']} ({gate.get('cpu_s')})", ratio, spent, without,
                  gate and f"{gate['peak_rss_gb']} ({together})", budget, gate.get("silence_s"),
                  gate and f"{gate['load_mean']}/{gate['load_max']}")
         print(" | ".join(str(c) for c in cells))
