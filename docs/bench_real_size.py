@@ -20,8 +20,8 @@ input ranges the model takes, the task). Then, each under ``/usr/bin/time -v``:
   ``-m 'not latency' -p no:xdist``), ``HYPOTHESIS_PROFILE=ci``, with an empty ``PARITYGATE_CACHE`` (cold) in
   ``WORK/<model>/cache``; its stdout and stderr are read as they come, the longest time nothing arrived kept.
 
-The memory budget is issue 37's: idle + 3 x (the SavedModel's size + the artifacts the gate built: the cache's
-``*.onnx``). Printed: one table row per model and ``WORK/results.json``; the gate's output is in
+The memory budget is issue 37's: idle + 3 x (the SavedModel's size + the fp32, fp16 and int8 ONNX artifacts the
+engines were built from, not a localization search's rebuilds). Printed: one table row per model and ``WORK/results.json``; the gate's output is in
 ``WORK/<model>/gate.log``. Load average: sampled every 5 s during each gate run (mean and max of the 1-min value).
 """
 
@@ -208,6 +208,18 @@ def summary(log):
     return time_line
 
 
+def candidate_artifacts(report):
+    """The ONNX artifact of each precision the engine was built from (``engine_builds``' details): the model's
+    artifacts, not a localization search's rebuilds."""
+    try:
+        checks = json.loads((report / "parity-report.json").read_text())["checks"]
+    except (OSError, ValueError, KeyError):
+        return []
+    found = {c["precision"]: ((c.get("details") or {}).get("engine") or {}).get("artifact")
+             for c in checks if c["check"] == "engine_builds"}
+    return [Path(p) for p in found.values() if p and Path(p).is_file()]
+
+
 def verdicts(report):
     """({status: count}, seconds localization took: each check's ``details.divergence.seconds``) of the report."""
     try:
@@ -261,7 +273,7 @@ def bench(model, work, args):
         row["gate"]["time_line"] = summary(folder / "gate.log")
         row["gate"]["verdicts"], row["gate"]["localization_s"] = verdicts(folder / "report")
         row["gate"]["site"] = str(args.site) if args.site else "checkout"
-        row["artifacts_gb"] = round(size_gb(*(cache / "onnx").glob("*.onnx")), 3) if (cache / "onnx").exists() else 0
+        row["artifacts_gb"] = round(size_gb(*candidate_artifacts(folder / "report")), 3)
     return row
 
 
