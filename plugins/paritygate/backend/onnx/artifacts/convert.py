@@ -39,14 +39,21 @@ def resident():
         return 0
 
 
-def collect(force=False):
+def collect(force=False, stage=None):
     """Collect the cyclic garbage and give its pages back when the process grew by ``GROWTH_BYTES`` since the last
-    time (``force``: now)."""
-    now = resident()
-    if force or now - _LAST[0] > GROWTH_BYTES:
+    time (``force``: now). ``PARITYGATE_CONVERT_TRACE`` set: each ``stage`` and the memory then, on stderr."""
+    now, collected = resident(), force or resident() - _LAST[0] > GROWTH_BYTES
+    if collected:
         gc.collect()
         trim()
         _LAST[0] = resident()
+    if stage and os.environ.get("PARITYGATE_CONVERT_TRACE"):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        after = f", collected: {_LAST[0] / 2**30:.2f} GiB" if collected else ""
+        print(f"paritygate convert: {stage}: resident {now / 2**30:.2f} GiB{after}, peak {peak:.2f} GiB",
+              file=sys.stderr, flush=True)
 
 
 def _collecting(function):
@@ -55,7 +62,7 @@ def _collecting(function):
         try:
             return function(*args, **kwargs)
         finally:
-            collect()
+            collect(stage=function.__qualname__)
 
     return wrapped
 
@@ -72,9 +79,10 @@ def from_function(func, input_names, output_names, large_model=False):
         frozen = tf_loader.convert_variables_to_constants_v2(func, lower_control_flow=False, aggressive_inlining=True)
     except ValueError:
         return _FROM_FUNCTION[0](func, input_names, output_names, large_model)  # tf2onnx's repair of freezing
+    collect(stage="frozen")
     graph_def = frozen.graph.as_graph_def(add_shapes=True)
     del frozen
-    collect(force=True)
+    collect(force=True, stage="frozen GraphDef")
     graph_def = tf_loader.fix_freezing_errors_part2(graph_def)
     import tensorflow as tf
 
@@ -82,7 +90,7 @@ def from_function(func, input_names, output_names, large_model=False):
         tf.import_graph_def(graph_def, name="")
         input_names = tf_loader.inputs_without_resource(sess, input_names)
     del tf_graph, sess
-    collect(force=True)
+    collect(force=True, stage="inputs read")
     with tf.Graph().as_default():  # an empty graph for grappler's metagraph, as the imported one's collections were
         return tf_loader.tf_optimize(input_names, output_names, graph_def)
 
