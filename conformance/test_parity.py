@@ -23,8 +23,11 @@ def _engine_builds(ctx, spec, precision, result):
     from paritygate.backend.onnx.artifacts.loader import artifact_report
     from paritygate.backend.trt import aot, layers
 
-    if ctx.runtime == "tensorrt" or precision in spec.engines:
+    if ctx.runtime_entry.own_engine or precision in spec.engines:
         pytest.skip(f"the candidate runtime ({ctx.runtime}) builds or loads its own engine")
+    if not ctx.runtime_entry.engine_gate:
+        pytest.skip(f"the candidate runtime ({ctx.runtime}) runs the ONNX itself: no TensorRT engine is built, and "
+                    "TensorRT's builder does not gate its checks (docs/gpu.md)")
     reason = aot.missing_reason()
     if reason:
         lint = artifact_report(spec, precision, ctx.fp16_keep_fp32)["lint"]
@@ -147,6 +150,8 @@ def _describe_candidate(ctx, spec, precision):
 
     runner = candidate_runner(ctx, spec, precision)
     out = {"runtime": ctx.runtime, "runner": runner.name, "artifact": str(getattr(runner, "path", "") or "")}
+    if getattr(runner, "providers", None):  # ONNX Runtime's, with their options (the CUDA provider's use_tf32)
+        out["providers"] = [list(p) if isinstance(p, tuple) else p for p in runner.providers]
     if precision == "fp16":
         out["fp16_keep_fp32"] = list(ctx.fp16_keep_fp32 or FP16_KEEP_FP32)
     if precision not in spec.engines:  # a prebuilt engine has no ONNX artifact

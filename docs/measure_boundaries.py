@@ -26,10 +26,11 @@ import onnx
 
 from paritygate.backend.base import run_batched
 from paritygate.backend.engines import engine_build
+from paritygate.backend.inputspec import MappedRunner, declared_casts, input_names
 from paritygate.backend.onnx.artifacts.loader import onnx_artifact
 from paritygate.backend.onnx.strict import fusion, rewrite
 from paritygate.backend.onnxrt.runner import OnnxrtRunner
-from paritygate.backend.runtimes import MappedRunner, _casts, candidate_runner, input_names, resolved_spec
+from paritygate.backend.runtimes import candidate_runner, resolved_spec
 from paritygate.backend.trt import layers
 from paritygate.context import RunOptions
 from paritygate.judge.parity import compare, reference_set
@@ -75,7 +76,7 @@ def emulated(path, folder, kernels=None):
 def judged(ctx, spec, path):
     runner = OnnxrtRunner(path)
     runner.activate()
-    fed = MappedRunner(runner, input_names(spec, runner), _casts(spec, "candidate"))
+    fed = MappedRunner(runner, input_names(spec, runner), declared_casts(spec, "candidate"))
     results, outputs = [], []
     for group in reference_set(ctx, spec).groups:
         got = run_batched(fed, group.inputs, spec.max_batch)

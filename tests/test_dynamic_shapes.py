@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from paritygate.backend.base import RunnerError
-from paritygate.backend.runtimes import check_input_spec
+from paritygate.backend.inputspec import check_input_spec
 from paritygate.inputs.sets import InputSetError, read_input_set
 from paritygate.inputs.strategies import InputPool, corner_feeds, feeds, pool_feeds
 from paritygate.models.config import ModelSpec, TensorSpec

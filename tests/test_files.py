@@ -98,3 +98,20 @@ def test_an_unknown_schema_version_names_the_file_the_version_and_the_supported_
         check_version("r.json", "report", None, (1,))
     with pytest.raises(FileRefused, match="schema version True"):
         check_version("r.json", "report", True, (1,))  # JSON true == 1 in Python: not a version
+
+
+def test_write_file_replaces_a_planted_symlink_and_never_follows_it(tmp_path):
+    from paritygate.files import write_file
+
+    victim, link = tmp_path / "victim", tmp_path / "report" / "parity-report.md"
+    victim.write_text("keep")
+    link.parent.mkdir()
+    link.symlink_to(victim)
+    write_file(link, "new")
+    assert victim.read_text() == "keep" and not link.is_symlink() and link.read_text() == "new"
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "x")
+    write_file(tmp_path / "dangling", b"bytes")
+    assert not (tmp_path / "nowhere").exists() and (tmp_path / "dangling").read_bytes() == b"bytes"
+    with pytest.raises(OSError, match="report: cannot write the report: it is a folder"):
+        write_file(tmp_path / "report", "x", "the report")
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["parity-report.md"]  # no temporary file left

@@ -22,7 +22,11 @@ FLOORS = (
     ("paritygate", "paritygate.lazy", "paritygate.verdict", "paritygate.result", "paritygate.common"),  # ground
     ("paritygate.comparator", "paritygate.gpu"),  # arrays and devices
     ("paritygate.inputs",),  # input sets, goldens, samples, reproducers
-    ("paritygate.backend",),  # loaders and runners: reference, candidates, artifacts, caches
+    ("paritygate.backend",),  # loaders and runners: reference, candidates, artifacts, caches, the input spec
+    # the candidate runtimes (the registry) and what builds, gates and measures candidates from those loaders and
+    # runners: no import climbs inside backend/ either (an artifact module never imports the runners built on it)
+    ("paritygate.backend.registry", "paritygate.backend.runtimes", "paritygate.backend.engines",
+     "paritygate.backend.precision", "paritygate.backend.kernel_order"),
     ("paritygate.models",),  # the config and the known failures
     ("paritygate.beam", "paritygate.latency"),  # RunInference and latency checks
     ("paritygate.judge", "paritygate.shadow"),  # the parity checks, the pass before any check, the shadow gate

@@ -116,3 +116,40 @@ def test_ci_run_requires_the_extras_its_install_line_installs():
                          text=True, check=True).stdout.strip()
     assert set(out.split(",")) >= {"cpu"}
     assert {"tensorflow", "onnxruntime", "apache_beam"} <= set(promised_by(out.split(",")))
+
+
+def test_the_suite_collects_without_beam(tmp_path):
+    """The GPU job installs no Beam (docs/gpu.md): every test module that needs apache_beam skips naming the beam
+    extra, none stops the collection. Collected in a child whose ``apache_beam`` does not import."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys; sys.modules['apache_beam'] = None; import pytest; "
+            "sys.exit(pytest.main(['--collect-only', '-q', '-rs', '-p', 'no:cacheprovider', 'tests/beam', 'tests/shadow']))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0 and "error" not in done.stdout.lower(), done.stdout[-3000:] + done.stderr[-2000:]
+    assert "pip install 'paritygate[beam]'" in done.stdout, done.stdout[-3000:]
+
+
+def test_the_onnxruntime_version_is_the_one_that_imports(tmp_path, monkeypatch):
+    """onnxruntime and onnxruntime-gpu both install the package ``onnxruntime``: the report names the distribution
+    beside the module that imports (the first on sys.path), not whichever metadata lists first."""
+    import importlib
+
+    from paritygate.lazy import module_dist
+
+    site = tmp_path / "site"  # a stand-in package of two distributions (onnxruntime itself may be imported already)
+    (site / "pg_twin_ort").mkdir(parents=True)
+    (site / "pg_twin_ort" / "__init__.py").write_text("")
+    info = site / "pg_twin_ort_gpu-9.1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pg-twin-ort-gpu\nVersion: 9.1.2\n")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    assert module_dist("pg_twin_ort", ("pg-twin-ort-gpu", "pg-twin-ort")) == ("pg-twin-ort-gpu", "9.1.2")
+    pytest.importorskip("onnxruntime")  # imported now: the distribution beside the module that imported
+    assert module_dist("onnxruntime", ("onnxruntime-gpu", "onnxruntime"))[0] in ("onnxruntime", "onnxruntime-gpu")
+    assert module_dist("no_such_module_here", ("no-such-dist",)) is None

@@ -4,6 +4,7 @@ import json
 
 from paritygate.backend import cache, reference_cache
 from paritygate.common import timeline
+from paritygate.result import CheckResult
 from paritygate.session import ParitySession
 
 
@@ -25,6 +26,29 @@ def test_a_second_session_in_one_process_counts_only_its_own_work(monkeypatch):
     handed = {}
     second._hand_over(handed)  # an xdist worker hands the controller its own counts too
     assert '"builds": 0' in handed["paritygate_cache_stats"] and '"reused": 533' in handed["paritygate_reference_cache_stats"]
+
+
+def test_one_run_at_a_time_writes_into_a_report_folder_and_a_rerun_says_what_it_replaces(tmp_path):
+    """Issue 38: two runs into one report folder silently replaced each other. A second run while the first holds
+    the folder is refused before any check (its reproducers and report would mix with the first's); a run after
+    it replaces the report and says when the replaced one was written."""
+    from paritygate.context import RunOptions
+    from paritygate.report.summary import summary_lines
+
+    first = ParitySession(RunOptions(report_dir=tmp_path / "out"))
+    assert first.open() is None and first.replaces is None
+    second = ParitySession(RunOptions(report_dir=tmp_path / "out"))
+    problem = second.open()
+    assert problem.startswith(f"--parity-report={tmp_path / 'out'}: another paritygate run (pid ") and \
+        "give each run its own --parity-report folder" in problem, problem
+    first.finish()
+    first.release()
+    third = ParitySession(RunOptions(report_dir=tmp_path / "out"))
+    assert third.open() is None and third.replaces
+    third.checks.append(CheckResult("m", "fp32", "determinism", "pass"))
+    assert f"paritygate: report written to {tmp_path / 'out'} (replacing the report written there at {third.replaces})" \
+        in summary_lines(third)
+    third.release()
 
 
 REGISTERED = """
@@ -114,3 +138,14 @@ def test_checks_run_grouped_by_model_and_precision_and_a_finished_candidate_is_r
     assert live["two-m-fp32"] == ["m-fp32"] and live["one-m-fp16"] == [], "m fp32's candidate was released"
     assert live["one-n-fp32"] == [] and live["two-n-fp16"] == ["n-fp16"]
     assert seen[2][2] == ["m-fp32"], "and deactivated: its ONNX Runtime session closed"
+
+
+def test_a_reproducers_link_planted_in_the_report_folder_stops_the_run(tmp_path):
+    from paritygate.context import RunOptions
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out" / "reproducers").symlink_to(tmp_path / "elsewhere")
+    problem = ParitySession(RunOptions(report_dir=tmp_path / "out")).open()
+    assert problem == (f"--parity-report={tmp_path / 'out'}: its reproducers/ is a symlink to {tmp_path / 'elsewhere'}; "
+                       "the run writes reproducers only inside the report folder: remove the link")

@@ -9,23 +9,22 @@ Backends take it, a spec and arrays; they never see the session (``paritygate.se
 results and writes the report). ``replay`` builds a RunContext without pytest.
 """
 
-import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paritygate.backend import registry
 from paritygate.common.memo import Memo, Once, Store
 from paritygate.common.numerics import DEFAULT_NUMERICS
-from paritygate.lazy import available
+from paritygate.lazy import available, module_dist
 from paritygate.lazy import dist_version as _version
 
-RUNTIMES = ("onnxruntime", "tensorrt", "tensorrt-rtx")  # --parity-runtime's choices
 ENVIRONMENT = Memo("environment", key=Once)  # versions and device (environment()), read once per run
 
 
 @dataclass
 class RunContext:
-    runtime: str = "onnxruntime"  # the candidate runtime: onnxruntime | tensorrt | tensorrt-rtx
+    runtime: str = registry.CPU  # the candidate runtime: a name of backend.registry.RUNTIMES
     fp16_keep_fp32: tuple = None  # ops kept in FP32 in the fp16 artifact (None: the loader's default list)
     numerics: str = DEFAULT_NUMERICS  # --parity-numerics: strict FP16 emulation on ONNX Runtime CPU, or ort
     reference_cache: bool = False  # --parity-cache: TF outputs served from paritygate.backend.reference_cache (replay: live)
@@ -38,6 +37,16 @@ class RunContext:
     spin: bool = None  # ONNX Runtime's candidate threads spin-wait (backend.onnxrt.runner); the plugin sets it
     update_goldens: bool = False  # --parity-update-goldens: the goldens are being rewritten, not read
     store: Store = field(default_factory=Store)  # what is computed once per run: each module's Memo (common.memo)
+
+    @property
+    def runtime_entry(self):
+        """The candidate runtime's entry (``backend.registry``): how its candidate loads, what it needs, its flags."""
+        return registry.get(self.runtime)
+
+    @property
+    def numerics_label(self):
+        """What this run's fp16/int8 rows are computed with: the --parity-numerics mode, or the runtime's own."""
+        return self.runtime_entry.numerics(self.numerics)
 
     def close(self):
         """End the TensorFlow child processes this context started (``backend.tf.process``: the goldens check's
@@ -79,7 +88,8 @@ class RunContext:
         from paritygate.inputs.reproducer import save_reproducer
 
         folder = self.reproducer_dir or cache_root() / "reproducers"
-        return save_reproducer(folder, spec, precision, check, self.runtime, inputs, failures, self.fp16_keep_fp32)
+        return save_reproducer(folder, spec, precision, check, self.runtime, inputs, failures, self.fp16_keep_fp32,
+                               numerics=self.numerics)
 
 
 def environment():
@@ -88,11 +98,13 @@ def environment():
     from paritygate.gpu import device as _gpu
 
     probe = _gpu.probe()
+    ort = module_dist("onnxruntime", ("onnxruntime-gpu", "onnxruntime"))
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
-        "onnxruntime": _version("onnxruntime") or _version("onnxruntime-gpu"),
+        "onnxruntime": ort[1] if ort else None,
+        "onnxruntime-package": ort[0] if ort else None,  # onnxruntime (CPU) or onnxruntime-gpu (the CUDA provider)
         "onnx": _version("onnx"),
         "tf2onnx": _version("tf2onnx"),
         "tensorrt": _version("tensorrt") or _version("tensorrt-cu12") or _version("tensorrt-cu13"),
@@ -123,15 +135,24 @@ class RunOptions:
     def __init__(self, config_path=None, runtime=None, report_dir=None, require_gpu=False, update_goldens=False,
                  device_class=None, beam_runner=None, beam_options=(), fp16_keep_fp32=None, is_xdist_worker=False,
                  localize=True, baseline=None, baseline_fail=(), numerics=DEFAULT_NUMERICS, reference_cache=True,
-                 shard=None):
+                 shard=None, max_infer_s=None, allow_unsafe_deserialization=False):
+        from paritygate.backend.deadline import configure, infer_limit_s
         from paritygate.models.config import BUNDLED_CONFIG
+
+        if max_infer_s is not None:  # --parity-max-infer-s: this process, its xdist workers and children
+            configure(max_infer_s)
+        infer_limit_s()  # a PARITYGATE_MAX_INFER_S that is no number: a ValueError now, not at the first inference
+        if allow_unsafe_deserialization:  # --parity-allow-unsafe-deserialization: Keras Lambda layers load
+            from paritygate.backend.tf.util import allow_unsafe_deserialization as allow
+
+            allow()
 
         self.config_path = Path(config_path).absolute() if config_path else BUNDLED_CONFIG  # as given: a link is
         # named as the user wrote it (a loop cannot be resolved at all); load_config resolves what it reads
         self.is_bundled = config_path is None
         self.requested_runtime = runtime  # --parity-runtime (None: derived from the machine, ``runtime``)
-        if runtime == "tensorrt-rtx":  # Polygraphy binds its TensorRT loaders to TensorRT-RTX when it is imported
-            os.environ["POLYGRAPHY_USE_TENSORRT_RTX"] = "1"
+        if runtime is not None:
+            registry.get(runtime).prepare()  # e.g. Polygraphy binds its loaders to TensorRT-RTX when imported
         self.report_dir = Path(report_dir).resolve() if report_dir else None
         self.require_gpu = require_gpu
         self.update_goldens = update_goldens
@@ -179,11 +200,10 @@ class RunOptions:
 
     @property
     def runtime(self):
-        from paritygate.gpu import device as _gpu
+        return self.requested_runtime or registry.default()
 
-        if self.requested_runtime:
-            return self.requested_runtime
-        return "tensorrt" if _gpu.probe().available and _gpu.trt_reason() is None else "onnxruntime"
+    runtime_entry = RunContext.runtime_entry  # the candidate runtime's entry (``backend.registry``)
+    numerics_label = RunContext.numerics_label  # what the run's fp16/int8 rows are computed with
 
     @property
     def device_class(self):
@@ -203,17 +223,13 @@ class RunOptions:
         return _gpu.trt_reason() if needs_trt else None
 
     def runtime_skip_reason(self):
-        """Why the selected candidate runtime cannot run here (None when it can)."""
-        if self.runtime == "tensorrt":
-            return self.gpu_skip_reason(needs_trt=True)
-        from paritygate.backend.runtimes import candidate_missing
+        """Why the selected candidate runtime cannot run here (None when it can): its entry's ``needs``."""
+        return self.runtime_entry.needs(self.models)
 
-        if self.runtime == "tensorrt-rtx":
-            from paritygate.backend.trt import aot
-
-            missing = self.gpu_skip_reason() or aot.missing_reason() or candidate_missing(self.models, fp16=False)
-            return missing or aot.runtime_refusal()
-        return candidate_missing(self.models)
+    def runtime_refusal(self):
+        """Why the selected runtime itself cannot run on this machine (GPU, its libraries, its runtime's word), the
+        reason --require-gpu fails on; None when only the run's other needs (TensorFlow, ...) are missing."""
+        return self.runtime_entry.refused()
 
     @property
     def context(self):

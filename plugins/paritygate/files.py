@@ -15,6 +15,10 @@ The limits, each with the environment variable that raises it (in MB, 2**20 byte
     npz     4096 MB   PARITYGATE_MAX_NPZ_MB     input sets, calibration sets, goldens, reproducers
     model   8192 MB   PARITYGATE_MAX_MODEL_MB   a reference .keras/.h5 file, a TensorRT engine (a SavedModel is a folder)
 
+Every file the suite writes for a person (the report's JSON, Markdown and HTML, reproducers, ``paritygate init``'s
+config) goes through ``write_file``: a new temporary file in the target's folder, renamed over the target, so that
+a symlink planted at the target is replaced, never followed, and a reader never sees half a file.
+
 Errors are raised as the caller's own error class (``error=``), so that a config's file is a ``ConfigError`` and
 an input set's an ``InputSetError``; the message never holds the file's bytes.
 """
@@ -22,6 +26,7 @@ an input set's an ``InputSetError``; the message never holds the file's bytes.
 import errno
 import json
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -147,3 +152,27 @@ def present(path):
     """Whether something is at ``path``, a dangling or looping symlink included (``Path.exists`` says False for
     those): a file the suite looks for by name is then read, and its reader names what is wrong with it."""
     return os.path.lexists(path)
+
+
+def write_file(path, data, what="file", error=OSError):
+    """Write ``data`` (str: UTF-8, or bytes) to ``path`` through a temporary file created beside it (``O_EXCL``:
+    never an existing file or link) and ``os.replace``: whatever is at ``path`` (a file, a symlink to anywhere)
+    is replaced by the new file, and the target of a symlink is never written. ``error`` (one line naming the path
+    and ``what``) when the folder cannot be written or ``path`` is a folder. Returns ``path`` as a Path."""
+    path = Path(path)
+    body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(tmp, flags, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+            os.replace(tmp, path)
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+    except OSError as err:
+        why = "it is a folder" if os.path.isdir(path) and not os.path.islink(path) else (err.strerror or str(err))
+        raise error(f"{path}: cannot write {what}: {why}") from None
+    return path

@@ -34,6 +34,7 @@ PROMISED = {
     "onnx": ("onnx", "onnxruntime", "onnxconverter_common", "tf2onnx", "polygraphy", "hypothesis", "xdist"),
     "beam": ("apache_beam", "hypothesis", "xdist"),
     "gpu": ("tensorrt", "polygraphy", "cuda"),
+    "ort-cuda": ("onnx", "onnxruntime", "onnxconverter_common", "tf2onnx", "polygraphy", "cuda", "hypothesis", "xdist"),
     "gpu-trt10": ("tensorrt", "polygraphy", "cuda"),
     "trt-rtx": ("tensorrt_rtx", "polygraphy"),
     "test": ("pytest_benchmark",),
@@ -93,6 +94,28 @@ class _LazyModule(types.ModuleType):
 def lazy_import(name):
     """Return a proxy that imports ``name`` on first attribute access."""
     return _LazyModule(name)
+
+
+def module_dist(module, dists):
+    """(name, version) of whichever of ``dists`` installed the ``module`` that imports: the distribution beside it on
+    sys.path (onnxruntime and onnxruntime-gpu both install ``onnxruntime``, and only the first on the path imports,
+    whatever else package metadata lists); the first installed of ``dists`` where none sits beside it; else None.
+    Reads metadata only: nothing is imported."""
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        beside = Path(spec.origin).parent.parent
+        for dist in metadata.distributions(path=[str(beside)]):
+            name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+            if name in dists:
+                return name, dist.version
+    found = next(((d, dist_version(d)) for d in dists if dist_version(d)), None)
+    return found
 
 
 def dist_version(*dists):

@@ -8,16 +8,19 @@ import sys
 
 import pytest
 
+from paritygate.backend import registry
+from paritygate.common import progress
 from paritygate.common.numerics import DEFAULT_NUMERICS, NUMERICS
-from paritygate.context import RUNTIMES, RunOptions
+from paritygate.context import RunOptions
 from paritygate.extras import require_extras, restore_importorskip
 from paritygate.gpu.device import pin_xdist_worker
 from paritygate.lazy import available
 from paritygate.models.bundled import in_conformance
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
 from paritygate.models.known import mark_known_failures
-from paritygate.session import ParitySession, ahead_of, case_of, register, result_of, run_order, show_progress
-from paritygate.verdict import MARKED, REPORT_ATTR, Inconclusive, SuiteError
+from paritygate.models.order import case_of, run_order
+from paritygate.session import ParitySession, ahead_of, classify, register, result_of
+from paritygate.verdict import MARKED, REPORT_ATTR
 
 SESSION_KEY = pytest.StashKey[ParitySession]()  # the recorder
 OPTIONS_KEY = pytest.StashKey[RunOptions]()  # the run's options; its .context is what checks compute with
@@ -38,9 +41,7 @@ def pytest_addoption(parser):
     group = parser.getgroup("paritygate", "paritygate: TF -> ONNX -> TensorRT parity and RunInference conformance")
     group.addoption("--parity-config", metavar="PATH", default=None,
                     help=f"model config (TOML); exactly its models are validated (default: {BUNDLED_CONFIG})")
-    group.addoption("--parity-runtime", metavar="NAME", choices=RUNTIMES, default=None,
-                    help="candidate runtime: onnxruntime|tensorrt|tensorrt-rtx (compute capability 8.0/8.6/8.9/12.x; "
-                         "docs/engine.md) (default: tensorrt when importable and a GPU is present, else onnxruntime)")
+    group.addoption("--parity-runtime", metavar="NAME", choices=registry.names(), help=registry.option_help())
     group.addoption("--parity-report", metavar="DIR", default=None,
                     help="write parity-report.json/.md/.html and reproducers into DIR (default: no report)")
     group.addoption("--parity-baseline", metavar="PATH", default=None,
@@ -77,6 +78,10 @@ def pytest_addoption(parser):
                          "float16 tensor rounded to FP16 where produced, ops computed in FP32 from FP16 values, as "
                          "a strongly typed engine does; docs/numerics.md) or ort (its own numerics, mostly FP32) "
                          f"(default: {DEFAULT_NUMERICS})")
+    group.addoption("--parity-max-infer-s", metavar="SECONDS", help="stop an inference call of any runtime after "
+                    "SECONDS: an error (or exit 4 in validation) (default: $PARITYGATE_MAX_INFER_S, else 600)")
+    group.addoption("--parity-allow-unsafe-deserialization", action="store_true", help="load Keras files whose Lambda "
+                    "layers hold Python code, run as they load: a file you trust (default: refused before it loads)")
     group.addoption("--parity-require-gpu", "--require-gpu", action="store_true", default=False, dest="require_gpu",
                     help="fail (not skip) when GPU tests cannot run: no GPU, broken driver or no TensorRT "
                          "(default: skip with the reason; --require-gpu is an alias)")
@@ -101,7 +106,7 @@ def pytest_configure(config):
     except ValueError as err:
         raise pytest.UsageError(str(err)) from err
     session = config.stash[SESSION_KEY] = ParitySession(options)
-    config.add_cleanup(show_progress(config))  # the run's long steps on stdout (common.progress)
+    config.add_cleanup(progress.show_in(config))  # the run's long steps on stdout (common.progress)
     problem = session.open()
     if problem is not None:
         raise pytest.UsageError(problem)
@@ -112,7 +117,8 @@ _OPTIONS = {"config_path": "parity_config", "runtime": "parity_runtime", "report
             "require_gpu": "require_gpu", "update_goldens": "update_goldens", "device_class": "parity_device_class",
             "beam_runner": "parity_beam_runner", "beam_options": "parity_beam_option",
             "fp16_keep_fp32": "parity_fp16_keep_fp32", "numerics": "parity_numerics", "baseline": "parity_baseline",
-            "baseline_fail": "parity_baseline_fail", "shard": "parity_shard"}
+            "baseline_fail": "parity_baseline_fail", "shard": "parity_shard", "max_infer_s": "parity_max_infer_s",
+            "allow_unsafe_deserialization": "parity_allow_unsafe_deserialization"}
 
 
 def _options(config):
@@ -143,9 +149,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         model, precision = case_of(item)
         if model is not None and known:
-            mark_known_failures(item, model, precision, options.runtime, known, options.numerics)
-        if options.runtime != "onnxruntime" and "parity_candidate_available" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.trt if options.runtime == "tensorrt" else pytest.mark.gpu)  # on a GPU: `-m gpu` selects
+            mark_known_failures(item, model, precision, options.runtime, known, options.numerics_label)
+        mark = options.runtime_entry.mark  # a GPU runtime's candidate checks: `-m gpu` selects them
+        if mark and "parity_candidate_available" in getattr(item, "fixturenames", ()):
+            item.add_marker(getattr(pytest.mark, mark))
         if item.get_closest_marker("trt") and not item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.gpu)  # trt implies gpu
         if item.get_closest_marker("gpu") or item.get_closest_marker("trt"):
@@ -206,8 +213,8 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Time each test, show it as a progress step, release what the run is done with (``ParitySession.running``)."""
-    with item.config.stash[SESSION_KEY].running(item):
+    """Time each test, show it as a progress step, release what the run is done with (``models.order.Around``)."""
+    with item.config.stash[SESSION_KEY].around.test(item):
         yield
 
 
@@ -215,7 +222,7 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    _classify(report, call)
+    classify(report, call)
     session = item.config.stash[SESSION_KEY]
     check = session.record_test_outcome(item, report)
     if check is not None:  # the check's key numbers become JUnit XML <property> elements (CI test tabs)
@@ -225,27 +232,6 @@ def pytest_runtest_makereport(item, call):
         item.user_properties.extend(key_numbers(check))
         if report.when == "teardown":
             report.user_properties.extend(key_numbers(check))
-
-
-def _classify(report, call):
-    """Mark the statuses pytest's outcome cannot express: a passing test's declared word (``verdict.mark``:
-    ``regenerated``), a SuiteError raised in the call is an `error` (the
-    suite's or a tool's failure, not the candidate's), an Inconclusive is `inconclusive` (a failure unless the
-    model allows uninformative inputs, which then passes the run but keeps the word)."""
-    exc = call.excinfo.value if call.excinfo is not None else None
-    if report.when == "call" and report.passed and not hasattr(report, "wasxfail"):
-        marked = [v for k, v in report.user_properties if k == REPORT_ATTR and v in MARKED]
-        if marked:
-            setattr(report, REPORT_ATTR, marked[-1])  # e.g. regenerated: nothing was judged
-    if report.when != "call" or exc is None or hasattr(report, "wasxfail"):
-        return
-    if isinstance(exc, SuiteError):
-        setattr(report, REPORT_ATTR, "error")
-    elif isinstance(exc, Inconclusive):
-        setattr(report, REPORT_ATTR, "inconclusive")
-        if exc.allowed:
-            report.outcome, report.longrepr = "passed", None
-            report.user_properties.append(("paritygate_inconclusive_allowed", str(exc)))
 
 
 # the statuses pytest has no word for: (category, letter, verbose word)
@@ -263,7 +249,8 @@ def pytest_report_teststatus(report, config):
 
 def pytest_sessionfinish(session, exitstatus):
     session.config.stash[OPTIONS_KEY].close()
-    fails = session.config.stash[SESSION_KEY].finish(workeroutput=getattr(session.config, "workeroutput", None))
+    fails = session.config.stash[SESSION_KEY].finish(workeroutput=getattr(session.config, "workeroutput", None),
+                                                     interrupted=exitstatus == pytest.ExitCode.INTERRUPTED and session)
     if fails and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # new failures or gating drift vs --parity-baseline
 
@@ -339,7 +326,7 @@ def parity_candidate_available(parity_options):
     """Skip (or fail under --require-gpu) when the selected candidate runtime cannot run here."""
     reason = parity_options.runtime_skip_reason()
     if reason:
-        if parity_options.require_gpu:
+        if parity_options.require_gpu and parity_options.runtime_refusal():  # the GPU's, not TensorFlow's
             pytest.fail(f"--require-gpu: {reason}", pytrace=False)
         pytest.skip(f"candidate runtime {parity_options.runtime}: {reason}")
 

@@ -8,15 +8,14 @@ takes that, never the session. The baseline comparison and the terminal summary 
 import copy
 import json
 import os
-import sys
 import tempfile
 import time
-from contextlib import contextmanager, nullcontext
 
 import pytest
 
+from paritygate.models.order import Around, case_of
 from paritygate.result import CheckResult, jsonable
-from paritygate.verdict import REPORT_ATTR, STATUSES, UPSTREAM_DEFECT_ATTR
+from paritygate.verdict import MARKED, REPORT_ATTR, STATUSES, UPSTREAM_DEFECT_ATTR, Inconclusive, SuiteError
 
 _WORKER_KEY = "paritygate_checks"
 _CACHE_KEY = "paritygate_cache_stats"
@@ -36,6 +35,8 @@ class ParitySession:
         self.checks = []
         self.findings = []  # facts for the model owner that are no candidate verdict (e.g. reference_unstable)
         self.validation = None  # paritygate.judge.preflight's findings, once the pass ran (controller only)
+        self.interrupted = None  # {"selected": tests pytest had selected} when the run was interrupted (Ctrl-C)
+        self.replaces = None  # when the report in --parity-report's folder that this run replaces was written
         self.baseline = None  # report.baseline.Baseline: --parity-baseline and its gates, read by ``open`` (controller)
         self.baseline_section = None  # the report's "baseline" section, once the run is compared with it
         self.worker_cache_stats = {}
@@ -43,35 +44,8 @@ class ParitySession:
         self.worker_time = {}  # seconds per part of the time line, summed over xdist workers
         self.workers = 0
         self.started = time.perf_counter()
-        self._releases = None  # nodeid -> what the run is done with after it (``releases``), on the first check
+        self.around = Around(self.options)  # around each test: its time, a progress step, what is released after it
         self._at_start = _counters()  # the process's counters: a second session in it (an in-process run) counts its own
-
-    # -- around each check ----------------------------------------------------------------------------
-    @contextmanager
-    def running(self, item):
-        """Around a test: its time (common.timeline); a check over a model is a progress step numbered among the run's
-        tests (common.progress), and after it what the run is done with is released (``release_after``)."""
-        from paritygate.common import progress
-        from paritygate.common.timeline import in_test
-
-        items = item.session.items
-        shown = case_of(item)[0] is not None and item in items  # (a test run again by a plugin is not listed)
-        with in_test(), progress.step(f"[{items.index(item) + 1}/{len(items)}] {item.name}") if shown else nullcontext():
-            yield
-        if shown:
-            self.release_after(item)
-
-    def release_after(self, item):
-        """After a check over a model: close what the run's last check of a model x precision (then of the model) held
-        (``RunContext.release``; not on an xdist worker, handed checks in an order it cannot know), and give the
-        check's freed pages back (a few ms: the next check's come from there, not on top; ``common.memory.trim``)."""
-        from paritygate.common.memory import trim
-
-        if self._releases is None and not self.options.is_xdist_worker:
-            self._releases = releases(item.session.items)
-        for model, precision in (self._releases or {}).get(item.nodeid, ()):
-            self.options.context.release(model, precision)
-        trim()
 
     # -- before the checks -----------------------------------------------------------------------------
     def open(self):
@@ -92,9 +66,47 @@ class ParitySession:
         try:
             if options.report_dir is not None:
                 self.check_report_dir()
+                if not options.is_xdist_worker:
+                    self._claim_report_dir()
         except OSError as err:
             return str(err)
         return None
+
+    def _claim_report_dir(self):
+        """One run at a time writes into a report folder: a second run into it while this one runs is refused
+        (their reports and reproducers would mix); a run after it replaces its report, and says so (``replaces``).
+        The claim is an exclusive lock on DIR/.paritygate-run.lock, let go when this process ends."""
+        folder = self.options.report_dir
+        earlier = folder / "parity-report.json"
+        if os.path.isfile(earlier) and not os.path.islink(earlier):
+            self.replaces = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(earlier).st_mtime))
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks; runs into one folder are the caller's to keep apart
+            return
+        path = folder / ".paritygate-run.lock"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, 0o644)
+        except OSError as err:  # a link planted there (never followed), a folder of that name
+            raise OSError(f"--parity-report={folder}: cannot claim the folder for this run: {path.name}: "
+                          f"{err.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise OSError(f"--parity-report={folder}: another paritygate run ({holder}) is writing its report into "
+                          "this folder; give each run its own --parity-report folder (runs in turn replace the "
+                          "report, with a notice)") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        self._lock = fd  # held until ``release`` (pytest_unconfigure) or the process ends
+
+    def release(self):
+        """Let go of the report folder (``_claim_report_dir``): the run is over."""
+        fd, self._lock = getattr(self, "_lock", None), None
+        if fd is not None:
+            os.close(fd)
 
     def refuse(self, problem):
         """A run stopped before pytest started on it: the report, when one was asked for and its folder can be
@@ -196,8 +208,8 @@ class ParitySession:
 
         options = self.options
         details.setdefault("rerun", commands.rerun(options.config_path, item.nodeid))
-        if precision in ("fp16", "int8") and result.numerics is None:  # every reduced-precision row names its numerics
-            result.numerics = options.numerics if options.runtime == "onnxruntime" else options.runtime
+        if precision in ("fp16", "int8") and result.numerics is None and status != "skip":
+            result.numerics = options.numerics_label  # a reduced-precision row that ran names what computed it
         return self.record(result)
 
     def merge_worker(self, workeroutput):
@@ -231,11 +243,15 @@ class ParitySession:
         seconds = {k: round(s + self.worker_time.get(k, 0.0), 3) for k, s in self._since_start("time").items()}
         return {**seconds, "wall": round(time.perf_counter() - self.started, 3), "processes": 1 + self.workers}
 
-    def finish(self, workeroutput=None):
+    def finish(self, workeroutput=None, interrupted=None):
         """An xdist worker hands its checks to the controller (``workeroutput``); the controller compares the run
         with its ``baseline`` unless the validation pass stopped it, and writes the report when
-        ``--parity-report`` names a folder. Returns whether the comparison fails the run (new failures or gating
-        drift: ``report.baseline.run_fails_reasons``)."""
+        ``--parity-report`` names a folder, then lets go of the folder. ``interrupted``: the pytest session of a
+        run stopped by Ctrl-C (or pytest.exit), whose report then says INTERRUPTED, never a verdict on what did not
+        run. Returns whether the comparison fails the run (new failures or gating drift:
+        ``report.baseline.run_fails_reasons``)."""
+        if interrupted:
+            self.interrupted = {"selected": len(getattr(interrupted, "items", None) or [])}
         if workeroutput is not None:
             self._hand_over(workeroutput)
             return False
@@ -251,6 +267,7 @@ class ParitySession:
 
             with progress.step(f"writing the report ({len(self.checks)} checks)"):
                 write_report(self, self.options.report_dir)
+        self.release()
         from paritygate.report.baseline import run_fails_reasons
 
         return bool(run_fails_reasons(self.baseline_section))
@@ -271,6 +288,9 @@ class ParitySession:
                 pass
         except OSError as err:
             raise OSError(f"--parity-report={folder}: report folder is not writable: {err.strerror or err}") from err
+        if os.path.islink(folder / "reproducers"):  # planted: the run writes only inside the folder it was given
+            raise OSError(f"--parity-report={folder}: its reproducers/ is a symlink to {os.readlink(folder / 'reproducers')}; "
+                          "the run writes reproducers only inside the report folder: remove the link")
 
 
 def result_of(item):
@@ -306,60 +326,25 @@ def ahead_of(items, context):
     return {case_of(i)[0] for i in items if case_of(i)[1] == "fp32" and i.originalname != "test_engine_builds"}
 
 
-def show_progress(config):
-    """Show the run's long steps on stdout (common.progress), not under -q nor in an xdist worker; returns its stop."""
-    from paritygate.common import progress
-
-    if hasattr(config, "workerinput") or config.getoption("verbose") < 0:
-        return lambda: None
-    has = config.pluginmanager.has_plugin  # the terminal reporter registers after pytest_configure, or not at all
-    return progress.show_on(sys.stdout, lambda: config.get_terminal_writer().width_of_current_line
-                            if has("terminalreporter") else 0)
-
-
-def run_order(items):
-    """``items`` in the run's order: parity verdicts first, latency last (issue 30); the checks over models grouped by
-    model, then precision (the model's own first), each group in collection order, in the places those checks held:
-    a precision's candidate is done with before the next one loads, and released (``releases``)."""
-    items = sorted(items, key=lambda item: item.get_closest_marker("latency") is not None)
-    models, precisions, slots = {}, {}, []
-    for i, item in enumerate(items):
-        model, precision = case_of(item)
-        if model is not None and item.get_closest_marker("latency") is None:
-            slots.append(i)
-            models.setdefault(model, len(models))
-            precisions.setdefault(precision, len(precisions) if precision is not None else -1)
-    order = sorted(slots, key=lambda i: (models[case_of(items[i])[0]], precisions[case_of(items[i])[1]], i))
-    for slot, item in zip(slots, [items[i] for i in order]):
-        items[slot] = item
-    return items
-
-
-def releases(items):
-    """{nodeid: [(model, precision or None), ...]}: after which item the run is done with a model x precision (and
-    with a model: its None), for ``RunContext.release``."""
-    last = {}
-    for item in items:
-        model, precision = case_of(item)
-        if model is not None:
-            last.update({(model, None): item.nodeid, **({(model, precision): item.nodeid} if precision else {})})
-    done = {}
-    for key, nodeid in last.items():
-        done.setdefault(nodeid, []).append(key)
-    return {k: sorted(v, key=lambda key: key[1] is None) for k, v in done.items()}  # the precision before its model
-
-
-def case_of(item):
-    """(model name, precision) of a conformance test item, or (None, None)."""
-    callspec = getattr(item, "callspec", None)
-    if callspec is None:
-        return None, None
-    if "parity_case" in callspec.params:
-        model, precision = callspec.params["parity_case"]
-        return model.name, precision
-    if "parity_model" in callspec.params:
-        return callspec.params["parity_model"].name, None
-    return None, None
+def classify(report, call):
+    """Mark the statuses pytest's outcome cannot express: a passing test's declared word (``verdict.mark``:
+    ``regenerated``), a SuiteError raised in the call is an `error` (the
+    suite's or a tool's failure, not the candidate's), an Inconclusive is `inconclusive` (a failure unless the
+    model allows uninformative inputs, which then passes the run but keeps the word)."""
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if report.when == "call" and report.passed and not hasattr(report, "wasxfail"):
+        marked = [v for k, v in report.user_properties if k == REPORT_ATTR and v in MARKED]
+        if marked:
+            setattr(report, REPORT_ATTR, marked[-1])  # e.g. regenerated: nothing was judged
+    if report.when != "call" or exc is None or hasattr(report, "wasxfail"):
+        return
+    if isinstance(exc, SuiteError):
+        setattr(report, REPORT_ATTR, "error")
+    elif isinstance(exc, Inconclusive):
+        setattr(report, REPORT_ATTR, "inconclusive")
+        if exc.allowed:
+            report.outcome, report.longrepr = "passed", None
+            report.user_properties.append(("paritygate_inconclusive_allowed", str(exc)))
 
 
 def _status_of(report):

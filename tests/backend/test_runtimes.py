@@ -1,4 +1,4 @@
-"""paritygate.backend.runtimes.check_input_spec: the config's inputs must match the model's by name, rank, dtype and
+"""paritygate.backend.inputspec.check_input_spec: the config's inputs must match the model's by name, rank, dtype and
 fixed dimensions; each error names the model and the input. computed_artifact: the file a numerics mode runs."""
 
 import json
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from paritygate.backend.base import RunnerError
-from paritygate.backend.runtimes import check_input_spec, computed_artifact
+from paritygate.backend.inputspec import check_input_spec
+from paritygate.backend.runtimes import computed_artifact
 from tests.conftest import make_onnx, scale, toy_spec, write_config
 
 SPEC = toy_spec(inputs={"image": ((-1, 8, 8, 3), "float32", (-1, 1)), "ids": ((-1, 16), "int32", (0, 9))})

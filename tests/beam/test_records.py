@@ -1,7 +1,11 @@
 """Records a pipeline sends back: written by a real Beam pipeline with FileSystems, read back once, folder removed."""
 
-import apache_beam as beam
 import numpy as np
+import pytest
+
+pytest.importorskip("apache_beam", reason="apache_beam is not installed (pip install 'paritygate[beam]')")
+
+import apache_beam as beam
 from apache_beam.ml.inference.base import PredictionResult
 
 from paritygate.beam.contract import digest

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from paritygate.cli.init import CONFIRM, InitError, Inspected, render, write_starter
 from paritygate.models.config import load_config
@@ -169,3 +171,75 @@ def test_where_nothing_tells_the_comment_says_what_to_look_for_and_the_header_na
     text = (tmp_path / "other.toml").read_text()
     assert "paritygate run other.toml" in text and "--parity-config=other.toml" in text
     assert "parity.toml" not in text
+
+
+# -- issue 38: no name a model or a file gives becomes config ----------------------------------------------------
+EVIL_KEY = 'y\n[models.beam]\nhandler = "evil_sm.pwn:make"\n#'
+NAMES = st.text(st.sampled_from('"\'\\\n\r\t\x00\x1b\x7f\u2028\u202e[]{}=#.,: ') | st.characters(
+    exclude_categories=("Cs",)), min_size=1, max_size=24)
+FOLDERS = NAMES.filter(lambda n: "/" not in n and "\x00" not in n and n not in (".", "..") and len(n.encode()) < 200)
+
+
+def _parsed(text):
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    return tomllib.loads(text)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(inputs=st.lists(NAMES, min_size=1, max_size=3, unique=True), outputs=st.lists(NAMES, min_size=1, max_size=3),
+       candidates=st.lists(NAMES, min_size=3, max_size=3), folder=FOLDERS, file=FOLDERS, paired=st.booleans())
+def test_whatever_the_models_names_the_config_parses_to_exactly_the_intended_keys(tmp_path, inputs, outputs,
+                                                                                   candidates, folder, file, paired):
+    reference = tmp_path / folder / "saved_model"
+    reference.mkdir(parents=True, exist_ok=True)
+    found = Inspected(reference, candidates[0], {n: (np.dtype("float32"), (-1, 3)) for n in inputs}, outputs,
+                      onnx=tmp_path / folder / f"{file}.onnx" if paired else None,
+                      input_map={n: (candidates[2], "position") for n in inputs} if paired else {},
+                      output_map={o: (candidates[2], "position") for o in outputs} if paired else {})
+    hints = {n: (0, 1, f"Gather '{candidates[1]}' of '{n}'") for n in inputs}
+    doc = _parsed(render(found, "m", tmp_path, hints=hints))
+    assert list(doc) == ["models"] and len(doc["models"]) == 1
+    (model,) = doc["models"]
+    assert set(model) == {"name", "reference", "signature", "precisions", "max_batch", "task", "inputs",
+                          *(("onnx", "outputs") if paired else ())}
+    assert model["reference"] == f"{folder}/saved_model" and model["signature"] == candidates[0]
+    assert list(model["inputs"]) == inputs
+    for name in inputs:
+        assert set(model["inputs"][name]) == {"shape", "dtype", "range", *(("candidate",) if paired else ())}
+    if paired:
+        assert model["onnx"] == f"{folder}/{file}.onnx"
+        assert model["outputs"] == {o: candidates[2] for o in outputs}
+
+
+@pytest.mark.tf
+def test_an_output_key_that_writes_a_handler_line_stays_a_name_and_nothing_runs(tmp_path):
+    """The issue's attack: a SavedModel whose output key ends the comment and writes [models.beam], shipping the
+    module it names. The config ``init`` writes names no handler, and a run of its validation imports nothing."""
+    tf = pytest.importorskip("tensorflow")
+
+    class Evil(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def serve(self, x):
+            return {EVIL_KEY: x * 2.0}
+
+    module, folder = Evil(), tmp_path / "evil_sm"
+    tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve})
+    (folder / "__init__.py").write_text("")
+    (folder / "pwn.py").write_text("from pathlib import Path\nPath(__file__).with_name('PWNED').write_text('x')\n"
+                                   "def make(**kw):\n    raise SystemExit\n")
+    config = write_starter(folder, tmp_path / "parity.toml")
+    text = config.read_text()
+    assert "\n[models.beam]" not in text and 'handler = "evil_sm' not in text, text
+    (spec,) = load_config(config)
+    assert spec.beam is None and "tolerances" not in text
+    assert _parsed(text)["models"][0].keys() == {"name", "reference", "signature", "precisions", "max_batch", "task",
+                                                 "inputs"}
+    from paritygate.judge.declared import handler
+    from paritygate.judge.preflight import ModelValidation
+
+    handler(spec, ModelValidation(spec))
+    assert not (folder / "PWNED").exists()

@@ -141,3 +141,86 @@ def test_init_with_a_fifo_as_the_onnx_is_one_line_before_the_model_loads(tmp_pat
     assert box == {"value": USAGE}
     assert "model.onnx: cannot read ONNX model: it is a FIFO (named pipe), expected a regular file" in \
         capsys.readouterr().err
+
+
+# -- issue 38: reports from anywhere, written only through a new file; the command line's bad input -----------
+def _report(tmp_path, name="parity-report.json", **fields):
+    data = {"schema": 1, "checks": [{"model": "m", "precision": "fp32", "check": "matches_reference",
+                                     "status": "pass", "details": {}}], **fields}
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_report_replaces_a_planted_symlink_and_never_writes_its_target(tmp_path):
+    source, victim = _report(tmp_path), tmp_path / "victim"
+    victim.write_text("keep")
+    for name in ("parity-report.md", "parity-report.html"):
+        (tmp_path / name).symlink_to(victim)
+    assert main(["report", str(source)]) == 0
+    assert victim.read_text() == "keep"
+    assert not (tmp_path / "parity-report.md").is_symlink() and "Parity report" in (tmp_path / "parity-report.md").read_text()
+
+
+def test_report_into_an_unwritable_folder_is_one_line(tmp_path, capsys):
+    source = _report(tmp_path)
+    (tmp_path / "file").write_text("")
+    for argv in (["report", str(source), "--out", str(tmp_path / "file" / "out")],
+                 ["report", str(source), str(_report(tmp_path, "b.json", checks=[])), "--out",
+                  str(tmp_path / "file")]):
+        assert main(argv) == USAGE
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot write the report there" in err and "file" in err, err
+
+
+def test_a_wrong_typed_record_is_one_line_naming_the_record_and_field(tmp_path, capsys):
+    source = _report(tmp_path, checks=[{"model": "m", "precision": None, "check": "c", "status": "fail", "details": {
+        "outputs": [{"output": "y", "worst": {"reference": {"<img>": 1}}}]}}])
+    assert main(["report", str(source)]) == USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checks[0].details.outputs[0].worst.reference: expected a number" in err, err
+
+
+def test_an_interrupted_report_is_rerendered_as_interrupted_and_a_shard_given_twice_is_refused(tmp_path, capsys):
+    source = _report(tmp_path, status="interrupted", interrupted={"selected": 9, "recorded": 1})
+    assert main(["report", str(source)]) == 0
+    assert (tmp_path / "parity-report.md").read_text().splitlines()[2].startswith("**Verdict: INTERRUPTED**")
+    assert "<div class=word>INTERRUPTED</div>" in (tmp_path / "parity-report.html").read_text()
+    copy = tmp_path / "copy.json"
+    copy.write_text(source.read_text())
+    for twice in ([source, source], [source, tmp_path / ".." / tmp_path.name / source.name], [source, copy]):
+        assert main(["report", *map(str, twice), "--out", str(tmp_path / "merged")]) == USAGE
+        err = capsys.readouterr().err
+        assert "given twice" in err and "give each shard's report once" in err, err
+    assert not (tmp_path / "merged").exists()
+
+
+def test_init_into_an_unwritable_place_is_one_line_before_the_model_loads(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert main(["init", str(tmp_path / "missing_model"), "-o", str(tmp_path / "file" / "parity.toml")]) == USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path / 'file'} is a file, not a folder" in err, err
+
+
+@pytest.mark.tf
+def test_init_on_a_keras_layer_name_tensorflow_rejects_is_one_line_without_colour_codes(tmp_path, capsys):
+    keras = pytest.importorskip("keras")
+    x = keras.Input((3,), name="x")
+    keras.Model(x, keras.layers.Dense(2, name="a b!<")(x)).save(tmp_path / "m.keras")
+    assert main(["init", str(tmp_path / "m.keras"), "-o", str(tmp_path / "parity.toml")]) == USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "TensorFlow cannot trace the Keras model" in err and "\x1b" not in err, err
+    assert "'a b!<' is not a valid scope name" in err
+
+
+def test_run_starts_pytest_with_no_unnamed_folder_importable():
+    import sys
+
+    from paritygate.cli.main import safe_python
+
+    command = safe_python()
+    assert command[0] == sys.executable
+    if sys.version_info >= (3, 11):
+        assert command[1:] == ["-P", "-m", "pytest"]
+    else:
+        assert command[1] == "-c" and "sys.path.pop(0)" in command[2]

@@ -162,3 +162,42 @@ def test_a_reproducer_of_another_schema_version_or_with_junk_meta_is_an_error(tm
                                                                                                "model": ["x"]}))})
     assert main([str(path)]) == EXIT_ERROR
     assert "reproducer's __meta__ key(s) ['model']: expected strings" in capsys.readouterr().err
+
+
+# -- the runtime and numerics replayed ------------------------------------------------------------------------
+def test_replay_honours_the_runtime_and_numerics_the_run_recorded(tmp_path):
+    """A reproducer records the run's runtime and --parity-numerics; replay runs under both (a file written
+    before numerics were recorded: the default), or under --runtime / --numerics when given."""
+    from paritygate.cli.replay import _context
+    from paritygate.context import RunContext
+    from tests.conftest import toy_spec
+
+    spec = toy_spec(precisions=("fp32", "fp16"))
+    saved = RunContext(numerics="ort", reproducer_dir=tmp_path).save_reproducer(
+        spec, "fp16", "matches_reference", {"x": np.zeros((1, 1), np.float32)}, ["failed"])
+    meta, _ = load_reproducer(saved["npz"])
+    assert (meta["runtime"], meta["numerics"]) == ("onnxruntime", "ort")
+    pytest.importorskip("onnxruntime")
+    assert (_context("f", meta, spec, None, None).numerics, _context("f", meta, spec, None, None).runtime) == \
+        ("ort", "onnxruntime")
+    assert _context("f", meta, spec, None, "strict").numerics == "strict"
+    assert _context("f", {**meta, "numerics": None}, spec, None, None).numerics == "strict"
+
+
+def test_replay_knows_every_registered_runtime_and_says_why_one_cannot_run_here(monkeypatch):
+    from paritygate.backend import registry
+    from paritygate.cli.replay import ReplayError, _context, parser
+    from paritygate.gpu import device
+    from tests.conftest import toy_spec
+
+    monkeypatch.setenv("POLYGRAPHY_USE_TENSORRT_RTX", "0")  # replaying tensorrt-rtx sets it; restored after
+    assert parser().parse_args(["f.npz", "--runtime", "tensorrt-rtx", "--numerics", "ort"]).runtime == "tensorrt-rtx"
+    meta = {"runtime": "tensorrt-rtx", "numerics": "strict"}
+    with pytest.raises(ReplayError, match=r"runtime 'onnx': expected one of \['onnxruntime', 'onnxruntime-cuda', "):
+        _context("f.npz", {**meta, "runtime": "onnx"}, toy_spec(), None, None)
+    if device.probe().available:
+        pytest.skip("a GPU is here")
+    for name in ("onnxruntime-cuda", "tensorrt", "tensorrt-rtx"):
+        with pytest.raises(ReplayError, match=f"f.npz: runtime {name} cannot run here: "):
+            _context("f.npz", {**meta, "runtime": name}, toy_spec(), None, None)
+    assert set(registry.names()) >= {"tensorrt-rtx"}

@@ -93,9 +93,9 @@ def test_a_run_shows_progress_on_stdout_and_none_under_q(pytester, monkeypatch):
 
         def test_sleeps():
             with progress.step("sleeping"):
-                time.sleep(1.2)
+                time.sleep(2.5)
     """)
-    monkeypatch.setenv("PARITYGATE_PROGRESS_S", "0.3")
+    monkeypatch.setenv("PARITYGATE_PROGRESS_S", "0.2")
     shown = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     shown.assert_outcomes(passed=1)
     assert any(line.startswith("paritygate: sleeping, ") for line in shown.outlines), shown.outlines

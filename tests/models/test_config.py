@@ -298,3 +298,11 @@ def test_allow_uninformative_and_nondeterministic_keys(folder):
     for key, value, words in (("allow_uninformative", "yes", "expected boolean"), ("nondeterministic", "", "non-empty")):
         with pytest.raises(ConfigError, match=f"model 'm': key '{key}': .*{words}"):
             load_config(write_config(folder, {"models": [dict(minimal(), **{key: value})]}))
+
+
+@pytest.mark.parametrize("nested", ["a = " + "[" * 200_000 + "]" * 200_000, "a = " + "{b=" * 100_000 + "1" + "}" * 100_000])
+def test_toml_nested_200000_deep_is_one_line_not_a_recursion_error(tmp_path, nested):
+    path = tmp_path / "deep.toml"
+    path.write_text(nested + "\n")
+    with pytest.raises(ConfigError, match=r"deep\.toml: not valid TOML: arrays or tables nested too deep to read"):
+        load_config(path)

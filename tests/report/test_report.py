@@ -290,8 +290,8 @@ def test_a_stopped_run_says_why_on_the_first_screen_of_markdown_and_html():
     md = render_markdown(data).splitlines()
     assert md[2] == ("**Verdict: STOPPED before any check** (exit code 4): 2 problem(s) in the input, each to fix "
                      "before the checks can run:")
-    assert md[4:6] == ["- c.toml: model 'm\\_1': key 'max\\_batch': expected at most 65536, got 1000000000",
-                       "- inputs/m\\_1.npz: input set holds 0 rows; expected at least one row \\<here\\>"]
+    assert md[4:6] == ["- c.toml: model 'm_1': key 'max_batch': expected at most 65536, got 1000000000",  # intraword _
+                       "- inputs/m_1.npz: input set holds 0 rows; expected at least one row \\<here\\>"]
     html = render_html(data)
     header = html[html.index("<header id=verdict"):html.index("</header>")]
     assert "<div class=word>STOPPED</div>" in header

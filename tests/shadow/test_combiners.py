@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+pytest.importorskip("apache_beam", reason="apache_beam is not installed (pip install 'paritygate[beam]')")
+
 from paritygate.comparator.stats import percentile
 from paritygate.shadow.combiners import MAX_SLICES, OTHER_SLICE, SKETCH_ACCURACY, QuantileSketch, ShadowStats
 

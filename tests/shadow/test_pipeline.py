@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+pytest.importorskip("apache_beam", reason="apache_beam is not installed (pip install 'paritygate[beam]')")
+
 from paritygate.shadow.gate import status
 from paritygate.shadow.pipeline import Settings, run
 from paritygate.shadow.results import FLIP_BUDGET, FLIP_SOURCE, HIGH_ACCURACY_BUDGET, precision_results

@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+pytest.importorskip("apache_beam", reason="apache_beam is not installed (pip install 'paritygate[beam]')")
+
 from paritygate.shadow import read, synthetic
 
 pytestmark = [pytest.mark.tf]

@@ -1,7 +1,10 @@
 """The runner contract shared by every runtime (Polygraphy's BaseRunner, trimmed).
 
 A runner is a context manager: ``activate()`` loads, ``infer(feed)`` maps input name -> ndarray to output
-name -> ndarray, ``deactivate()`` frees. Public methods validate and delegate to ``*_impl`` hooks.
+name -> ndarray, ``deactivate()`` frees. Public methods validate and delegate to ``*_impl`` hooks. Every call of
+``infer_impl`` is bounded in time (``paritygate.backend.deadline``) through ``infer_bounded``: in a worker thread by
+default, in the caller's thread where the runtime can cancel a call (ONNX Runtime), as it is in a runner that only
+wraps another (whose own calls are bounded).
 """
 
 import contextlib
@@ -12,6 +15,11 @@ import numpy as np
 
 class RunnerError(RuntimeError):
     """A runner could not load or run its model; the message names the file or tensor."""
+
+
+class InferenceTimeout(RunnerError):
+    """An inference call ran past the time limit (``paritygate.backend.deadline``); the message names the runner,
+    the limit and how to raise it."""
 
 
 class CandidateFault(RunnerError):
@@ -54,7 +62,7 @@ class BaseRunner:
             raise TypeError(f"{self.name}: infer() takes a dict of input name -> numpy.ndarray")
         with _timed(self.time_as):
             start = time.perf_counter()
-            outputs = self.infer_impl(feed)
+            outputs = self.infer_bounded(feed)
             self.last_inference_time = time.perf_counter() - start
         return outputs
 
@@ -63,6 +71,23 @@ class BaseRunner:
         return self.input_metadata_impl()
 
     # -- hooks ---------------------------------------------------------------------------------------
+    def infer_bounded(self, feed):
+        """``infer_impl(feed)`` within the inference time limit (``deadline.bounded``): in a worker thread, with
+        ``cancel_impl`` called at the limit. A runtime that can stop a call from another thread overrides this to
+        run in the caller's thread; a runner that only wraps another overrides it to call ``infer_impl``."""
+        from paritygate.backend.deadline import bounded
+
+        return bounded(lambda: self.infer_impl(feed), self.where(), cancel=self.cancel_impl, error=InferenceTimeout)
+
+    def where(self):
+        """What a message names this runner by: its model file, else its name."""
+        path = getattr(self, "path", None)
+        return str(path) if path is not None else self.name
+
+    def cancel_impl(self):
+        """Called from another thread when a call outlives the limit: unblock it if the runtime can (a child
+        process is killed); the default does nothing, the stuck worker thread is then abandoned."""
+
     def activate_impl(self):
         raise NotImplementedError
 

@@ -17,10 +17,10 @@ def engine_build(ctx, spec, precision):
     """TensorRT-RTX's ahead-of-time build of the candidate's ONNX artifact at ``precision``
     (``backend.trt.aot.engine_report``) with its engine-side ``coverage``, once per process; None where its builder
     is not installed, where the candidate is a prebuilt engine, or where the candidate runtime builds its own engines
-    (tensorrt). The profile is the config's, under the artifact's own input names."""
+    (``backend.registry``: a runtime without ``engine_gate``). The profile is the config's, under the artifact's own input names."""
     from paritygate.backend.trt import aot
 
-    if ctx.runtime not in ("onnxruntime", "tensorrt-rtx") or precision in spec.engines or aot.missing_reason():
+    if not ctx.runtime_entry.engine_gate or precision in spec.engines or aot.missing_reason():
         return None
     return ENGINE_BUILDS.get(ctx, PrecisionKey(spec.name, precision), lambda: _engine_build(ctx, spec, precision))
 
@@ -91,8 +91,9 @@ def cannot_build(spec, precision, report):
 def suite_built(ctx, spec, precision):
     """Whether the candidate at ``precision`` is an artifact the suite made (converted, quantized, or an engine
     it builds), not a file the config names: the artifact's faults are then the suite's (``error``)."""
-    if ctx.runtime == "tensorrt" and precision in spec.engines:
+    own_engine = ctx.runtime_entry.own_engine
+    if own_engine and precision in spec.engines:
         return False
     if precision in spec.onnx_artifacts:
         return False  # the team's own fp16/int8 ONNX (or an engine built from it): its faults are the candidate's
-    return precision != "fp32" or spec.onnx is None or ctx.runtime == "tensorrt"
+    return precision != "fp32" or spec.onnx is None or own_engine

@@ -15,7 +15,7 @@ def computed_dtype(ctx, spec, precision):
     """numpy.float16 when the candidate at ``precision`` computes float16 tensors (an ONNX artifact that holds
     them, or a TensorRT fp16 engine), else None: the batch-invariance bound's unit roundoff comes from it."""
     def read():
-        if ctx.runtime == "tensorrt":
+        if ctx.runtime_entry.own_engine:  # an engine of the precision
             return np.float16 if precision == "fp16" else None
         import onnx
 
@@ -31,7 +31,7 @@ def computed_dtype(ctx, spec, precision):
 def precision_coverage(ctx, spec, precision):
     """``details.precision_coverage`` of the ONNX artifact at ``precision`` (paritygate.backend.onnx.lint.coverage),
     measured once per run on one sample batch within the config's ranges; None for a prebuilt engine."""
-    if ctx.runtime == "tensorrt" and precision in spec.engines:
+    if ctx.runtime_entry.own_engine and precision in spec.engines:
         return None
     return PRECISION_COVERAGE.get(ctx, PrecisionKey(spec.name, precision),
                                   lambda: _measure(spec, precision, ctx.fp16_keep_fp32))

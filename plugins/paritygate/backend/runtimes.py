@@ -6,10 +6,9 @@ candidate's names, paired with the reference's through ``resolved_spec(ctx, spec
 decorated or single), kept in the run's context (``paritygate.context.RunContext``); the spec is not written to.
 Each runner is kept in this module's memos (``paritygate.common.memo``), once per run."""
 
-import numpy as np
-
-from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.backend.base import RunnerError
 from paritygate.backend.engines import FAILED_CANDIDATES
+from paritygate.backend.inputspec import MappedRunner, check_input_spec, declared_casts, half_inputs, input_names
 from paritygate.common.memo import ArtifactKey, Memo, ModelKey
 from paritygate.common.numerics import NUMERICS
 from paritygate.verdict import SuiteError
@@ -28,45 +27,6 @@ REFERENCES = Memo("references", key=ModelKey, close=release)  # the ReferenceRun
 LIVE_REFERENCES = Memo("live_references", key=ModelKey, close=release)  # the reference running TensorFlow, never the cache
 CANDIDATES = Memo("candidates", key=ArtifactKey, close=release)  # the candidate runner, fed by reference input names
 MAPPINGS = Memo("mappings", key=ModelKey)  # the resolved input/output mapping (backend.iomap)
-
-
-def half_inputs(spec, precision, runner):
-    """The float16 inputs of a team's own fp16 ONNX whose config dtype is float32 (converters' default I/O,
-    e.g. onnxconverter-common without keep_io_types): {reference input name: float16}, fed rounded to float16 as
-    the team's serving code feeds them."""
-    if precision not in spec.onnx_artifacts:
-        return {}
-    back = {c: r for r, c in input_names(spec, runner).items()}
-    return {back.get(n, n): np.dtype(np.float16) for n, (dtype, _) in runner.input_metadata().items()
-            if dtype == np.float16 and back.get(n, n) in spec.inputs
-            and spec.inputs[back.get(n, n)].dtype_of("candidate") == np.float32}
-
-
-def check_input_spec(spec, metadata, what, side="candidate", half=()):
-    """The config's input spec must match the model's inputs by name, rank, dtype (the ``side``'s: reference or
-    candidate) and fixed dims; the message names the config key first, then the model file (``what``)."""
-    names, want = set(metadata), set(spec.inputs)
-    if names != want:
-        raise RunnerError(f"{spec.where('inputs')}: declares inputs {sorted(want)}, but {what} has inputs "
-                          f"{sorted(names)}")
-    for name, tensor in spec.inputs.items():
-        dtype, shape = metadata[name]
-        if len(shape) != len(tensor.shape):
-            raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares rank {len(tensor.shape)} "
-                              f"{list(tensor.shape)}, but {what} has input '{name}' of rank {len(shape)} {list(shape)}")
-        if dtype != tensor.dtype_of(side) and name not in half:
-            key = f"{side}_dtype" if getattr(tensor, f"{side}_dtype") else "dtype"
-            raise RunnerError(f"{spec.where(f'inputs.{name}.{key}')}: declares {tensor.dtype_of(side)}, but {what} "
-                              f"has input '{name}' of dtype {dtype}")
-        for axis, (have, declared) in enumerate(zip(shape[1:], tensor.shape[1:]), start=1):
-            if have not in (-1, declared) and declared != -1:
-                raise RunnerError(f"{spec.where(f'inputs.{name}.shape')}: declares dimension {axis} = {declared}, "
-                                  f"but {what} has input '{name}' with dimension {axis} = {have}")
-            bounds = [s[axis] for s in tensor.profile] if declared == -1 else []
-            if have != -1 and any(b != have for b in bounds):
-                raise RunnerError(f"{spec.where(f'inputs.{name}.profile')}: dimension {axis} ranges over "
-                                  f"{sorted(set(bounds))} (min/opt/max), but {what} has input '{name}' fixed at "
-                                  f"dimension {axis} = {have}; expected {have} in min, opt and max")
 
 
 def load_reference(ctx, spec):
@@ -90,7 +50,7 @@ def _load_reference(spec, cached):
         counted = "computed"
     runner.activate()
     check_input_spec(spec, runner.input_metadata(), runner.describe(), side="reference")
-    return ReferenceRunner(runner, _casts(spec, "reference"), counted=counted)
+    return ReferenceRunner(runner, declared_casts(spec, "reference"), counted=counted)
 
 
 def reference_runner(ctx, spec):
@@ -159,7 +119,7 @@ def candidate_runner(ctx, spec, precision, engine=True):
             FAILED_CANDIDATES.put(ctx, key, err)
             raise
         names = {r: m["candidate"] for r, m in io_mapping(ctx, spec, runner)["inputs"].items()}
-        return _fed(runner, names, {**_casts(spec, "candidate"), **half_inputs(spec, precision, runner)})
+        return _fed(runner, names, {**declared_casts(spec, "candidate"), **half_inputs(spec, precision, runner)})
 
     return CANDIDATES.get(ctx, key, build)
 
@@ -211,53 +171,10 @@ def reference_output_names(ctx, spec):
     return sorted(outputs) if outputs else list(load_reference(ctx, spec).output_names)
 
 
-def _casts(spec, side):
-    return {n: t.dtype_of(side) for n, t in spec.inputs.items() if t.dtype_of(side) != t.dtype}
-
-
 def _fed(runner, names, casts):
     """The runner itself when fed as is (latency then measures no extra layer), else a MappedRunner."""
     renamed = {r: c for r, c in names.items() if r != c}
     return MappedRunner(runner, renamed, casts) if renamed or casts else runner
-
-
-class MappedRunner(BaseRunner):
-    """A runner fed by the config's input names and dtypes: renames the feed to the runner's names and casts
-    inputs whose side declares another dtype (config.py accepts only casts that are exact over the range)."""
-
-    def __init__(self, runner, inputs, casts=None):
-        super().__init__(runner.name)
-        self.runner, self.inputs, self.casts = runner, inputs, dict(casts or {})
-        self.path = getattr(runner, "path", None)
-        self.is_active = runner.is_active
-
-    @property
-    def output_names(self):
-        """The runner's, read when asked: a lazy runner (a cached reference, a child process) loads nothing here."""
-        return self.runner.output_names
-
-    @output_names.setter
-    def output_names(self, value):  # BaseRunner.__init__ sets None
-        pass
-
-    def activate_impl(self):
-        self.runner.activate()
-
-    def infer_impl(self, feed):
-        outputs = self.runner.infer({self.inputs.get(k, k): v.astype(self.casts[k]) if k in self.casts else v
-                                     for k, v in feed.items()})
-        self.last_inference_time = self.runner.last_inference_time
-        return outputs
-
-    def input_metadata_impl(self):
-        back = {c: r for r, c in self.inputs.items()}
-        return {back.get(k, k): v for k, v in self.runner.input_metadata().items()}
-
-    def deactivate_impl(self):
-        self.runner.deactivate()
-
-    def __getattr__(self, name):  # runtime-specific attributes (engine, session options) of the wrapped runner
-        return getattr(self.__dict__["runner"], name)
 
 
 class ReferenceRunner(MappedRunner):
@@ -304,45 +221,13 @@ def _build_candidate(ctx, spec, precision):
 
 
 def _build(ctx, spec, precision):
+    """The candidate from its runtime's entry (``backend.registry``), its inputs checked against the config."""
     from paritygate.backend.onnx.artifacts.index_paths import check_own
-    from paritygate.backend.onnx.artifacts.loader import onnx_artifact
 
-    if precision in spec.onnx_artifacts and not (ctx.runtime == "tensorrt" and precision in spec.engines):
+    entry = ctx.runtime_entry
+    if precision in spec.onnx_artifacts and not (entry.own_engine and precision in spec.engines):
         check_own(spec, precision)  # a static fault of the team's own file: the candidate's fail
-
-    if ctx.runtime == "tensorrt":
-        from paritygate.backend.cache import cache_root
-        from paritygate.backend.trt.loader import EngineFromOnnx, EngineFromPath
-        from paritygate.backend.trt.runner import TrtRunner
-
-        if precision in spec.engines:
-            loader = EngineFromPath(spec.engines[precision], spec)
-            what = str(spec.engines[precision])
-        else:
-            loader = EngineFromOnnx(onnx_artifact(spec, precision, ctx.fp16_keep_fp32), spec, precision, cache_root() / "trt")
-            what = f"TensorRT engine for {spec.name} {precision}"
-        runner = TrtRunner(loader, name=f"tensorrt:{spec.name}:{precision}")
-        runner.time_as = "candidate"
-        runner.activate()
-    elif ctx.runtime == "tensorrt-rtx":  # the engine engine_gate saw built, run (compute capability 8.x/12.x only)
-        from paritygate.backend.engines import engine_build
-        from paritygate.backend.trt.loader import EngineFromPath
-        from paritygate.backend.trt.runner import TrtRunner
-
-        what = engine_build(ctx, spec, precision)["plan"]
-        runner = TrtRunner(EngineFromPath(what, spec), name=f"tensorrt-rtx:{spec.name}:{precision}")
-        runner.time_as = "candidate"
-        runner.activate()
-    else:
-        from paritygate.backend.onnx.strict.loader import computed
-        from paritygate.backend.onnxrt.runner import OnnxrtRunner
-
-        run = computed(onnx_artifact(spec, precision, ctx.fp16_keep_fp32), ctx.numerics, twin=True)
-        runner = OnnxrtRunner(run.path, name=f"onnxruntime:{spec.name}:{precision}", spin=ctx.spin,
-                              numerics=ctx.numerics, level=run.level, library=run.library)
-        runner.time_as = "candidate"
-        runner.activate()
-        what = str(run.artifact)
+    runner, what = entry.load(ctx, spec, precision)
     check_input_spec(spec, MappedRunner(runner, input_names(spec, runner)).input_metadata(), what, side="candidate",
                      half=half_inputs(spec, precision, runner))
     return runner
@@ -358,28 +243,3 @@ def computed_artifact(path, numerics):
     from paritygate.backend.onnx.strict.loader import computed
 
     return computed(path, numerics).artifact
-
-
-def input_names(spec, runner):
-    from paritygate.backend import iomap
-
-    try:
-        return iomap.input_map(spec, list(runner.input_metadata()))
-    except iomap.MappingError as err:
-        raise RunnerError(f"{spec.where('inputs')}: {err}") from None
-    except iomap.BindingsError as err:
-        raise RunnerError(f"{spec.where('reference')}: {err}") from err
-
-
-def candidate_missing(specs, fp16=True):
-    """What an ONNX Runtime candidate of ``specs`` needs installed and is not, one ``lazy.missing_reason`` each
-    ("; "-joined), or None: onnx and onnxruntime; tensorflow and tf2onnx to convert a model without its own ONNX;
-    with ``fp16``, onnxconverter_common for a model with an fp16 precision."""
-    from paritygate.lazy import available, missing_reason
-
-    needs = ["onnx", "onnxruntime"]
-    if any(m.onnx is None for m in specs):  # converted from the TF reference
-        needs += ["tensorflow", "tf2onnx"]
-    if fp16 and any("fp16" in m.precisions for m in specs):
-        needs.append("onnxconverter_common")
-    return "; ".join(missing_reason(name) for name in needs if not available(name)) or None

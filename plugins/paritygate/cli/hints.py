@@ -117,9 +117,9 @@ def _rescaling_range(scale, offset, why):
 # -- Keras -------------------------------------------------------------------------------------------------
 def keras_hints(path):
     """{model input name: (low, high, why)} from the layers that read a model input directly."""
-    import keras
+    from paritygate.backend.tf.util import load_keras
 
-    model = keras.saving.load_model(str(path), compile=False)
+    model = load_keras(path)  # refuses a file with code in it, as the reference runner does
     inputs, found = {id(t): t.name for t in model.inputs}, {}
     for layer in model.layers:
         try:

@@ -16,7 +16,8 @@ import numpy as np
 
 from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras
 from paritygate.cli.hints import LOOK_FOR
-from paritygate.files import check_file
+from paritygate.files import check_file, write_file
+from paritygate.models import writer
 from paritygate.models.config import ConfigError, check_model_value, load_config
 
 DEFAULT_RANGES = {"f": (-1.0, 1.0), "u": (0, 255), "i": (0, 1), "b": (0, 1)}  # numpy dtype kind -> range
@@ -111,11 +112,7 @@ def propose_mapping(found, onnx_path):
     return found
 
 
-# -- the TOML ------------------------------------------------------------------------------------------
-def _key(name):
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
-
-
+# -- the TOML: every string the model or a file name gives is written by paritygate.models.writer -------------
 def _path(target, config_dir):
     try:
         return Path(os.path.relpath(Path(target).resolve(), config_dir.resolve())).as_posix()
@@ -147,14 +144,14 @@ def _input_lines(name, dtype, shape, mapped, max_batch=4, hint=None):
     low, high = DEFAULT_RANGES.get(np.dtype(dtype).kind, (0, 1))
     if hint:  # the graph tells: (low, high, why); a float input's bounds written as floats
         low, high = (float(v) for v in hint[:2]) if np.dtype(dtype).kind == "f" else (int(v) for v in hint[:2])
-    rule = (f"{CONFIRM if hint[3:] else '#'} from the model: {hint[2]}" if hint else f"{CONFIRM}: the inclusive bounds of valid values (default "
+    rule = (f"{CONFIRM if hint[3:] else '#'} from the model: {writer.comment(hint[2])}" if hint else f"{CONFIRM}: the inclusive bounds of valid values (default "
             f"for {np.dtype(dtype).name}; generated inputs stay inside); look for {LOOK_FOR}")
-    lines = [f"[models.inputs.{_key(name)}]", f"shape = {json.dumps(dims)}",
+    lines = [f"[models.inputs.{writer.key(name)}]", f"shape = {json.dumps(dims)}",
              *([_profile_line(shape, max_batch)] if -1 in dims[1:] else []),
-             f'dtype = "{np.dtype(dtype).name}"', f"range = [{low!r}, {high!r}]  {rule}"]
+             f"dtype = {writer.string(np.dtype(dtype).name)}", f"range = [{low!r}, {high!r}]  {rule}"]
     if mapped:
         cand, rule = mapped
-        lines.append(f"candidate = {json.dumps(cand)}" + (f"  {CONFIRM}: paired by {rule}" if rule == "position"
+        lines.append(f"candidate = {writer.string(cand)}" + (f"  {CONFIRM}: paired by {rule}" if rule == "position"
                                                           else f"  # paired by {rule}"))
     return lines
 
@@ -163,24 +160,24 @@ def render(found, name, config_dir, max_batch=4, config_name="parity.toml", hint
     """The starter config's text (the caller validates it by loading it). ``hints``: what the graph tells about
     the inputs' values (paritygate.cli.hints.input_hints)."""
     hints = hints or {}
-    lines = [f"# Starter config written by `paritygate init` from {found.reference.name}"
-             + (f" and {found.onnx.name}" if found.onnx else "") + ".",
+    lines = ["# " + writer.comment(f"Starter config written by `paritygate init` from {writer.string(found.reference.name)}"
+                                   + (f" and {writer.string(found.onnx.name)}" if found.onnx else "") + "."),
              f"# Lines marked {CONFIRM} hold defaults the model cannot tell; check them, then run:",
-             (f"#     paritygate run {config_name}   (or: pytest --pyargs paritygate.conformance "
-             f"--parity-config={config_name})"),
-             "", "[[models]]", f"name = {json.dumps(name)}",
-             f"reference = {json.dumps(_path(found.reference, config_dir))}"]
+             "#     " + writer.comment(f"paritygate run {config_name}   (or: pytest --pyargs paritygate.conformance "
+                                    f"--parity-config={config_name})"),
+             "", "[[models]]", f"name = {writer.string(name)}",
+             f"reference = {writer.string(_path(found.reference, config_dir))}"]
     if not is_keras(found.reference):
-        lines.append(f"signature = {json.dumps(found.signature)}")
+        lines.append(f"signature = {writer.string(found.signature)}")
     files = {**({"fp32": found.onnx} if found.onnx else {}), **found.artifacts}
     if found.artifacts:  # the team's own fp16/int8 files: judged as they are (the fp32 one, or tf2onnx's, is fp32)
-        table = ", ".join(f"{p} = {json.dumps(_path(f, config_dir))}" for p, f in files.items())
+        table = ", ".join(f"{p} = {writer.string(_path(f, config_dir))}" for p, f in files.items())
         lines.append(f"onnx = {{ {table} }}")
     elif found.onnx:
-        lines.append(f"onnx = {json.dumps(_path(found.onnx, config_dir))}")
+        lines.append(f"onnx = {writer.string(_path(found.onnx, config_dir))}")
     else:
         lines.append("# onnx = \"model.onnx\"                # absent: converted from the reference with tf2onnx")
-    lines.append(f"precisions = {json.dumps(['fp32', *found.artifacts])}" if found.artifacts else
+    lines.append(f"precisions = {writer.array(['fp32', *found.artifacts])}" if found.artifacts else
                  'precisions = ["fp32"]                  # add "fp16"; "int8" needs calibration = "<inputs>.npz"')
     lines += [
               f"max_batch = {max_batch}                          {CONFIRM}: every batch size 1..max_batch is checked",
@@ -191,13 +188,13 @@ def render(found, name, config_dir, max_batch=4, config_name="parity.toml", hint
         hint = hints.get(inp) or (hints.get("*") if image else None)
         lines += _input_lines(inp, dtype, shape, found.input_map.get(inp), max_batch, hint) + [""]
     lines.append("# reference output -> candidate output" if found.output_map else
-                 f"# reference outputs: {', '.join(found.outputs)} (paired with the candidate's by name when "
-                 "converted here)")
+                 "# " + writer.comment(f"reference outputs: {', '.join(map(writer.string, found.outputs))} (paired "
+                                       "with the candidate's by name when converted here)"))
     if found.output_map:
         lines.append("[models.outputs]")
         for ref, (cand, rule) in found.output_map.items():
             note = f"  {CONFIRM}: paired by position" if rule == "position" else f"  # paired by {rule}"
-            lines.append(f"{_key(ref)} = {json.dumps(cand)}{note}")
+            lines.append(f"{writer.key(ref)} = {writer.string(cand)}{note}")
     lines += ["", "# RunInference checks: a factory returning your unkeyed Beam ModelHandler over numpy, e.g.",
               "# paritygate.beam.tf_handler.TFNumpyHandler(path, min_batch_size=..., max_batch_size=...)",
               "# [models.beam]", '# handler = "my_handlers:make"       # a module beside this file']
@@ -232,6 +229,7 @@ def write_starter(model, output, onnx=None, name=None, signature="serving_defaul
         why = None if value is None else check_model_value(key, value)
         if why:
             raise InitError(f"{option} {value!r}: {why}")
+    _check_writable(output)
     for path in (onnx, *(artifacts or {}).values()):  # named now, before the reference loads (a FIFO: no hang)
         if path is not None:
             check_file(path, "ONNX model", "onnx", InitError)
@@ -243,14 +241,34 @@ def write_starter(model, output, onnx=None, name=None, signature="serving_defaul
             onnx_names(path)  # a file that does not load is named now, not at the first run
             found.artifacts[precision] = Path(path)
     name = name or _name_of(Path(model).absolute())
-    text = render(found, name, output.parent, max_batch, output.name, _hints(found))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    draft = output.with_name(f".{output.name}.draft")  # loaded back before it takes the config's name
-    draft.write_text(text)
+    try:
+        text = render(found, name, output.parent, max_batch, output.name, _hints(found))
+    except ValueError as err:  # a name TOML cannot hold (paritygate.models.writer)
+        raise InitError(f"{model}: {err}") from err
+    draft = write_file(output.with_name(f".{output.name}.draft"), text, "the config", InitError)  # loaded back first
     try:
         load_config(draft)
     except ConfigError as err:
         draft.unlink()
         raise InitError(f"{output}: the config it would write does not load ({err}); please report this") from err
-    os.replace(draft, output)
+    try:
+        os.replace(draft, output)  # a symlink at ``output`` is replaced, never followed
+    except OSError as err:
+        draft.unlink()
+        raise InitError(f"{output}: cannot write the config: {err.strerror or err}") from None
     return output
+
+
+def _check_writable(output):
+    """Before the model loads: the config's folder exists (or is made) and takes a file."""
+    import tempfile
+
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=output.parent, prefix=".write-test-"):
+            pass
+    except (FileExistsError, NotADirectoryError):
+        file = next(p for p in output.parents if p.exists())
+        raise InitError(f"{output}: cannot write the config there: {file} is a file, not a folder") from None
+    except OSError as err:
+        raise InitError(f"{output}: cannot write the config there: {err.strerror or err}") from None

@@ -11,11 +11,13 @@ Every problem is one ``paritygate COMMAND: error:`` line on stderr; a bug of par
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from paritygate import __version__
+from paritygate.common.escape import one_line
 
 OK, FAILED, INTERRUPTED, INTERNAL, USAGE = 0, 1, 2, 3, 4  # pytest.ExitCode, without importing pytest here
 
@@ -45,6 +47,8 @@ def build_parser():
     init.add_argument("--signature", default="serving_default", help="SavedModel signature (default: %(default)s)")
     init.add_argument("--max-batch", type=int, default=4, metavar="N", help="default: %(default)s")
     init.add_argument("--force", action="store_true", help="overwrite PATH")
+    init.add_argument("--allow-unsafe-deserialization", action="store_true", help="load a Keras file whose Lambda "
+                      "layers hold Python code (run when the file loads); only for a file you trust (default: refused)")
 
     run = sub.add_parser("run", help="run the conformance suite on a config (further arguments go to pytest)",
                          description="Run the conformance suite on CONFIG. Arguments after CONFIG that are not "
@@ -52,7 +56,7 @@ def build_parser():
     run.add_argument("config", metavar="CONFIG", help="the model config (TOML)")
     run.add_argument("--report", metavar="DIR", help="write parity-report.json/.md/.html into DIR")
 
-    from paritygate.cli.replay import REPLAYS, RUNTIMES
+    from paritygate.cli.replay import REPLAYS, add_run_arguments
 
     replay = sub.add_parser("replay", help="replay a saved reproducer (.npz)", epilog="exit status: 0 passes (not "
                             "reproduced), 1 fails (reproduced), 2 usage, 3 error (the file, its config or a runtime "
@@ -60,7 +64,7 @@ def build_parser():
     replay.add_argument("file", metavar="FILE", help="a reproducer written by a failing property check")
     replay.add_argument("--check", choices=sorted(REPLAYS), help="the check to replay (default: the one recorded "
                         "in FILE)")
-    replay.add_argument("--runtime", choices=RUNTIMES, help="candidate runtime (default: the one recorded in FILE)")
+    add_run_arguments(replay)
 
     report = sub.add_parser("report", help="re-render parity-report.md and .html from a parity-report.json, or "
                             "merge shard reports into one", description="One JSON: re-render its Markdown and "
@@ -90,21 +94,30 @@ def main(argv=None):
     except Exception as err:
         if args.debug:
             raise
-        text = " ".join(str(err).split())[:500]
+        text = one_line(err)[:500]
         print(f"paritygate {args.command}: error: internal error {type(err).__name__}: {text} (a bug of "
               "paritygate's: rerun with --debug for the traceback and report it)", file=sys.stderr)
         return INTERNAL
 
 
+def _error(command, err):
+    """The one error line of a command: a tool's message on one line, its ANSI colour codes dropped."""
+    print(f"paritygate {command}: error: {one_line(err)}", file=sys.stderr)
+
+
 def _init(args, _extra):
     from paritygate.cli.init import InitError, write_starter
 
+    if args.allow_unsafe_deserialization:
+        from paritygate.backend.tf.util import allow_unsafe_deserialization
+
+        allow_unsafe_deserialization()
     try:
         path = write_starter(args.model, args.output, onnx=args.onnx, name=args.name, signature=args.signature,
                              max_batch=args.max_batch, force=args.force,
                              artifacts={"fp16": args.onnx_fp16, "int8": args.onnx_int8})
     except InitError as err:
-        print(f"paritygate init: error: {err}", file=sys.stderr)
+        _error("init", err)
         return USAGE
     print(f"wrote {path}: check the lines marked # CONFIRM, then run `paritygate run {path}`")
     return OK
@@ -126,18 +139,37 @@ def _run(args, extra):
     try:
         check_file(config, "config file", "config")
     except FileRefused as err:
-        print(f"paritygate run: error: {err}", file=sys.stderr)
+        _error("run", err)
         return USAGE
     pytest_args = [*suite_args(), f"--parity-config={config}"]
     if args.report:
         pytest_args.append(f"--parity-report={args.report}")
-    return subprocess.run([sys.executable, "-m", "pytest", *pytest_args, *extra], check=False).returncode
+    child = subprocess.Popen([*safe_python(), *pytest_args, *extra], env={**os.environ, "PYTHONSAFEPATH": "1"})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the suite too (the terminal's
+    try:  # process group): it stops and writes a report that says INTERRUPTED, which this process waits for
+        return child.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# Python 3.10 has no -P: the interpreter starts through -c, whose sys.path[0] ('', the current folder) goes first
+_SAFE_PYTEST_310 = "import sys; sys.path.pop(0); import pytest; sys.exit(pytest.console_main())"
+
+
+def safe_python():
+    """``python -m pytest`` with no folder the user did not name importable: -P (and PYTHONSAFEPATH=1 for the
+    processes it starts: xdist workers, the TensorFlow child) keeps the current folder off sys.path, where a
+    ``json.py`` or ``numpy.py`` beside the config would run. The one folder a config makes importable is its
+    Beam handler's (docs/limits.md, "The code a config runs")."""
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", "pytest"]
+    return [sys.executable, "-c", _SAFE_PYTEST_310]
 
 
 def _replay(args, _extra):
     from paritygate.cli import replay
 
-    argv = [args.file] + [f"--{k}={v}" for k in ("check", "runtime") if (v := getattr(args, k))]
+    argv = [args.file] + [f"--{k}={v}" for k in ("check", "runtime", "numerics") if (v := getattr(args, k))]
     return int(replay.main(argv) or 0)
 
 
@@ -148,7 +180,7 @@ def _shadow(args, _extra):
 
 
 def _report(args, _extra):
-    from paritygate.report import render_html, render_markdown
+    from paritygate.report import FILES, write_data
     from paritygate.report.merge import MergeError, read_report
 
     if len(args.json) > 1:
@@ -157,14 +189,22 @@ def _report(args, _extra):
     try:
         data = read_report(source)
     except MergeError as err:
-        print(f"paritygate report: error: {err}", file=sys.stderr)
+        _error("report", err)
         return USAGE
     out = Path(args.out) if args.out else source.parent
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "parity-report.md").write_text(render_markdown(data))
-    (out / "parity-report.html").write_text(render_html(data))
+    try:
+        write_data(data, out, FILES[1:])  # the Markdown and HTML; the JSON stays as it is
+    except OSError as err:
+        print(f"paritygate report: error: {_unwritable(args, out, err)}", file=sys.stderr)
+        return USAGE
     print(f"wrote {out / 'parity-report.md'} and {out / 'parity-report.html'}")
     return OK
+
+
+def _unwritable(args, out, err):
+    """One line for a report folder that cannot be written: the option or the folder beside the JSON."""
+    where = f"--out {out}" if args.out else f"{out} (beside the JSON; choose another folder with --out DIR)"
+    return f"{where}: cannot write the report there: {getattr(err, 'strerror', None) or err}"
 
 
 def _merge(args):
@@ -180,17 +220,22 @@ def _merge(args):
     try:
         data = merge_reports(args.json)
     except MergeError as err:
-        print(f"paritygate report: error: {err}", file=sys.stderr)
+        _error("report", err)
         return USAGE
-    out = write_data(data, Path(args.out))
+    try:
+        out = write_data(data, Path(args.out))
+    except OSError as err:
+        print(f"paritygate report: error: {_unwritable(args, Path(args.out), err)}", file=sys.stderr)
+        return USAGE
     base, checks = data.get("baseline") or {}, read_checks(data["checks"])
     failed = run_fails(checks) or base.get("new_failures") or any(d.get("gating") for d in base.get("drift", []))
     tally = ", ".join(f"{n} {s}" for s, n in counts(checks).items() if n)
+    word = "INTERRUPTED" if data.get("status") == "interrupted" else ("FAIL" if failed else "PASS")
     print(f"paritygate report: {len(args.json)} shards, {len(data['checks'])} checks: {tally}; "
-          f"verdict {'FAIL' if failed else 'PASS'}; wrote {out / 'parity-report.json'}, .md and .html")
+          f"verdict {word}; wrote {out / 'parity-report.json'}, .md and .html")
     for line in data["environment_differs"]:
         print(f"paritygate report: WARNING: shards ran on different environments: {line}")
-    return FAILED if failed else OK
+    return {"INTERRUPTED": INTERRUPTED, "FAIL": FAILED}.get(word, OK)
 
 
 if __name__ == "__main__":

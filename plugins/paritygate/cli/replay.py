@@ -17,7 +17,6 @@ from paritygate.inputs.reproducer import ReplayError, load_reproducer, save_repr
 from paritygate.result import CheckResult
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
-RUNTIMES = ("onnxruntime", "tensorrt")
 
 
 def replayed(check, spec, precision, passed, lines, subject="the candidate"):
@@ -94,10 +93,10 @@ REPLAYS = {"matches_reference": _matches_reference, "property_parity": _property
            "reference_unstable": _reference_unstable}
 
 
-def replay(path, check=None, runtime=None):
-    """Replay the check a reproducer was saved by (or ``check``) on its inputs; returns its ``CheckResult``."""
+def replay(path, check=None, runtime=None, numerics=None):
+    """Replay the check a reproducer was saved by (or ``check``) on its inputs, with the runtime and numerics of the
+    run that saved it (or ``runtime`` / ``numerics``); returns its ``CheckResult``, whose ``details["replayed_with"]`` names both."""
     from paritygate.backend.base import CandidateFault, RunnerError
-    from paritygate.context import RunContext
     from paritygate.inputs.sets import InputSetError, check_arrays
     from paritygate.models.config import ConfigError, load_config
     from paritygate.verdict import SuiteError
@@ -119,18 +118,39 @@ def replay(path, check=None, runtime=None):
         check_arrays(spec, path, inputs, "reproducer")
     except InputSetError as err:
         raise ReplayError(str(err)) from err
-    if (runtime or meta["runtime"]) not in RUNTIMES:
-        raise ReplayError(f"{path}: runtime {meta['runtime']!r}: expected one of {list(RUNTIMES)}")
-    keep = meta.get("fp16_keep_fp32")
-    settings = RunContext(runtime=runtime or meta["runtime"], fp16_keep_fp32=tuple(keep) if keep is not None else None)
+    settings = _context(path, meta, spec, runtime, numerics)
     try:
-        return REPLAYS[check](settings, spec, meta["precision"], inputs, meta)
+        result = REPLAYS[check](settings, spec, meta["precision"], inputs, meta)
     except CandidateFault as err:  # the run's word for it: the candidate fails (it crashed, or rounds an index)
-        return replayed(check, spec, meta["precision"], False, [f"FAIL the candidate: {err}"])
+        result = replayed(check, spec, meta["precision"], False, [f"FAIL the candidate: {err}"])
     except (RunnerError, SuiteError, OSError) as err:
         raise ReplayError(f"{path}: {type(err).__name__}: {err}") from err
     finally:
         settings.close()
+    result.details["replayed_with"] = {"runtime": settings.runtime, "numerics": settings.numerics}
+    return result
+
+
+def _context(path, meta, spec, runtime, numerics):
+    """The RunContext a replay runs in: the recorded runtime and numerics (a reproducer written before numerics were
+    recorded ran under the default), or the ones given; a runtime that cannot run here is a ReplayError with its
+    reason (``backend.registry``)."""
+    from paritygate.backend import registry
+    from paritygate.common.numerics import DEFAULT_NUMERICS, NUMERICS
+    from paritygate.context import RunContext
+
+    runtime, numerics = runtime or meta["runtime"], numerics or meta.get("numerics") or DEFAULT_NUMERICS
+    if runtime not in registry.names():
+        raise ReplayError(f"{path}: runtime {runtime!r}: expected one of {list(registry.names())}")
+    if numerics not in NUMERICS:
+        raise ReplayError(f"{path}: numerics {numerics!r}: expected one of {list(NUMERICS)}")
+    entry = registry.get(runtime)
+    entry.prepare()
+    missing = entry.needs([spec])
+    if missing:
+        raise ReplayError(f"{path}: runtime {runtime} cannot run here: {missing}")
+    keep = meta.get("fp16_keep_fp32")
+    return RunContext(runtime=runtime, numerics=numerics, fp16_keep_fp32=tuple(keep) if keep is not None else None)
 
 
 def parser():
@@ -141,9 +161,20 @@ def parser():
     p.add_argument("file", metavar="FILE", help="a reproducer .npz (printed by the failing run)")
     p.add_argument("--check", choices=sorted(REPLAYS), default=None,
                    help="the check to replay (default: the one that failed, recorded in FILE)")
-    p.add_argument("--runtime", choices=RUNTIMES, default=None,
-                   help="candidate runtime (default: the one recorded in FILE)")
+    add_run_arguments(p)
     return p
+
+
+def add_run_arguments(p):
+    """--runtime and --numerics (``paritygate replay`` and ``python -m paritygate.cli.replay`` alike)."""
+    from paritygate.backend import registry
+    from paritygate.common.numerics import NUMERICS
+
+    p.add_argument("--runtime", choices=registry.names(), default=None,
+                   help="candidate runtime (default: the one recorded in FILE)")
+    p.add_argument("--numerics", choices=NUMERICS, default=None,
+                   help="--parity-numerics to replay under (default: the one recorded in FILE; strict where FILE "
+                        "records none)")
 
 
 def main(argv=None):
@@ -153,12 +184,13 @@ def main(argv=None):
     except SystemExit as exit_:  # --help (0) or a usage error (2): argparse has printed why
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     try:
-        result = replay(args.file, check=args.check, runtime=args.runtime)
+        result = replay(args.file, check=args.check, runtime=args.runtime, numerics=args.numerics)
     except ReplayError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
     result.settle()  # what is printed is what the result's JSON holds
     print(f"check: {result.check}")
+    print("runtime: {runtime}, numerics: {numerics}".format(**result.details["replayed_with"]))
     for line in result.details["lines"]:
         print(line)
     subject = result.details["subject"]

@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+from paritygate.backend import registry
 from paritygate.common.numerics import DEFAULT_NUMERICS, NUMERICS
 
 FAILED, INTERNAL, USAGE = 1, 3, 4
@@ -118,7 +119,7 @@ def _run(settings, budget, report):
     checks = [r for p in settings.precisions
               for r in precision_results(spec, p, outcome.stats[p], outcome.read, *budget, report / "reproducers")]
     finding = dead_letter_finding(spec, outcome)
-    data = {"schema": SCHEMA, "environment": environment(), "runtime": "onnxruntime", "numerics": settings.numerics,
+    data = {"schema": SCHEMA, "environment": environment(), "runtime": registry.CPU, "numerics": settings.numerics,
             "config": str(spec.source), "device_class": None,
             "time": {"wall": round(time.time() - started, 3)},
             "checks": [c.to_dict() for c in sorted(checks, key=lambda c: (c.model, c.precision or "", c.check))],

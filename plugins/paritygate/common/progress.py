@@ -22,6 +22,7 @@ xdist worker (whose output no one sees). A library user and the suite's own unit
 
 import os
 import shutil
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -105,7 +106,7 @@ class _Board:
         while self.write is not None:
             with self.lock:
                 self.show(time.monotonic())
-            self.wake.wait(TTY_TICK_S if self.tty else 1.0)
+            self.wake.wait(max(0.05, TTY_TICK_S if self.tty else min(1.0, INTERVAL_S)))
             self.wake.clear()
 
 
@@ -155,6 +156,16 @@ def show_on(stream, column=None):
         os.close(fd)
 
     return stop
+
+
+def show_in(config):
+    """Show a pytest run's steps on its stdout (``show_on``), not under -q nor in an xdist worker (whose output no one
+    sees): ``config`` is pytest's Config (the plugin's ``pytest_configure``). Returns what stops it."""
+    if hasattr(config, "workerinput") or config.getoption("verbose") < 0:
+        return lambda: None
+    has = config.pluginmanager.has_plugin  # the terminal reporter registers after pytest_configure, or not at all
+    return show_on(sys.stdout, lambda: config.get_terminal_writer().width_of_current_line
+                   if has("terminalreporter") else 0)
 
 
 @contextmanager

@@ -3,12 +3,14 @@
 input values behind a failing output's worst element, described from the arrays the check ran, so that the result
 (and the report) shows what was fed where the candidate went furthest wrong."""
 
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 
 from paritygate.common.digest import digest as content_digest
+from paritygate.files import write_file
 
 META = "__meta__"
 SCHEMA = 1  # the meta's "schema"; a reproducer written before the field is version 1
@@ -20,26 +22,29 @@ class ReplayError(Exception):
     """The reproducer, its config or a runtime could not be loaded; the message names the file."""
 
 
-def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, fp16_keep_fp32=None):
+def save_reproducer(folder, spec, precision, check, runtime, inputs, failures, fp16_keep_fp32=None, numerics=None):
     """Write ``<model>-<precision>-<check>-<hash>.npz`` (+ Polygraphy inputs JSON) under ``folder``; returns the
-    paths and the one-line replay command."""
+    paths and the one-line replay command. The meta records the candidate ``runtime`` and the run's ``numerics``
+    (--parity-numerics), which replay honours."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     digest = content_digest(inputs)[:12]
     stem = folder / f"{spec.name}-{precision}-{check}-{digest}"
     meta = {"schema": SCHEMA, "config": str(spec.source), "model": spec.name, "precision": precision, "check": check,
-            "runtime": runtime, "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,
+            "runtime": runtime, "numerics": numerics, "fp16_keep_fp32": list(fp16_keep_fp32) if fp16_keep_fp32 is not None else None,
             "failures": failures[:20]}
     npz = stem.with_suffix(".npz")
-    np.savez(npz, **{f"input:{k}": v for k, v in inputs.items()}, **{META: np.array(json.dumps(meta))})
+    buffer = io.BytesIO()
+    np.savez(buffer, **{f"input:{k}": v for k, v in inputs.items()}, **{META: np.array(json.dumps(meta))})
+    write_file(npz, buffer.getvalue(), "a reproducer")  # in the report folder: never through a planted symlink
     from paritygate.common import commands
 
     out = {"npz": str(npz), "command": commands.replay(spec.source, npz)}
     try:
-        from polygraphy.json import save_json
+        from polygraphy.json import to_json
 
         polygraphy_json = stem.with_suffix(".polygraphy-inputs.json")
-        save_json([dict(inputs)], str(polygraphy_json))  # a list of feed dicts: `polygraphy run --load-inputs`
+        write_file(polygraphy_json, to_json([dict(inputs)]), "a reproducer")  # `polygraphy run --load-inputs`
         out["polygraphy_inputs"] = str(polygraphy_json)
     except ImportError:
         out["polygraphy_inputs"] = None  # polygraphy not installed (pip install polygraphy)

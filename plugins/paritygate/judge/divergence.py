@@ -7,7 +7,6 @@ derived from the same FP32 graph, and TensorRT builds strongly typed from those 
 """
 
 import dataclasses
-import json
 import time
 from contextlib import contextmanager
 from functools import cached_property
@@ -17,6 +16,7 @@ import numpy as np
 from paritygate.common.memo import Memo, PrecisionKey
 from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.lazy import lazy_import
+from paritygate.models import writer
 
 onnx = lazy_import("onnx")
 PLAN_BOOKS = Memo("plan_books", key=PrecisionKey, close=lambda book: None)  # its evidence: forgotten once done  # the model+precision's plans.PlanBook (plan_book)
@@ -321,7 +321,7 @@ def _details(spec, precision, div, plan, base, samples, feed, tol):
         PLAN_FIELD[precision]: plan.nodes,
         "verified": plan.verified,
         "config": (f"[models.precision]  # in the [[models]] entry of '{spec.name}'\n"
-                   f"{PLAN_KEY[precision]} = {json.dumps(entries)}") if plan.verified else None,
+                   f"{PLAN_KEY[precision]} = {writer.array(entries)}") if plan.verified else None,
         "trials": plan.trials,
         "search_budget": {"max_trials": MAX_TRIALS, "max_greedy": MAX_GREEDY, "trials_run": len(plan.trials)},
         "tolerance": {"atol": tol.atol, "rtol": tol.rtol, "source": tol.source, "rule": RULE},

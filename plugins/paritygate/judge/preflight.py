@@ -31,10 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.backend import runtimes
+from paritygate.backend import inputspec, registry, runtimes
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
 from paritygate.common import progress
+from paritygate.common.escape import one_line
 from paritygate.common.memo import Memo, ModelKey
 from paritygate.judge import declared
 from paritygate.lazy import available, missing_reason
@@ -57,7 +58,7 @@ class ModelValidation:
 
     def problem(self, key, err):
         """One line: the config file, the model, the key (None: a data file the message names) and ``err``."""
-        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        text = one_line(err)  # one line, no ANSI colour codes of a tool's message
         if text.startswith(f"{self.spec.source}: model "):
             self.problems.append(text)
         else:
@@ -194,7 +195,7 @@ def _profile_corners(ctx, spec, v, reference):
     from paritygate.inputs.sampling import sample_inputs
 
     runners = {"reference": reference} if reference is not None else {}
-    if "candidate inputs and outputs" in v.checked and ctx.runtime == "onnxruntime" and "fp32" in spec.precisions:
+    if "candidate inputs and outputs" in v.checked and ctx.runtime_entry.validated and "fp32" in spec.precisions:
         runners["fp32 candidate"] = runtimes.candidate_runner(ctx, spec, "fp32", engine=False)
     key = f"inputs.{dynamic[0]}.profile"
     for corner, label in ((0, "min"), (2, "max")):
@@ -240,7 +241,7 @@ def _unlike_outputs(ctx, spec, outs, at):
 
 # -- candidate ------------------------------------------------------------------------------------------
 def _candidate(ctx, spec, v, reference_ok):
-    missing = runtimes.candidate_missing([spec], fp16=False)
+    missing = registry.candidate_missing([spec], fp16=False)
     if missing:
         v.note("onnx", "candidate not checked: " + missing)
         return
@@ -261,13 +262,31 @@ def _candidate(ctx, spec, v, reference_ok):
         v.problem("outputs" if "cannot pair outputs" in str(err) else "onnx", err)
         return
     v.checked.append("candidate inputs" + (" and outputs" if reference_ok else ""))
+    _returns_in_time(spec, v, runner)
+
+
+def _returns_in_time(spec, v, runner):
+    """One seeded batch-1 sample through the fp32 candidate: a graph that never returns (an ONNX Loop of 10**12
+    iterations passes onnx.checker and loads) is one line here, at the inference time limit (backend.deadline), not
+    a hung first check. Any other failure is the checks' to judge (a candidate failing on valid inputs fails)."""
+    from paritygate.backend.base import InferenceTimeout
+    from paritygate.inputs.sampling import sample_inputs
+
+    if not isinstance(runner, inputspec.MappedRunner):
+        runner = inputspec.MappedRunner(runner, inputspec.input_names(spec, runner))
+    try:
+        runner.infer(sample_inputs(spec, 1, np.random.default_rng(0)))
+    except InferenceTimeout as err:
+        v.problem("onnx", err)
+    except Exception:  # noqa: BLE001, S110 - judged by the checks, each with its own verdict
+        pass
 
 
 def _fp32_onnx_runner(ctx, spec, reference_ok):
     """An ONNX Runtime runner over the fp32 ONNX, its inputs checked: the fp32 candidate itself when the
     checks will run it (cached, so they reuse it; it resolves the mapping, which needs the reference), else a
     bare one kept for this pass."""
-    if reference_ok and ctx.runtime == "onnxruntime" and "fp32" in spec.precisions:
+    if reference_ok and ctx.runtime_entry.validated and "fp32" in spec.precisions:
         return runtimes.candidate_runner(ctx, spec, "fp32", engine=False)
 
     def bare():
@@ -281,8 +300,8 @@ def _fp32_onnx_runner(ctx, spec, reference_ok):
             if spec.onnx is None:  # the suite converted it: a tool failure, not the config's
                 raise SuiteError(f"the fp32 ONNX converted from {spec.reference} is not usable: {err}") from err
             raise
-        mapped = runtimes.MappedRunner(runner, runtimes.input_names(spec, runner))
-        runtimes.check_input_spec(spec, mapped.input_metadata(), str(path))
+        mapped = inputspec.MappedRunner(runner, inputspec.input_names(spec, runner))
+        inputspec.check_input_spec(spec, mapped.input_metadata(), str(path))
         return runner
 
     return BARE_RUNNERS.get(ctx, ModelKey(spec.name), bare)

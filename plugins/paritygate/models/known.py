@@ -5,7 +5,8 @@
     check = "property_parity"       # required: the report's check name (the test function without `test_`)
     precision = "int8"              # optional: every precision when absent
     runtime = "tensorrt"            # optional: every runtime when absent
-    numerics = "strict"             # optional (onnxruntime): every --parity-numerics mode when absent
+    numerics = "strict"             # optional: the numerics label (onnxruntime: strict or ort; any other runtime:
+                                    # its own name), every label when absent
     upstream_defect = "onnx-numpy-first-output"   # optional: the [[expectations]] id of the upstream defect
     reproducer = "reproducers/x.npz"  # optional: the failing input (a saved reproducer of this model and check,
                                     # path relative to expectations.toml), tried first by the property check
@@ -28,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from paritygate.files import present, read_text
-from paritygate.models.config import BUNDLED_CONFIG, ConfigError, tomllib
+from paritygate.models.config import BUNDLED_CONFIG, ConfigError, parse_toml
 from paritygate.verdict import UPSTREAM_DEFECT_ATTR
 
 BUNDLED_EXPECTATIONS = BUNDLED_CONFIG.parent / "expectations.toml"
@@ -51,8 +52,8 @@ def read_expectations(path):
     path = Path(path)
     text = read_text(path, "expectations", "config", ExpectationError)
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
+        doc = parse_toml(text)
+    except ValueError as err:
         raise ExpectationError(f"{path}: cannot read expectations: not valid TOML: {err}") from err
     unknown_tables = sorted(set(doc) - set(SCHEMA))
     if unknown_tables:
@@ -157,6 +158,8 @@ def known_failure_feeds(spec, precision=None, check=None):
 
 
 def mark_known_failures(item, model, precision, runtime, entries, numerics=None):
+    """Mark ``item`` a strict xfail where an entry matches it; ``numerics``: the run's numerics label
+    (``backend.registry.numerics_label``)."""
     check = item.originalname.removeprefix("test_")
     for entry in entries:
         if (entry["model"] == model and entry["check"] == check

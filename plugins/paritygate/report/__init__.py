@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+from paritygate.files import write_file
 from paritygate.report.html import render_html
 from paritygate.report.markdown import render_markdown
 
@@ -14,7 +15,7 @@ def report_dict(session):
     options (``session.options``) and environment."""
     options = session.options
     data = {"schema": SCHEMA, "environment": options.context.versions(), "runtime": options.runtime,
-            "numerics": options.numerics,
+            "numerics": options.numerics_label,
             "config": str(options.config_path), "device_class": options.device_class,
             "artifact_cache": session.cache_stats(),
             "reference_cache": session.reference_cache_stats(), "time": session.time_spent(), "validation": session.validation,
@@ -23,6 +24,12 @@ def report_dict(session):
                                                                 f["check"]))}
     if session.baseline_section is not None:
         data["baseline"] = session.baseline_section
+    if session.interrupted is not None:
+        data["status"] = "interrupted"
+        data["interrupted"] = {"selected": session.interrupted["selected"], "recorded": len(data["checks"]),
+                               "reason": "interrupted (Ctrl-C) before every selected test ran: no verdict"}
+    else:
+        data["status"] = "stopped" if (session.validation or {}).get("problems") else "complete"
     return data
 
 
@@ -31,11 +38,18 @@ def write_report(session, folder, data=None):
     return write_data(report_dict(session) if data is None else data, folder)
 
 
-def write_data(data, folder):
-    """Write a report dict as parity-report.json, .md and .html into ``folder``."""
+FILES = ("parity-report.json", "parity-report.md", "parity-report.html")
+
+
+def write_data(data, folder, names=FILES):
+    """The one writer of report files: ``data`` (a report dict) as ``names`` (of ``FILES``) in ``folder``, each
+    rendered first, then written through a temporary file and ``os.replace`` (``paritygate.files.write_file``): a
+    symlink planted at a report's name is replaced, its target never written. OSError names the file."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "parity-report.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
-    (folder / "parity-report.md").write_text(render_markdown(data))
-    (folder / "parity-report.html").write_text(render_html(data))
+    render = {"parity-report.json": lambda: json.dumps(data, indent=1, allow_nan=False) + "\n",
+              "parity-report.md": lambda: render_markdown(data), "parity-report.html": lambda: render_html(data)}
+    texts = {name: render[name]() for name in names}  # all rendered before any is written
+    for name, text in texts.items():
+        write_file(folder / name, text, "the report")
     return folder

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from paritygate.files import FileRefused, check_version, read_json
 from paritygate.report import SCHEMA
+from paritygate.report.schema import check_report
 from paritygate.report.text import run_fails
 from paritygate.result import read_checks
 
@@ -127,6 +128,7 @@ def load_baseline(path):
         missing = {"model", "precision", "check", "status"} - set(c) if isinstance(c, dict) else {"a JSON object"}
         if missing:
             raise BaselineError(f"--parity-baseline={path}: checks[{i}] lacks {sorted(missing)}")
+    check_report(data, f"--parity-baseline={path}", BaselineError)  # the fields the comparison reads, typed
     return data
 
 

@@ -3,9 +3,9 @@ of time: ``backend.trt.aot``) made of the candidate's ONNX, from the ``engine_bu
 the node and op), its kernels, the share computing in the row's precision, the ONNX nodes fused into one kernel, and
 the builder's warnings. The builder and its version head the section: TensorRT 11's own parser may differ."""
 
-import html
+from paritygate.common.escape import html_text as ESC
+from paritygate.common.escape import md_text
 
-ESC = html.escape
 CAVEAT = "not TensorRT 11, whose own parser and builder may differ; no engine was run"
 
 
@@ -51,10 +51,10 @@ def markdown(checks):
     found = rows(checks)
     if not found:
         return []
-    lines = ["", "## What the engine runs", "", (f"Built ahead of time by {_builders(found)} ({CAVEAT}); each "
+    lines = ["", "## What the engine runs", "", (f"Built ahead of time by {md_text(_builders(found))} ({CAVEAT}); each "
              "`engine_builds` row's details list every kernel, the ONNX nodes it fuses and its tensors' datatypes."),
              "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(str(v).replace("|", "\\|") for v in _cells(r)) + " |" for r in found]
+    lines += ["| " + " | ".join(md_text(v) for v in _cells(r)) + " |" for r in found]
     return lines
 
 

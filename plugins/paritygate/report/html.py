@@ -2,9 +2,9 @@
 model x precision matrix of worst statuses linking to the checks, then the checks worst first (failures as
 cards with their full cause and evidence, passes in a table, skips collapsed). No script, no network."""
 
-import html
 import json
 
+from paritygate.common.escape import html_text as ESC
 from paritygate.report.engine import html_section as engine_section
 from paritygate.report.html_checks import badge, baseline_section
 from paritygate.report.html_checks import render as render_checks
@@ -14,6 +14,7 @@ from paritygate.report.text import (
     by_severity,
     check_id,
     counts,
+    interrupted_text,
     precision_label,
     run_fails,
     stop_problems,
@@ -23,7 +24,6 @@ from paritygate.report.text import (
 from paritygate.result import read_checks
 from paritygate.verdict import STATUSES
 
-ESC = html.escape
 COLOURS = {"fail": "#b42318", "error": "#c4320a", "inconclusive": "#6941c6", "xfail": "#93370d",
            "regenerated": "#175cd3", "pass": "#067647", "skip": "#667085"}
 TINTS = {"fail": "#fee4e2", "error": "#ffead5", "inconclusive": "#ebe9fe", "xfail": "#fef0c7",
@@ -72,6 +72,8 @@ def _run_fails(data, checks):
 
 
 def _verdict_word(data, checks):
+    if interrupted_text(data):
+        return "INTERRUPTED"
     if stop_problems(data, checks):
         return "STOPPED"
     if not checks:
@@ -85,6 +87,8 @@ def _banner(data, checks):
     colour = COLOURS["fail"] if word == "FAIL" else (COLOURS["pass"] if checks else COLOURS["skip"])
     problems = stop_problems(data, checks)
     why = _why(data, checks) if checks else "no check was recorded"
+    if word == "INTERRUPTED":
+        colour, why = COLOURS["error"], ESC(interrupted_text(data))
     if problems:
         colour = COLOURS["error"]
         why = (f"stopped before any check (exit code 4): {len(problems)} problem(s) in the input, each to fix "
@@ -152,7 +156,8 @@ def _cell(checks):
                       if any(c.status == s for c in checks))
     tags = precision_label(first).partition(" ")[2]  # the numerics and coverage of an fp16/int8 cell
     upstream = upstream_note(checks) if worst == "xfail" else ""  # amber for Beam's defect: say it is Beam's
-    return (f"<td class=tint-{worst}><a href='#{check_id(first.model, first.precision, first.check)}' title='{ESC(tally)}'>{badge(worst)}"
+    return (f"<td class=tint-{ESC(worst)}><a href='#{check_id(first.model, first.precision, first.check)}' "
+            f"title='{ESC(tally)}'>{badge(worst)}"
             f"<small>{ESC(tally)}</small>{f'<small> {ESC(tags)}</small>' if tags else ''}"
             f"{f'<br><small class=upstream>{ESC(upstream)}</small>' if upstream else ''}</a></td>")
 

@@ -2,9 +2,9 @@
 element with its inputs, the tolerance and its source once, reproducer and replay command, plots), the other
 checks in one table, skips collapsed; and the "Changes since baseline" section."""
 
-import html
 import json
 
+from paritygate.common.escape import html_text as ESC
 from paritygate.report.plots import has_plots, plots
 from paritygate.report.text import (
     cause,
@@ -21,13 +21,12 @@ from paritygate.report.text import (
     worst_output,
 )
 
-ESC = html.escape
 CARDS = ("fail", "error", "inconclusive")
 HIDDEN = {"outputs", "reproducer", "message", "reason", "note", "nodeid", "rerun", "failures", "latency", "divergence"}
 
 
 def badge(status):
-    return f"<span class='badge bg-{status}'>{ESC(status)}</span>"
+    return f"<span class='badge bg-{ESC(status)}'>{ESC(status)}</span>"
 
 
 def _title(c):
@@ -68,7 +67,7 @@ def _card(c, new=None):
     tag = {True: " <span class=tag>new since baseline</span>", False: " <span class='tag old'>failing in the "
            "baseline too</span>", None: ""}[new]
     rerun = f"<p class=muted>rerun: <code>{ESC(d['rerun'])}</code></p>" if d.get("rerun") else ""
-    parts = [(f"<article class='card st-{c.status}' id={_id(c)}><h3>{badge(c.status)} {_title(c)}{tag}"
+    parts = [(f"<article class='card st-{ESC(c.status)}' id={_id(c)}><h3>{badge(c.status)} {_title(c)}{tag}"
              f"</h3><pre class=cause>{ESC(cause(c)) or '(no message recorded)'}</pre>")]
     failing = [o for o in c.outputs or [] if not o.get("passed", True)]
     if failing:
@@ -79,8 +78,8 @@ def _card(c, new=None):
     if task and not task.get("passed", True):
         parts.append(f"<p><b>Task metric failed</b>: <code>{ESC(_compact(task))}</code></p>")
     if d.get("divergence"):
-        text = ESC(divergence_text(c, code=lambda name: "\0" + name + "\1"))
-        parts.append("<p><b>Where precision broke</b>: " + text.replace("\0", "<code>").replace("\1", "</code>") + "</p>")
+        text = divergence_text(c, code=lambda name: f"<code>{ESC(name)}</code>", text=ESC)
+        parts.append(f"<p><b>Where precision broke</b>: {text}</p>")
     if c.reproducer:
         parts.append(_reproducer(c.reproducer))
     parts.append(rerun)
@@ -99,9 +98,10 @@ def _outputs_table(outputs):
         label = "finite-only statistics" if finite_only(o) else "statistics"
         stats = (f"max abs {num(o.get('max_abs'))}, p99 abs {num(o.get('p99_abs'))}, max rel {num(o.get('max_rel'))}, "
                  f"cosine {num(o.get('cosine'), '.6f')}"
-                 + (f" (below the budget {num(o['tolerance'].get('cosine_min'), 'g')})" if o.get("cosine_failed") else ""))
+                 + (f" (below the budget {num((o.get('tolerance') or {}).get('cosine_min'), 'g')})"
+                    if o.get("cosine_failed") else ""))
         rows.append(f"<tr><td><code>{ESC(o['output'])}</code></td><td>{ESC(nonfinite)}</td>"
-                    f"<td>{o.get('mismatches', 0)}/{o.get('elements', 0)}</td><td><i>{label}</i>: {ESC(stats)}</td>"
+                    f"<td>{ESC(o.get('mismatches', 0))}/{ESC(o.get('elements', 0))}</td><td><i>{label}</i>: {ESC(stats)}</td>"
                     f"<td>{_worst(o.get('worst') or {})}</td></tr>")
     return ("<table><tr><th>failing output</th><th>NaN / Inf</th><th>mismatches</th><th>statistics</th>"
             f"<th>worst element and its inputs</th></tr>{''.join(rows)}</table>")
@@ -110,8 +110,8 @@ def _outputs_table(outputs):
 def _worst(w):
     if not w:
         return "<span class=muted>—</span>"
-    text = (f"index {w.get('index')} (batch element {w.get('batch_element')}): reference {num(w.get('reference'), '.6g')},"
-            f" candidate {num(w.get('candidate'), '.6g')}")
+    text = ESC(f"index {w.get('index')} (batch element {w.get('batch_element')}): reference "
+               f"{num(w.get('reference'), '.6g')}, candidate {num(w.get('candidate'), '.6g')}")
     inputs = w.get("inputs")
     if inputs:
         text += "".join(f"<br>input <code>{ESC(name)}</code> {ESC(_input_text(v))}" for name, v in inputs.items())
@@ -194,8 +194,8 @@ def baseline_section(base):
                 for i in items) + "</ul>")
     if base.get("drift"):
         rows = "".join(f"<tr><td>{'<b>gates</b>' if d['gating'] else 'reported'}</td><td>{_ref_title(d)}</td>"
-                       f"<td>{ESC(d['where'])}</td><td>{ESC(d['field'])}</td><td>{num(d['baseline'], '.4g')}</td>"
-                       f"<td>{num(d['current'], '.4g')}</td><td>{ESC(d['change'])}</td><td>{ESC(d['threshold'])}</td>"
+                       f"<td>{ESC(d['where'])}</td><td>{ESC(d['field'])}</td><td>{ESC(num(d['baseline'], '.4g'))}</td>"
+                       f"<td>{ESC(num(d['current'], '.4g'))}</td><td>{ESC(d['change'])}</td><td>{ESC(d['threshold'])}</td>"
                        f"</tr>" for d in sorted(base["drift"], key=lambda d: not d["gating"]))
         out.append(f"<h3>Drift ({len(base['drift'])})</h3><table><tr><th></th><th>check</th><th>where</th>"
                    f"<th>statistic</th><th>baseline</th><th>now</th><th>change</th><th>threshold</th></tr>{rows}</table>")

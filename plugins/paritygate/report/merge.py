@@ -10,6 +10,7 @@ environment is kept under ``shards``, and a difference between them is listed in
 from pathlib import Path
 
 from paritygate.files import check_version, read_json
+from paritygate.report.schema import check_report
 from paritygate.result import read_checks
 
 
@@ -35,6 +36,7 @@ def read_report(path):
         read_checks(data["checks"])
     except ValueError as err:
         raise MergeError(f"{path}: {err}") from err
+    check_report(data, path, MergeError)  # every field the renderers read, of its type
     _check_records(path, data)
     return data
 
@@ -55,6 +57,7 @@ def _check_records(path, data):
 def merge_reports(paths):
     """One report dict (schema 1) from the shard reports at ``paths``."""
     shards = [(Path(p), read_report(p)) for p in paths]
+    _each_once(shards)
     first = shards[0][1]
     runtimes = {d.get("runtime") for _, d in shards}
     if len(runtimes) > 1:
@@ -76,7 +79,28 @@ def merge_reports(paths):
     baselines = [d["baseline"] for _, d in shards if d.get("baseline")]
     if baselines:
         merged["baseline"] = _baseline(baselines)
+    stopped = [(p, d) for p, d in shards if d.get("status") == "interrupted"]
+    if stopped:  # one interrupted shard: the merged run did not run all it selected either
+        merged["status"] = "interrupted"
+        merged["interrupted"] = {"selected": sum((d.get("interrupted") or {}).get("selected", len(d["checks"]))
+                                                 for _, d in shards),
+                                 "reason": "interrupted shard(s): " + ", ".join(str(p) for p, _ in stopped)}
     return merged
+
+
+def _each_once(shards):
+    """Refuse a shard given twice: the same file (by any path or link), or two files holding the same checks."""
+    seen, held = {}, {}
+    for path, data in shards:
+        st = path.stat()
+        same = seen.setdefault((st.st_dev, st.st_ino), path)
+        if same != path or path in held:
+            raise MergeError(f"{path}: given twice (also as {same}); give each shard's report once")
+        twin = next((p for p, checks in held.items() if checks == data["checks"] and checks), None)
+        if twin is not None:  # byte for byte the same records: a copy (two runs of one shard differ: the overlap)
+            raise MergeError(f"{path} and {twin} hold the same {len(data['checks'])} check records: one shard given "
+                             "twice (a copy?); give each shard's report once")
+        held[path] = data["checks"]
 
 
 def _checks(shards):

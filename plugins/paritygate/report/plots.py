@@ -4,9 +4,10 @@ latency CDF. Each is an ``<svg role="img">`` whose ``<title>`` and aria-label sa
 report's CSS (``.plots svg``) let it scale down to the page. Plot data arrives as strict JSON: NaN and Inf are the
 strings "nan", "inf", "-inf" and are left out (counted in the title where today's report counts them)."""
 
-import html
 import math
 import re
+
+from paritygate.common.escape import html_text
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 RED, INK, GRID = "#d62728", "#344054", "#98a2b3"
@@ -17,7 +18,6 @@ ROW = 15  # a legend row's height
 EDGE_FLOOR = 1e-10  # the histogram's first edge is 0 (exact matches): drawn a decade below its second, 1e-9
 DEPTH_FLOOR, DEPTH_TOP = 1e-12, 1e30  # error by depth: zero drawn at the bottom, non-finite at the top
 BIG = 1e300  # finite values beyond this are clipped so that no span overflows to inf
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def has_plots(check):
@@ -44,9 +44,7 @@ def _finite(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _esc(text):
-    """Text for an SVG element or attribute: XML-escaped, characters XML cannot hold replaced by U+FFFD."""
-    return html.escape(_NOT_XML.sub("\ufffd", str(text)), quote=True)
+_esc = html_text  # text for an SVG element or attribute (paritygate.common.escape)
 
 
 def _f(v):
@@ -212,8 +210,9 @@ def _error_plot(o):
     h = o["error_histogram"]
     bins = [(max(a, EDGE_FLOOR), max(b, EDGE_FLOOR), c) for a, b, c in zip(h["edges"], h["edges"][1:], h["counts"])
             if _finite(a) and _finite(b) and _finite(c)]
-    held = "bound" if "bound" in o["tolerance"] else "atol"  # batch_invariance / determinism: their own bound
-    limit = o["tolerance"][held]
+    tol = o.get("tolerance") or {}
+    held = "bound" if "bound" in tol else "atol"  # batch_invariance / determinism: their own bound
+    limit = tol.get(held)
     line = [max(limit, EDGE_FLOOR)] if _finite(limit) else []
     x, y = _axes(0, [e for a, b, _ in bins for e in (a, b)] + line, [0] + [c for *_, c in bins], xlog=True)
     bars = "".join(f"H{_f(x(a))}V{_f(y(c))}H{_f(x(b))}V{_f(y(0))}" for a, b, c in bins)
@@ -221,9 +220,9 @@ def _error_plot(o):
         (_vline(x, y, line[0]) if line else "")
     labels = (f"{o['output']}: |error| of the finite elements", "|error| (exact matches in the leftmost bin)", "elements")
     left = _panel(0, x, y, labels, body, [(held, "dash", RED)] if line else [])
-    s = o["error_vs_magnitude"]
-    pairs = [(a, b) for a, b in zip(s["reference_abs"], s["abs_error"]) if _finite(a) and _finite(b)]
-    left_out = len(s["abs_error"]) - len(pairs)
+    s = o.get("error_vs_magnitude") or {}
+    pairs = [(a, b) for a, b in zip(s.get("reference_abs", []), s.get("abs_error", [])) if _finite(a) and _finite(b)]
+    left_out = len(s.get("abs_error", [])) - len(pairs)
     x, y = _axes(PANEL_W, [a for a, _ in pairs], [b for _, b in pairs])
     title = "error vs |reference|" + (f" ({left_out} non-finite left out)" if left_out else "")
     right = _panel(PANEL_W, x, y, (title, "|reference|", "|error|"), _dots(x, y, pairs, COLORS[0]))
@@ -232,7 +231,7 @@ def _error_plot(o):
 
 def _latency_plot(rows):
     """The CDF of each row's latency samples (log x), one step line per row."""
-    series = [(f"{r.get('runtime', '')} batch {r['batch']}".strip(), sorted(v for v in r["samples_ms"] if _finite(v)))
+    series = [(f"{r.get('runtime', '')} batch {r.get('batch')}".strip(), sorted(v for v in r["samples_ms"] if _finite(v)))
               for r in rows]
     x, y = _axes(0, [v for _, xs in series for v in xs], [0, 1], xlog=True)
     lines, legend = [], []
@@ -262,6 +261,6 @@ def _divergence_plot(d):
     first = next((r for r in rows if r.get("node") == d.get("first_node")), None)
     if first is not None:
         body += _vline(x, y, first["depth"])
-        legend.append((f"first divergent: {first['node']} ({first.get('op_type')})", "dash", RED))
+        legend.append((f"first divergent: {first.get('node')} ({first.get('op_type')})", "dash", RED))
     labels = ("error by depth", "node depth (longest path from the inputs)", "error vs FP32 ONNX")
     return _svg([_panel(0, x, y, labels, body, legend)], "error by depth")

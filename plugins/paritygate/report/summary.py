@@ -3,7 +3,7 @@ artifact and reference caches, where the time went, the numerics of fp16/int8 ro
 the comparison with the baseline and where the report was written. Read from the recorder
 (``paritygate.session.ParitySession``) and its run's options."""
 
-from paritygate.common.numerics import describe as describe_numerics
+from paritygate.backend.registry import describe_numerics
 from paritygate.common.timeline import summary_line as time_line
 from paritygate.report.baseline import summary_lines as baseline_lines
 from paritygate.report.text import counts, precision_label
@@ -35,8 +35,12 @@ def summary_lines(session):
         lines.append(f"paritygate: finding {f['kind']}: {f['model']} {f['precision'] or ''} {f['check']}: "
                      f"{f['details'].get('summary', '')}".replace("  ", " "))
     lines += baseline_lines(session.baseline_section)
+    if session.interrupted is not None:
+        lines.append(f"paritygate: INTERRUPTED after {len(checks)} of {session.interrupted['selected']} selected "
+                     "checks: no verdict (the report says so); rerun for one")
     if session.options.report_dir is not None:
-        lines.append(f"paritygate: report written to {session.options.report_dir}")
+        replaced = f" (replacing the report written there at {session.replaces})" if session.replaces else ""
+        lines.append(f"paritygate: report written to {session.options.report_dir}{replaced}")
     return lines
 
 

@@ -36,16 +36,18 @@ def _precision_rank(precision):
     return (1, 0, precision) if precision else (2, 0, "")
 
 
-def precision_label(check, empty="—"):
+def precision_label(check, empty="—", text=str):
     """The precision and, for an fp16/int8 row, the numerics it was computed with: ``fp16 [strict]``; with its
-    precision coverage when measured: ``fp16 [strict, 97% MACs]`` (the result's ``precision_coverage``)."""
+    precision coverage when measured: ``fp16 [strict, 97% MACs]`` (the result's ``precision_coverage``). ``text``
+    escapes the record's values (Markdown's, paritygate.common.escape); the brackets are the label's own."""
     if not check.precision:
         return empty
-    tags = [check.numerics] if check.numerics else []
+    tags = [text(check.numerics)] if check.numerics else []
     cov = check.precision_coverage or {}
     if isinstance(cov.get("mac_share"), (int, float)):
         tags.append(f"{cov['mac_share']:.0%} MACs")
-    return f"{check.precision} [{', '.join(tags)}]" if tags else check.precision
+    return f"{text(check.precision)} [{', '.join(tags)}]" if tags else text(check.precision)
+
 def counts(checks):
     """Count of every verdict word, zeros included, in the vocabulary's order."""
     return {s: sum(c.status == s for c in checks) for s in STATUSES}
@@ -58,6 +60,17 @@ def stop_problems(data, checks):
         return []
     validation = data.get("validation") if isinstance(data.get("validation"), dict) else {}
     return [str(p) for p in validation.get("problems") or []]
+
+
+def interrupted_text(data):
+    """"interrupted after 5 of 9 selected tests: ..." for a report whose run was interrupted (its ``status``), or
+    "" for a run that ended."""
+    if not isinstance(data, dict) or data.get("status") != "interrupted":
+        return ""
+    info = data.get("interrupted") if isinstance(data.get("interrupted"), dict) else {}
+    of = f" of {info['selected']}" if isinstance(info.get("selected"), int) else ""
+    return (f"the run was interrupted (Ctrl-C) after {len(data.get('checks') or [])}{of} selected checks: the "
+            "checks below ran, the others did not; this report is no verdict, rerun for one")
 
 
 def run_fails(checks):
@@ -206,19 +219,20 @@ def key_numbers(result):
     return [(k, v if isinstance(v, str) else num(v, "g")) for k, v in props]
 
 
-def divergence_text(check, code=str):
+def divergence_text(check, code=str, text=str):
     """Where precision broke and the plan that repairs it (``details["divergence"]``, paritygate/judge/divergence.py),
-    in words; ``code`` wraps node and op names (backticks in Markdown, <code> in HTML)."""
+    in words; ``code`` wraps node and op names (backticks in Markdown, <code> in HTML) and ``text`` every other
+    value of the record (the renderer's escaping: paritygate.common.escape)."""
     d = check.details.get("divergence")
     if not d:
         return ""
     if d.get("error"):
-        return f"localization failed: {d['error']}"
+        return f"localization failed: {text(d['error'])}"
     if d.get("crash"):
         where = f"the candidate crashed at {code(d['crashed_node'])}" if d.get("crashed_node") else "the candidate crashed"
-        return f"{where}: {d['crash']}" + (f"; cause: {d['cause']}" if d.get("cause") else "")
-    where = (f"node adding the most error {code(d['first_node'])} ({d.get('op_type')}), max abs error "
-             f"{num(d.get('max_abs_error'))}" if d.get("first_node") else (d.get("note") or "no divergent node"))
+        return f"{where}: {text(d['crash'])}" + (f"; cause: {text(d['cause'])}" if d.get("cause") else "")
+    where = (f"node adding the most error {code(d['first_node'])} ({text(d.get('op_type'))}), max abs error "
+             f"{text(num(d.get('max_abs_error')))}" if d.get("first_node") else text(d.get("note") or "no divergent node"))
     plan = d.get("keep_fp32", d.get("exclude_from_quantization"))
     if plan is None:
         return where
@@ -226,7 +240,7 @@ def divergence_text(check, code=str):
     status = "verified" if d.get("verified") else "NOT verified"
     config = f"; config: {code(d['config'].splitlines()[1])}" if d.get("config") and "\n" in d["config"] else ""
     if d.get("plan_note"):
-        config += f"; {d['plan_note']}"
+        config += f"; {text(d['plan_note'])}"
     if len(d.get("covers") or []) > 1:
-        config += f"; one plan for {', '.join(d['covers'])}"
+        config += f"; one plan for {text(', '.join(map(str, d['covers'])))}"
     return f"{where}; {verb} {', '.join(code(n) for n in plan) or 'nothing'} ({status}){config}"

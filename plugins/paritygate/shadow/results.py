@@ -11,6 +11,7 @@ Dead letters are no verdict on the candidate: a finding ``shadow_dead_letters`` 
 The worst examples that failed are saved as reproducers of ``matches_reference`` (``paritygate replay FILE``).
 """
 
+from paritygate.backend import registry
 from paritygate.comparator.tolerance import TASK_RATIO, TASK_SOURCE, tolerance_for
 from paritygate.inputs.reproducer import save_reproducer
 from paritygate.result import CheckResult
@@ -80,7 +81,7 @@ def worst_examples(spec, precision, stats, folder):
                "top1": record.get("top1"), "passed": record["passed"], "failures": record["failures"]}
         if not record["passed"] and folder is not None:
             inputs = {k: np.asarray(v)[None] for k, v in record["inputs"].items()}
-            row["reproducer"] = save_reproducer(folder, spec, precision, "matches_reference", "onnxruntime", inputs,
+            row["reproducer"] = save_reproducer(folder, spec, precision, "matches_reference", registry.CPU, inputs,
                                                 record["failures"])
         rows.append(row)
     return rows

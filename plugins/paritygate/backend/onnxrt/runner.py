@@ -1,15 +1,11 @@
-"""ONNX Runtime candidate (CPU execution provider here; CUDA EP where present)."""
-
-from pathlib import Path
+"""The ONNX Runtime runner: a session from ``loader.SessionFromOnnx`` (the CPU provider, or the CUDA provider's
+``cuda_providers()``), run on numpy feeds."""
 
 import numpy as np
 
-from paritygate.backend.base import BaseRunner, CandidateFault, RunnerError
-from paritygate.backend.onnxrt.options import session_options
+from paritygate.backend.base import BaseRunner, CandidateFault, InferenceTimeout
+from paritygate.backend.onnxrt.loader import CPU, SessionFromOnnx, ort
 from paritygate.common.numerics import DEFAULT_NUMERICS
-from paritygate.lazy import lazy_import
-
-ort = lazy_import("onnxruntime")
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
               "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(int8)": np.int8,
@@ -29,29 +25,35 @@ class OnnxrtRunner(BaseRunner):
     register, as ``backend.onnx.strict.loader.computed`` gives them for the file it made (a strict artifact's twin).
     ``numerics``: ``strict`` runs Q/DQ as fake quantization in FP32, the engine's INT8 arithmetic on any CPU
     (``options.session_options``); ``ort`` lets ONNX Runtime fuse them into its integer kernels, whose results
-    depend on the CPU's instruction set."""
+    depend on the CPU's instruction set. ``providers``: ONNX Runtime's execution providers (names or (name, options)
+    pairs; ``loader.cuda_providers()`` for CUDA). ``path`` may be a ``loader.SessionFromOnnx`` itself (Polygraphy's
+    ``OnnxrtRunner(SessionFromOnnx(path, providers=...))``): the other settings are then the loader's."""
 
-    def __init__(self, path, providers=("CPUExecutionProvider",), name=None, threads=None, spin=None,
+    def __init__(self, path, providers=(CPU,), name=None, threads=None, spin=None,
                  numerics=DEFAULT_NUMERICS, level=None, library=None):
-        super().__init__(name or f"onnxruntime:{Path(path).name}")
-        self.path = Path(path)
-        self.providers = list(providers)
-        self.threads, self.spin, self.numerics = threads, spin, numerics
-        self.level, self.library = level, library
+        loader = path if isinstance(path, SessionFromOnnx) else SessionFromOnnx(
+            path, providers, threads=threads, spin=spin, level=level, library=library, fake_quant=numerics == "strict")
+        super().__init__(name or f"onnxruntime:{loader.path.name}")
+        self.loader, self.path, self.providers = loader, loader.path, loader.providers
+        self.numerics = numerics
         self._sess = None
 
     def activate_impl(self):
-        options = session_options(self.threads, self.spin, self.level, self.library,
-                                  fake_quant=self.numerics == "strict")
-        try:
-            self._sess = ort.InferenceSession(str(self.path), sess_options=options, providers=self.providers)
-        except Exception as err:
-            raise RunnerError(f"{self.path}: ONNX Runtime cannot load the model: {str(err)[:400]}") from err
+        self._sess = self.loader()
         self.output_names = [o.name for o in self._sess.get_outputs()]
 
-    def infer_impl(self, feed):
+    def infer_bounded(self, feed):
+        """In the caller's thread (latency measures the call itself): the watchdog stops a call past the limit
+        through ``RunOptions.terminate``, which ONNX Runtime checks between nodes and in every Loop iteration."""
+        from paritygate.backend.deadline import bounded
+
+        run_options = ort.RunOptions()
+        return bounded(lambda: self.infer_impl(feed, run_options), self.where(), in_thread=False, error=InferenceTimeout,
+                       cancel=lambda: terminate(run_options))
+
+    def infer_impl(self, feed, run_options=None):
         try:
-            values = self._sess.run(None, feed)
+            values = self._sess.run(None, feed, run_options)
         except Exception as err:
             shapes = {k: (v.dtype.name, list(v.shape)) for k, v in feed.items()}
             raise CandidateFault(f"{self.path}: ONNX Runtime failed on inputs {shapes}: {str(err)[:400]}") from err
@@ -64,3 +66,10 @@ class OnnxrtRunner(BaseRunner):
 
     def deactivate_impl(self):
         self._sess = None
+
+
+def terminate(run_options):
+    """Stop the ONNX Runtime run that ``run_options`` drives (from another thread), without its error log line:
+    the caller's InferenceTimeout says what happened."""
+    run_options.log_severity_level = 4  # fatal only
+    run_options.terminate = True

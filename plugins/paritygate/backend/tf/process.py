@@ -114,6 +114,10 @@ class TfProcessRunner(BaseRunner):
     def infer_impl(self, feed):
         return {k: v for k, v in self._call("infer", {k: np.asarray(v) for k, v in feed.items()}).items()}
 
+    def cancel_impl(self):
+        """A call past the inference time limit: the child is ended, so the waiting read returns."""
+        self.close()
+
     def deactivate_impl(self):
         self.close()
 

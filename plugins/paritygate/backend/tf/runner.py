@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.backend.base import BaseRunner, InferenceTimeout, RunnerError
 from paritygate.backend.tf.util import REFERENCE_KINDS, is_keras, keras_name, load_keras, output_names
+from paritygate.common.escape import one_line
 from paritygate.lazy import lazy_import
 
 tf = lazy_import("tensorflow")
@@ -93,7 +94,14 @@ class TfRunner(BaseRunner):
     def _load_keras(self):
         key = (str(self.path.resolve()), *_stat(self.path), keras_name(self.path))
         if key not in _KERAS:
-            _KERAS[key] = _keras_state(self.path)
+            try:
+                _KERAS[key] = _keras_state(self.path)
+            except RunnerError:
+                raise
+            except Exception as err:
+                # name that is no valid TensorFlow scope name); Keras's message carries ANSI colour codes
+                raise RunnerError(f"{self.path}: TensorFlow cannot trace the Keras model ({keras_name(self.path)}): "
+                                  f"{one_line(err)[:400]}") from err
         self._inputs, names, self._variables, self._fn = _KERAS[key]
         self.output_names = list(names)
 
@@ -107,6 +115,27 @@ class TfRunner(BaseRunner):
             digest.update(f"{name}|{value.dtype}|{value.shape}|".encode())
             digest.update(np.ascontiguousarray(value).tobytes())
         return digest.hexdigest()
+
+    def infer_bounded(self, feed):
+        """A SavedModel signature or a traced Keras graph runs in the caller's thread (latency measures the call
+        itself) under a TensorFlow CancellationManager, which the watchdog cancels at the inference time limit
+        (TensorFlow checks it in every while-loop iteration); a TF1 session's run (or a TensorFlow without the
+        API) in a worker thread."""
+        try:
+            from tensorflow.python.eager import cancellation
+        except ImportError:
+            return super().infer_bounded(feed)
+        if getattr(self, "_session", None) is not None:
+            return super().infer_bounded(feed)
+        from paritygate.backend.deadline import bounded
+
+        manager = cancellation.CancellationManager()
+
+        def call():
+            with cancellation.CancellationManagerContext(manager):
+                return self.infer_impl(feed)
+
+        return bounded(call, self.where(), cancel=manager.start_cancel, in_thread=False, error=InferenceTimeout)
 
     def infer_impl(self, feed):
         missing = set(self._inputs) - set(feed)

@@ -3,11 +3,20 @@
 A ``.keras`` file is Keras 3's. A ``.h5`` / ``.hdf5`` file is a legacy Keras 2 file: tf_keras (Keras 2) reads it
 when installed; otherwise Keras 3, which reads most Keras 2 HDF5 files (fer's CNN, measured: outputs within
 1e-6 of tf_keras's), but not every layer config (nakdimon's LSTM: ``time_major``). Anything else is a SavedModel.
+
+A Keras file can hold Python code that loading runs: a ``Lambda`` layer keeps its function as marshalled bytecode
+(or a function name to look up). tf_keras ignores ``safe_mode`` for ``.h5``, so ``load_keras`` reads the file's
+model config itself (h5py for ``.h5``, ``config.json`` for ``.keras``) and refuses such layers before any Keras reads
+the file, unless the run names the risk: ``--parity-allow-unsafe-deserialization`` (``paritygate init
+--allow-unsafe-deserialization``), which sets ``PARITYGATE_ALLOW_UNSAFE_DESERIALIZATION=1`` for the run's processes.
 """
 
+import json
+import os
 from pathlib import Path
 
 from paritygate.backend.base import RunnerError
+from paritygate.common.escape import one_line
 from paritygate.lazy import available, dist_version, lazy_import
 
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
@@ -67,14 +76,78 @@ def check_keras_file(path):
             raise RunnerError(f"{path}: not a Keras {path.suffix} file: no HDF5 signature")
 
 
-def load_keras(path):
-    """The Keras model at ``path`` (compile=False); a legacy file Keras 3 cannot read names tf_keras's install."""
-    check_keras_file(path)
-    keras = keras_for(path)
+UNSAFE_ENV = "PARITYGATE_ALLOW_UNSAFE_DESERIALIZATION"
+UNSAFE_FLAGS = "--parity-allow-unsafe-deserialization (paritygate init: --allow-unsafe-deserialization)"
+UNSAFE_LAYERS = ("Lambda",)  # Keras layers whose config holds Python code that deserializing them runs
+
+
+def allow_unsafe_deserialization():
+    """Let Keras files with code in them load, in this process and those it starts (the flags' effect)."""
+    os.environ[UNSAFE_ENV] = "1"
+
+
+def unsafe_allowed():
+    return os.environ.get(UNSAFE_ENV) == "1"
+
+
+def keras_config(path):
+    """The model config of the Keras file ``path`` as a JSON value, read without Keras, where Keras reads it: the
+    ``model_config`` attribute of an .h5/.hdf5 file (h5py), ``config.json`` of a .keras archive. None when there
+    is none to read: then no Keras can build a model from the file either, and its loader says why."""
+    path = Path(path)
     try:
-        return keras.saving.load_model(str(path), compile=False)
+        if is_legacy_keras(path):
+            import h5py
+
+            with h5py.File(path, "r") as f:
+                raw = f.attrs.get("model_config")
+        else:
+            import zipfile
+
+            with zipfile.ZipFile(path) as archive:
+                raw = archive.read("config.json") if "config.json" in archive.namelist() else None
+        return None if raw is None else json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    except (OSError, ValueError, KeyError, RecursionError):
+        return None
+
+
+def unsafe_layers(config):
+    """'name (Class)' of every layer in a Keras model config (nested models and wrappers included) that holds
+    code: a class of ``UNSAFE_LAYERS``, or any config with a serialized function (``function_type``)."""
+    found, stack = [], [config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            inner = node.get("config") if isinstance(node.get("config"), dict) else {}
+            if node.get("class_name") in UNSAFE_LAYERS or "function_type" in inner:
+                found.append(f"{inner.get('name', node.get('name', '?'))!r} ({node.get('class_name', '?')})")
+            stack += list(node.values())
+        elif isinstance(node, list):
+            stack += node
+    return sorted(set(found))
+
+
+def check_safe(path):
+    """Refuse a Keras file holding layers with code (``unsafe_layers``) unless the run allows it."""
+    if unsafe_allowed():
+        return
+    layers = unsafe_layers(keras_config(path) or {})
+    if layers:
+        raise RunnerError(f"{path}: holds {len(layers)} layer(s) with Python code that loading the file would run: "
+                          f"{', '.join(layers[:5])}; refused (not loaded). Only for a file you trust, pass {UNSAFE_FLAGS}")
+
+
+def load_keras(path):
+    """The Keras model at ``path`` (compile=False), once ``check_safe`` passed; a legacy file Keras 3 cannot read
+    names tf_keras's install."""
+    check_keras_file(path)
+    check_safe(path)
+    keras = keras_for(path)
+    unsafe = {"safe_mode": False} if unsafe_allowed() and not is_legacy_keras(path) else {}
+    try:
+        return keras.saving.load_model(str(path), compile=False, **unsafe)
     except Exception as err:  # keras raises many types for a corrupt or foreign file
-        first = " ".join(str(err).strip().splitlines()[:2])[:400]
+        first = one_line(" ".join(str(err).strip().splitlines()[:2]))[:400]  # no ANSI colour codes
         if is_legacy_keras(path) and not available("tf_keras"):
             raise RunnerError(f"{path}: Keras 3 cannot read this legacy Keras 2 file ({first}); install tf_keras, "
                               f"the Keras 2 loader: {tf_keras_hint()}") from err

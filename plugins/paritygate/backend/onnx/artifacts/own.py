@@ -61,10 +61,11 @@ def _types(model):
 def check_pairing(spec, precision, path, runner, fp32_outputs):
     """The file's inputs match the config (names through iomap, dtypes, ranks) and it has every output the fp32
     candidate answers with (``fp32_outputs``: the candidate output names the model's mapping resolved)."""
-    from paritygate.backend import runtimes
+    from paritygate.backend import inputspec
 
-    mapped = runtimes.MappedRunner(runner, runtimes.input_names(spec, runner))
-    runtimes.check_input_spec(spec, mapped.input_metadata(), str(path), half=runtimes.half_inputs(spec, precision, runner))
+    mapped = inputspec.MappedRunner(runner, inputspec.input_names(spec, runner))
+    inputspec.check_input_spec(spec, mapped.input_metadata(), str(path),
+                               half=inputspec.half_inputs(spec, precision, runner))
     missing = sorted(set(fp32_outputs) - set(runner.output_names))
     if missing:
         raise RunnerError(f"{spec.where(f'onnx.{precision}')}: {path} lacks output(s) {missing} that pair with "

@@ -79,8 +79,13 @@ def check_runtime(model_bytes, feeds, converter, path=None):
     except Exception as err:
         raise ArtifactError(converter, "onnxruntime.InferenceSession", _first_lines(err), node_of(str(err)),
                             path) from err
+    from paritygate.backend.deadline import bounded
+    from paritygate.backend.onnxrt.runner import terminate
+
+    run_options = ort.RunOptions()  # a Loop that never ends is stopped at the inference time limit
     try:
-        session.run(None, feeds)
+        bounded(lambda: session.run(None, feeds, run_options), f"{path or converter}: smoke run", in_thread=False,
+                cancel=lambda: terminate(run_options))
     except Exception as err:
         shapes = {k: (v.dtype.name, list(v.shape)) for k, v in feeds.items()}
         raise ArtifactError(converter, f"smoke run on {shapes}", _first_lines(err), node_of(str(err)),
