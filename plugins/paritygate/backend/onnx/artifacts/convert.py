@@ -9,8 +9,9 @@ conversion's stages (freezing, grappler, the TF -> ONNX mapping), the collector 
 (``common.memory.trim``) whenever the process grew by ``GROWTH_BYTES`` since it last did: a small model pays nothing.
 
 Freezing (``tf_loader.from_function``) is tf2onnx's own steps with the copies of the weights each leaves dropped
-before the next one makes its own (``from_function`` here): tf2onnx holds the frozen function, its GraphDef and that
-GraphDef imported into a graph all while grappler makes two more. Measured on ResNet50 (98 MB of weights), the peak
+before the next one makes its own (``from_function`` here): tf2onnx holds the loaded SavedModel, the frozen
+function, its GraphDef and that GraphDef imported into a graph all while grappler makes two more; here grappler runs
+on the frozen GraphDef alone, once the SavedModel is let go (``from_saved_model``). Measured on ResNet50 (98 MB of weights), the peak
 of each stage as tf2onnx runs: loaded 0.80 GiB, frozen 1.93, grappler 3.01, its ONNX optimizers 6.82, saved 7.31;
 on MobileNetV2 (alpha 0.35, 6.8 MB): 0.98 GiB as tf2onnx runs, 0.83 here; the real-size models: docs/measured.md,
 "Real-size models".
@@ -91,11 +92,38 @@ def from_function(func, input_names, output_names, large_model=False):
         input_names = tf_loader.inputs_without_resource(sess, input_names)
     del tf_graph, sess
     collect(force=True, stage="inputs read")
+    if _SAVED_MODEL and not tf_loader.get_hash_table_info(graph_def):
+        _SAVED_MODEL[0] = (input_names, output_names)  # grappler once the SavedModel is let go: from_saved_model
+        return graph_def
+    return _optimized(input_names, output_names, graph_def)
+
+
+def _optimized(input_names, output_names, graph_def):
+    import tensorflow as tf
+    from tf2onnx import tf_loader
+
     with tf.Graph().as_default():  # an empty graph for grappler's metagraph, as the imported one's collections were
         return tf_loader.tf_optimize(input_names, output_names, graph_def)
 
 
-_FROM_FUNCTION = []  # tf2onnx's own from_function
+def from_saved_model(*args, **kwargs):
+    """tf2onnx's ``tf_loader.from_saved_model``, grappler run on the frozen graph once it has returned, so that the
+    loaded SavedModel (its variables, its functions) is let go first. Only where the graph has no hash table, whose
+    placeholders tf2onnx replaces after freezing (then grappler runs where tf2onnx runs it, in ``from_function``)."""
+    _SAVED_MODEL[:] = [None]
+    try:
+        result = _FROM_SAVED_MODEL[0](*args, **kwargs)
+        pending = _SAVED_MODEL[0]
+    finally:
+        _SAVED_MODEL.clear()
+    collect(force=True, stage="SavedModel let go")
+    if pending is not None:
+        result[0] = _optimized(*pending, result[0])
+    return result
+
+
+_FROM_FUNCTION, _FROM_SAVED_MODEL = [], []  # tf2onnx's own
+_SAVED_MODEL = []  # inside from_saved_model: [None], or [(input names, output names)] grappler has yet to run with
 
 
 def install():
@@ -104,10 +132,11 @@ def install():
 
     if not _FROM_FUNCTION:
         _FROM_FUNCTION.append(tf_loader.from_function)
-        tf_loader.from_function = from_function
+        _FROM_SAVED_MODEL.append(tf_loader.from_saved_model)
+        tf_loader.from_function, tf_loader.from_saved_model = from_function, from_saved_model
     for factory in optimizer._get_optimizers().values():
         factory.optimize = _collecting(factory.optimize)
-    for module, name in ((tf_loader, "tf_optimize"), (tf_loader, "from_saved_model"), (convert, "process_tf_graph"),
+    for module, name in ((tf_loader, "tf_optimize"), (convert, "process_tf_graph"),
                          (tfonnx, "process_parsed_graph"), (optimizer, "optimize_graph")):
         setattr(module, name, _collecting(getattr(module, name)))
 
