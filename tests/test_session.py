@@ -94,6 +94,52 @@ def test_the_session_records_the_registered_result_itself_and_refuses_two(pytest
     assert "wrote into its own result (parity_result) and then registered" in checks["two_results"]["details"]["message"]
 
 
+RELEASED = """
+import json
+from pathlib import Path
+
+from paritygate.backend.onnxrt.runner import OnnxrtRunner
+from paritygate.backend.runtimes import CANDIDATES
+from paritygate.common.memo import ArtifactKey
+
+RUNNERS = {{}}
+
+def test_{name}(parity_context, parity_case):
+    spec, precision = parity_case
+    live = sorted(f"{{k.model}}-{{k.precision}}" for k in parity_context.store.tables.get(CANDIDATES, {{}}))
+    done = sorted(k for k, r in RUNNERS.items() if not r.is_active)
+    with open("seen.jsonl", "a") as fh:
+        fh.write(json.dumps([f"{name}-{{spec.name}}-{{precision}}", live, done]) + "\\n")
+    key = ArtifactKey(parity_context.runtime, spec.name, precision)
+    RUNNERS[f"{{spec.name}}-{{precision}}"] = CANDIDATES.get(
+        parity_context, key, lambda: OnnxrtRunner(Path("toy.onnx")).activate())
+"""
+
+
+def test_checks_run_grouped_by_model_and_precision_and_a_finished_candidate_is_released(pytester, toy_onnx):
+    """Two modules of checks over two models x two precisions run as model, then precision, then module; once a
+    model x precision's last check is done its candidate session is closed (deactivated) and forgotten, so at most
+    one candidate is held at a time (issue 37: a model's artifacts are not all held at once)."""
+    import shutil
+
+    shutil.copy(toy_onnx, pytester.path / "toy.onnx")
+    pytester.makepyfile(test_one=RELEASED.format(name="one"), test_two=RELEASED.format(name="two"))
+    (pytester.path / "sm").mkdir()
+    model = ('[[models]]\nname = "{}"\nreference = "sm"\nprecisions = ["fp32", "fp16"]\nmax_batch = 1\n'
+             '[models.inputs.x]\nshape = [-1, 1]\ndtype = "float32"\nrange = [0.0, 1.0]\n')
+    (pytester.path / "parity.toml").write_text(model.format("m") + model.format("n"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist",
+                                           f"--parity-config={pytester.path / 'parity.toml'}")
+    result.assert_outcomes(passed=8)
+    seen = [json.loads(line) for line in (pytester.path / "seen.jsonl").read_text().splitlines()]
+    assert [s[0] for s in seen] == ["one-m-fp32", "two-m-fp32", "one-m-fp16", "two-m-fp16",
+                                    "one-n-fp32", "two-n-fp32", "one-n-fp16", "two-n-fp16"]
+    live = {s[0]: s[1] for s in seen}
+    assert live["two-m-fp32"] == ["m-fp32"] and live["one-m-fp16"] == [], "m fp32's candidate was released"
+    assert live["one-n-fp32"] == [] and live["two-n-fp16"] == ["n-fp16"]
+    assert seen[2][2] == ["m-fp32"], "and deactivated: its ONNX Runtime session closed"
+
+
 def test_a_reproducers_link_planted_in_the_report_folder_stops_the_run(tmp_path):
     from paritygate.context import RunOptions
 

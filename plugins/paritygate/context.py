@@ -58,6 +58,19 @@ class RunContext:
         reference, the second kernel order's): each memo that holds one closes it (``Store.close``)."""
         self.store.close()
 
+    def release(self, model, precision=None):
+        """The run's last check of ``model`` (at ``precision``) is done: close what it held (``Store.release``) and
+        give the freed memory back to the system (``common.memory.trim``)."""
+        import gc
+
+        from paritygate.common.memory import trim
+
+        released = self.store.release(model, precision)
+        if released:  # a session's Python wrappers may sit in reference cycles: collected before the pages go back
+            gc.collect()
+            trim()
+        return released
+
     def start_goldens(self, checks, alone):
         """Before the checks: start the TensorFlow reference of each goldens check in ``checks`` (key -> its
         model's spec) in a process of its own (``backend.tf.process.start_goldens_reference``) when the run is

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from paritygate.backend import registry
+from paritygate.common import progress
 from paritygate.common.numerics import DEFAULT_NUMERICS, NUMERICS
 from paritygate.context import RunOptions
 from paritygate.extras import require_extras, restore_importorskip
@@ -15,7 +16,8 @@ from paritygate.lazy import available
 from paritygate.models.bundled import in_conformance
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
 from paritygate.models.known import mark_known_failures
-from paritygate.session import ParitySession, ahead_of, case_of, classify, register, result_of
+from paritygate.models.order import case_of, run_order
+from paritygate.session import ParitySession, ahead_of, classify, register, result_of
 from paritygate.verdict import MARKED, REPORT_ATTR
 
 SESSION_KEY = pytest.StashKey[ParitySession]()  # the recorder
@@ -105,6 +107,7 @@ def pytest_configure(config):
     except ValueError as err:
         raise pytest.UsageError(str(err)) from err
     session = config.stash[SESSION_KEY] = ParitySession(options)
+    config.add_cleanup(progress.show_in(config))  # the run's long steps on stdout (common.progress)
     problem = session.open()
     if problem is not None:
         raise pytest.UsageError(problem)
@@ -162,7 +165,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
         if options.is_xdist_worker and item.get_closest_marker("latency"):
             item.add_marker(pytest.mark.skip(reason="latency tests run serially: rerun them without xdist (pytest -m latency -p no:xdist)"))
-    items[:] = sorted(items, key=lambda item: item.get_closest_marker("latency") is not None)  # parity verdicts first
+    items[:] = run_order(items)  # parity verdicts first, grouped by model and precision; latency last
 
 
 def pytest_collection_finish(session):
@@ -212,10 +215,8 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Time each test for the summary's time line (paritygate.common.timeline)."""
-    from paritygate.common.timeline import in_test
-
-    with in_test():
+    """Time each test, show it as a progress step, release what the run is done with (``models.order.Around``)."""
+    with item.config.stash[SESSION_KEY].around.test(item):
         yield
 
 

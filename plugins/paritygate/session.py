@@ -1,9 +1,9 @@
 """The one ParitySession of a pytest run: the recorder. It keeps each check's ``paritygate.result.CheckResult``
 itself (the judge's, which the test registered, or the test's own: ``RESULT_KEY``) with the pytest outcome's
 status, and the findings; merges what xdist workers recorded (JSON: the hand-over is an edge); and writes the
-report. The run's options (``paritygate.context.RunOptions``) and
-what checks compute with (``RunContext``) live in the context: judge code takes that, never the session. The
-baseline comparison and the terminal summary are the report's (``paritygate.report.baseline``, ``.summary``)."""
+report; around each check, it orders the run and releases what a run is done with. The run's options
+(``paritygate.context.RunOptions``) and what checks compute with (``RunContext``) live in the context: judge code
+takes that, never the session. The baseline comparison and the terminal summary are the report's."""
 
 import copy
 import json
@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from paritygate.models.order import Around, case_of
 from paritygate.result import CheckResult, jsonable
 from paritygate.verdict import MARKED, REPORT_ATTR, STATUSES, UPSTREAM_DEFECT_ATTR, Inconclusive, SuiteError
 
@@ -43,6 +44,7 @@ class ParitySession:
         self.worker_time = {}  # seconds per part of the time line, summed over xdist workers
         self.workers = 0
         self.started = time.perf_counter()
+        self.around = Around(self.options)  # around each test: its time, a progress step, what is released after it
         self._at_start = _counters()  # the process's counters: a second session in it (an in-process run) counts its own
 
     # -- before the checks -----------------------------------------------------------------------------
@@ -260,9 +262,11 @@ class ParitySession:
 
             self.baseline_section = baseline.compare(report_dict(self))
         if self.options.report_dir is not None:
+            from paritygate.common import progress
             from paritygate.report import write_report
 
-            write_report(self, self.options.report_dir)
+            with progress.step(f"writing the report ({len(self.checks)} checks)"):
+                write_report(self, self.options.report_dir)
         self.release()
         from paritygate.report.baseline import run_fails_reasons
 
@@ -320,19 +324,6 @@ def ahead_of(items, context):
     if context.spin or os.environ.get("PYTEST_XDIST_WORKER"):
         return ()
     return {case_of(i)[0] for i in items if case_of(i)[1] == "fp32" and i.originalname != "test_engine_builds"}
-
-
-def case_of(item):
-    """(model name, precision) of a conformance test item, or (None, None)."""
-    callspec = getattr(item, "callspec", None)
-    if callspec is None:
-        return None, None
-    if "parity_case" in callspec.params:
-        model, precision = callspec.params["parity_case"]
-        return model.name, precision
-    if "parity_model" in callspec.params:
-        return callspec.params["parity_model"].name, None
-    return None, None
 
 
 def classify(report, call):

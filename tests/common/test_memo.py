@@ -98,3 +98,26 @@ def test_each_cache_is_declared_once_by_the_module_that_computes_it():
     assert owners["kernel_orders"] == "backend/kernel_order.py" and owners["noise"] == "judge/reference_noise.py"
     assert owners["precision_coverage"] == "backend/precision.py" and owners["input_pools"] == "inputs/strategies.py"
     assert len(names) >= 19, sorted(declared)
+
+
+def test_release_closes_and_forgets_one_model_or_one_model_precision_and_only_what_declared_a_close():
+    """The run's last check of a model x precision releases its candidate; of a model, all of the model's: each
+    value of a memo that declared a ``close`` is closed and forgotten, the others (a build's result, a failure
+    kept for later checks) stay."""
+    closed = []
+    sessions = Memo("sessions", key=ArtifactKey, close=closed.append)
+    models = Memo("models", key=ModelKey, close=closed.append)
+    kept = Memo("kept", key=PrecisionKey)
+    ctx = RunContext()
+    for precision in ("fp32", "fp16"):
+        sessions.put(ctx, ArtifactKey("onnxruntime", "m", precision), f"m-{precision}")
+        sessions.put(ctx, ArtifactKey("onnxruntime", "n", precision), f"n-{precision}")
+        kept.put(ctx, PrecisionKey("m", precision), "report")
+    models.put(ctx, ModelKey("m"), "tf-m")
+    assert ctx.release("m", "fp32") == 1 and closed == ["m-fp32"]
+    assert sessions.peek(ctx, ArtifactKey("onnxruntime", "m", "fp32")) is None
+    assert sessions.peek(ctx, ArtifactKey("onnxruntime", "m", "fp16")) == "m-fp16"
+    assert ctx.release("m") == 2 and sorted(closed) == ["m-fp16", "m-fp32", "tf-m"]
+    assert kept.peek(ctx, PrecisionKey("m", "fp32")) == "report"  # no close declared: kept
+    assert sessions.peek(ctx, ArtifactKey("onnxruntime", "n", "fp32")) == "n-fp32"  # another model: kept
+    assert sessions.get(ctx, ArtifactKey("onnxruntime", "m", "fp32"), lambda: "again") == "again"

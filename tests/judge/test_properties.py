@@ -277,3 +277,74 @@ def test_a_defect_just_inside_a_bound_fails_property_parity_in_every_profile(pyt
         near = correct["details"]["inputs"]["near_bound"]
         assert 2 <= near["inputs"] < near["of"], near  # the boundary batch and drawn ones; not every input
         assert f"{near['inputs']} of {near['of']} distinct inputs just inside a bound" in correct["details"]["note"]
+
+
+def test_determinism_takes_property_parity_run_of_an_input_as_its_first(tmp_path):
+    """determinism draws property_parity's inputs (ci's draws are the same): an input property_parity ran through
+    the candidate session is run twice more, not three times; one it did not is run three times. A candidate whose
+    outputs change between runs still fails."""
+    from paritygate.backend.onnxrt.runner import OnnxrtRunner
+    from paritygate.judge.properties import determinism_check, parity_check
+    from paritygate.judge.reference_noise import Ledger, ReferenceRuns
+    from paritygate.models.config import load_config
+
+    make_onnx(tmp_path / "cand.onnx")
+    (spec,) = load_config(write_config(tmp_path, {"models": [{"name": "m", "reference": "cand.onnx", "onnx": "cand.onnx",
+                                                              "precisions": ["fp32"], "max_batch": 2, "inputs": X}]}))
+    runner = OnnxrtRunner(tmp_path / "cand.onnx").activate()
+    calls = []
+
+    class Counted:
+        def infer(self, feed):
+            calls.append(1)
+            return runner.infer(feed)
+
+    feed = {"x": np.array([[1.0], [2.0]], np.float32)}
+    profile = ReferenceRuns({"y": feed["x"] * 5, "z": feed["x"] * 2}, {}, "seen")
+    runs = {}
+    parity_check(spec, "fp32", Counted(), Ledger(), runs=runs)(feed, profile)
+    assert len(calls) == 1 and set(runs) == {"seen"}
+    determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, profile)
+    assert len(calls) == 3  # two more runs of the input property_parity ran
+    determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, ReferenceRuns(profile.outputs, {}, "unseen"))
+    assert len(calls) == 6
+    runs["seen"] = {"y": feed["x"] * 5 + 1e-6, "z": feed["x"] * 2}  # a run 1 that differs: the check fails
+    with pytest.raises(AssertionError, match="outputs changed between identical runs"):
+        determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, profile)
+
+
+def test_batch_invariance_runs_a_row_met_again_alone_once(tmp_path):
+    """A corner batch's identical rows, or an input-set row drawn again, are run alone once per check, as the
+    reference's batch-1 runs are; a candidate whose element differs in the batch still fails."""
+    from paritygate.backend.onnxrt.runner import OnnxrtRunner
+    from paritygate.judge.properties import invariance_check
+    from paritygate.judge.reference_noise import Ledger, ReferenceRuns
+    from paritygate.models.config import load_config
+
+    make_onnx(tmp_path / "cand.onnx")
+    (spec,) = load_config(write_config(tmp_path, {"models": [{"name": "m", "reference": "cand.onnx", "onnx": "cand.onnx",
+                                                              "precisions": ["fp32"], "max_batch": 4, "inputs": X}]}))
+    runner = OnnxrtRunner(tmp_path / "cand.onnx").activate()
+    shapes = []
+
+    class Counted:
+        def infer(self, feed):
+            shapes.append(len(feed["x"]))
+            return runner.infer(feed)
+
+    check = invariance_check(spec, "fp32", Counted(), Ledger())
+    corner = {"x": np.full((4, 1), 10.0, np.float32)}
+    check(corner, ReferenceRuns({"y": corner["x"] * 5, "z": corner["x"] * 2}, {}, "c"))
+    assert shapes == [4, 4, 1]  # together, shuffled, the one distinct row alone
+    check({"x": np.array([[10.0], [3.0]], np.float32)}, ReferenceRuns({"y": np.array([[50.0], [15.0]]),
+                                                                       "z": np.array([[20.0], [6.0]])}, {}, "d"))
+    assert shapes[3:] == [2, 2, 1]  # the row 10.0 ran alone already: only 3.0 runs alone
+
+    class Coupled(Counted):  # an element's output depends on its companions
+        def infer(self, feed):
+            out = runner.infer(feed)
+            return {**out, "y": out["y"] + 0.01 * (len(feed["x"]) - 1)}
+
+    with pytest.raises(AssertionError, match="batch invariance"):
+        invariance_check(spec, "fp32", Coupled(), Ledger())(corner, ReferenceRuns({"y": corner["x"] * 5,
+                                                                                    "z": corner["x"] * 2}, {}, "c"))

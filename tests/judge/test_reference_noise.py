@@ -25,3 +25,20 @@ def test_the_kernel_order_counts_only_where_fp32_parity_asks_for_it():
     np.testing.assert_allclose(runs.spread()["y"], 0.001)  # batch and within-candidate checks: not their noise
     np.testing.assert_allclose(runs.spread(kernel_order=True)["y"], 0.5)  # property_parity at fp32
     assert runs.cosine_floors(2.0)["y"] > runs.cosine_floors(2.0, kernel_order=True)["y"]
+
+
+def test_the_other_kernel_order_runs_only_when_asked_and_once():
+    """TensorFlow's other kernel order runs for a feed only when a check asks for it (FP32 parity), once: the batch,
+    batch-1 and repeat checks of the same feed never start it."""
+    asked = []
+
+    def other_order():
+        asked.append(1)
+        return {"y": np.array([[1.0, 2.5]])}
+
+    runs = ReferenceRuns({"y": np.array([[1.0, 2.0]])}, {"repeat": {"y": np.array([[1.0, 2.0]])}}, "d", other_order)
+    runs.spread("repeat"), runs.spread(), runs.cosine_floors(2.0)
+    assert asked == [] and "kernel_order" not in runs.configs
+    np.testing.assert_allclose(runs.spread(kernel_order=True)["y"], 0.5)
+    runs.cosine_floors(2.0, kernel_order=True)
+    assert asked == [1] and "kernel_order" in runs.configs

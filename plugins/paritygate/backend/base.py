@@ -110,7 +110,14 @@ def _timed(part):
 
 
 def run_batched(runner, inputs, max_batch):
-    """Run ``inputs`` (arrays with a leading sample axis) in batches of at most ``max_batch``."""
+    """Run ``inputs`` (arrays with a leading sample axis) in batches of at most ``max_batch`` (a progress step: the
+    runner's name, rows done of all)."""
+    from paritygate.common import progress
+
     n = len(next(iter(inputs.values())))
-    parts = [runner.infer({k: v[i:i + max_batch] for k, v in inputs.items()}) for i in range(0, n, max_batch)]
+    parts = []
+    with progress.step(f"{runner.name} rows", total=n) as shown:
+        for i in range(0, n, max_batch):
+            parts.append(runner.infer({k: v[i:i + max_batch] for k, v in inputs.items()}))
+            shown.advance(min(max_batch, n - i))
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from paritygate.common import progress
 from paritygate.common.timeline import spent
 
 STATS = {"hits": 0, "builds": 0}  # per process; the tests read it to prove a warm run builds nothing
@@ -91,7 +92,7 @@ def cached_file(kind, key, suffix, build):
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{key}-", suffix=suffix)
     os.close(fd)
     try:
-        with spent("conversion"):
+        with spent("conversion"), progress.step(f"building {_label(kind, key)}"):
             report = build(Path(tmp))
         if report is not None:
             _write_atomically(report_path(target), json.dumps(report, indent=1, sort_keys=True, default=str))
@@ -113,7 +114,7 @@ def cached_dir(kind, key, build):
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}-"))
     try:
-        with spent("conversion"):
+        with spent("conversion"), progress.step(f"building {_label(kind, key)}"):
             build(tmp)
         try:
             os.replace(tmp, target)
@@ -125,6 +126,13 @@ def cached_dir(kind, key, build):
             shutil.rmtree(tmp)
     STATS["builds"] += 1
     return target
+
+
+def _label(kind, key):
+    """What a build makes, for the progress line: ``onnx efficientnetb0-fp16`` (the key's hash left out)."""
+    import re
+
+    return f"{kind} {re.sub(r'-[0-9a-f]{16,}', '', key)}"
 
 
 def _write_atomically(path, text):

@@ -3,6 +3,7 @@
 verdict. Pure bookkeeping over ``aot`` and ``layers``; nothing heavy is imported until a build is asked for."""
 
 from paritygate.backend.base import CandidateFault, RunnerError
+from paritygate.common import progress
 from paritygate.common.memo import ArtifactKey, Memo, PrecisionKey
 from paritygate.verdict import SuiteError
 
@@ -44,7 +45,8 @@ def _engine_build(ctx, spec, precision):
     settings = build_settings(spec)
     settings["profile"] = {renamed.get(k, k): v for k, v in settings["profile"].items()}
     try:
-        report = aot.engine_report(path, settings)
+        with progress.step(f"TensorRT-RTX engine build of {spec.name} {precision}"):
+            report = aot.engine_report(path, settings)
     except RuntimeError as err:  # the child crashed or hung: the builder could not run, once per artifact
         report = {"builder": aot.builder_name(), "targets": aot.TARGETS, "built": False, "seconds": None,
                   "warnings": [], "layers": [], "error": {"message": str(err), "node": None, "op": None,

@@ -13,9 +13,19 @@ from paritygate.common.memo import ArtifactKey, Memo, ModelKey
 from paritygate.common.numerics import NUMERICS
 from paritygate.verdict import SuiteError
 
-REFERENCES = Memo("references", key=ModelKey)  # the ReferenceRunner every check sees (behind the output cache)
-LIVE_REFERENCES = Memo("live_references", key=ModelKey)  # the reference running TensorFlow, never the cache
-CANDIDATES = Memo("candidates", key=ArtifactKey)  # the candidate runner, fed by reference input names
+
+def release(runner):
+    """Deactivate ``runner`` and every runner it wraps (a MappedRunner's, a CachedReference's TensorFlow): the
+    memos' ``close``, when the run is done with them (``RunContext.release``)."""
+    while runner is not None:
+        runner.deactivate()
+        runner = runner.__dict__.get("runner")
+
+
+# each released when the run's last check of its model (x precision) is done (common.memo, Store.release)
+REFERENCES = Memo("references", key=ModelKey, close=release)  # the ReferenceRunner every check sees (behind the output cache)
+LIVE_REFERENCES = Memo("live_references", key=ModelKey, close=release)  # the reference running TensorFlow, never the cache
+CANDIDATES = Memo("candidates", key=ArtifactKey, close=release)  # the candidate runner, fed by reference input names
 MAPPINGS = Memo("mappings", key=ModelKey)  # the resolved input/output mapping (backend.iomap)
 
 

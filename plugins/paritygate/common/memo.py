@@ -6,7 +6,8 @@
 The run's context holds one ``Store`` (``ctx.store``) and knows none of the caches; a memo keeps its values in the
 store of the context it is handed, so two runs (or a test's fresh context) never share them. A key of the wrong
 type is refused with a TypeError naming the memo: a tuple that happens to fit another cache's key cannot be used.
-A memo whose values hold a resource declares its ``close``; ``Store.close`` (the run's end) calls it on each.
+A memo whose values hold a resource declares its ``close``; ``Store.close`` (the run's end) calls it on each, and
+``Store.release`` on those of one model (or one model x precision) once the run's last check of it is done.
 """
 
 from typing import NamedTuple
@@ -49,6 +50,20 @@ class Store:
             if memo.close is not None:
                 for value in list(table.values()):
                     memo.close(value)
+
+    def release(self, model, precision=None):
+        """Close and forget the values of the memos that declared a ``close`` whose key is ``model``'s (with
+        ``precision``: only keys of that precision): the sessions, processes and evidence of checks that are done.
+        Returns how many; what is asked again later is computed again."""
+        released = 0
+        for memo, table in list(self.tables.items()):
+            if memo.close is None:
+                continue
+            for key in [k for k in table if getattr(k, "model", None) == model
+                        and (precision is None or getattr(k, "precision", None) == precision)]:
+                memo.close(table.pop(key))
+                released += 1
+        return released
 
 
 class Memo:

@@ -34,7 +34,7 @@ from paritygate.inputs.sampling import (
 )
 from paritygate.inputs.sets import check_arrays, read_input_set
 
-INPUT_POOLS = Memo("input_pools", key=ModelKey)  # the model's InputPool (input_pool)
+INPUT_POOLS = Memo("input_pools", key=ModelKey, close=lambda pool: None)  # forgotten once the model is done  # the model's InputPool (input_pool)
 
 
 def register_profiles():
@@ -250,7 +250,13 @@ def with_corner_examples(prop, spec, argname="feed", pool=None, known=()):
     explicit = recorded + corner_feeds(spec) + (pool_feeds(spec, pool) if pool is not None else [])
     for feed in reversed(explicit):  # decorators apply inside out: the first runs first
         prop = example(**{argname: feed})(prop)
+    prop.paritygate_explicit = len(explicit)
     return prop
+
+
+def explicit_count(prop):
+    """How many explicit examples ``with_corner_examples`` gave ``prop`` (0 for another function)."""
+    return getattr(prop, "paritygate_explicit", 0)
 
 
 def feeds(spec, batch_sizes=None, pool=None):

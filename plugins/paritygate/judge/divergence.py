@@ -13,13 +13,14 @@ from functools import cached_property
 
 import numpy as np
 
+from paritygate.common import progress
 from paritygate.common.memo import Memo, PrecisionKey
 from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.lazy import lazy_import
 from paritygate.models import writer
 
 onnx = lazy_import("onnx")
-PLAN_BOOKS = Memo("plan_books", key=PrecisionKey)  # the model+precision's plans.PlanBook (plan_book)
+PLAN_BOOKS = Memo("plan_books", key=PrecisionKey, close=lambda book: None)  # its evidence: forgotten once done  # the model+precision's plans.PlanBook (plan_book)
 
 PLAN_KEY = {"fp16": "fp16_keep_fp32", "int8": "int8_exclude"}
 PLAN_FIELD = {"fp16": "keep_fp32", "int8": "exclude_from_quantization"}
@@ -55,7 +56,7 @@ def localize_failure(ctx, spec, precision, feed, reference_outputs=None, labels=
     if feeds:
         book.evidence.add_feeds(check, feeds)
     deadline = time.monotonic() + allowed
-    with _shown(f"localizing {spec.name} {precision} {check} (at most {_seconds(allowed)})"):
+    with progress.step(f"localizing {spec.name} {precision} {check} (at most {_seconds(allowed)})"):
         out = localize_and_repair(spec, precision, feed, reference_outputs, ctx.fp16_keep_fp32, labels,
                                   compare_task, ctx.numerics, book=book, check=check, deadline=deadline)
     budget.spend(out["seconds"])
@@ -68,22 +69,6 @@ def localize_failure(ctx, spec, precision, feed, reference_outputs=None, labels=
 
 def _seconds(allowed):
     return "no limit" if allowed == float("inf") else f"{allowed:.0f} s"
-
-
-@contextmanager
-def _shown(what):
-    """Localization's progress: a step of ``paritygate.common.progress`` where that module is installed (issue 37
-    item 3's progress line, under -q nothing), else one plain line on stderr when it starts."""
-    try:
-        from paritygate.common import progress
-    except ImportError:
-        import sys
-
-        sys.stderr.write(f"paritygate: {what}\n")
-        yield None
-        return
-    with progress.step(what) as step:
-        yield step
 
 
 def plan_book(ctx, spec, precision):
@@ -341,7 +326,10 @@ class FailingCheck:
         try:
             yield runner
         finally:
+            from paritygate.common.memory import trim
+
             runner.deactivate()
+            trim()  # a search opens a session a trial: each one's pages go back, not on top of the last
 
 
 def _trigger(result, feed, max_batch):

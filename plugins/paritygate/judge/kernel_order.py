@@ -20,12 +20,11 @@ elements by different amounts; a candidate as good as the reference may move whe
 
 import numpy as np
 
-from paritygate.judge.reference_noise import K_REFERENCE, ReferenceRuns
+from paritygate.judge.reference_noise import CONFIGURATION, K_REFERENCE, ReferenceRuns
 from paritygate.verdict import SuiteError
 
 SOURCE = ("max(policy, 2 x the reference's spread between TF_ENABLE_ONEDNN_OPTS=1 and =0 on that batch row): two "
           "valid FP32 kernel orders of TensorFlow itself (paritygate.judge.kernel_order)")
-CONFIGURATION = "kernel_order"  # the reference-noise configuration's name (judge.reference_noise)
 
 
 def applies(precision):

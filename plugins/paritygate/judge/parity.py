@@ -13,7 +13,7 @@ from paritygate.judge import conditioning, coverage, kernel_order
 from paritygate.result import CheckResult
 from paritygate.verdict import inconclusive
 
-REFERENCE_SETS = Memo("reference_sets", key=ModelKey)  # the model's inputs.goldens.Golden (reference_set)
+REFERENCE_SETS = Memo("reference_sets", key=ModelKey, close=lambda golden: None)  # forgotten once the model is done  # the model's inputs.goldens.Golden (reference_set)
 
 
 def reference_set(ctx, spec):

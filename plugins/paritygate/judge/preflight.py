@@ -36,13 +36,14 @@ from paritygate.backend import inputspec, registry, runtimes
 from paritygate.backend.base import RunnerError
 from paritygate.backend.iomap import BindingsError
 from paritygate.backend.onnx.artifacts.validate import ArtifactError
+from paritygate.common import progress
 from paritygate.common.escape import one_line
 from paritygate.common.memo import Memo, ModelKey
 from paritygate.judge import declared
 from paritygate.lazy import available, missing_reason
 from paritygate.verdict import SuiteError
 
-BARE_RUNNERS = Memo("preflight_runners", key=ModelKey)  # a bare fp32 ONNX Runtime runner (_fp32_onnx_runner)
+BARE_RUNNERS = Memo("preflight_runners", key=ModelKey, close=runtimes.release)  # a bare fp32 ONNX Runtime runner (_fp32_onnx_runner)
 
 
 class ModelValidation:
@@ -93,7 +94,12 @@ def validate_models(ctx, models, config_path, ahead=()):
         from paritygate.backend.kernel_order import start_ahead
 
         start_ahead(ctx, [spec for spec in models if spec.name in ahead])
-    found = [validate_model(ctx, spec) for spec in models]
+    found = []
+    with progress.step("validating models", total=len(models)) as shown:
+        for spec in models:
+            shown.advance(0, detail=spec.name)
+            found.append(validate_model(ctx, spec))
+            shown.advance()
     return {"config": str(config_path), "models": {v.spec.name: v.as_dict() for v in found},
             "problems": [p for v in found for p in v.problems]}
 
@@ -119,7 +125,8 @@ def _convert_ahead(models):
             todo.setdefault((str(spec.reference), spec.signature), spec)
     if len(todo) < 2:
         return
-    with ThreadPoolExecutor(min(cores, len(todo))) as pool:
+    with ThreadPoolExecutor(min(cores, len(todo))) as pool, \
+            progress.step(f"converting {len(todo)} references with tf2onnx, {min(cores, len(todo))} at once"):
         for done in [pool.submit(loader.fp32_onnx, spec) for spec in todo.values()]:
             done.exception()  # waits; an error is the model's validation's to report
 

@@ -18,6 +18,9 @@ import numpy as np
 
 from paritygate.backend.precision import computed_dtype
 from paritygate.backend.runtimes import candidate_runner, resolved_spec
+from paritygate.common import progress
+from paritygate.common.digest import digest
+from paritygate.common.memo import ArtifactKey, Memo
 from paritygate.comparator.compare import compare_array
 from paritygate.comparator.tolerance import (
     DETERMINISM_SOURCE,
@@ -27,7 +30,7 @@ from paritygate.comparator.tolerance import (
     tolerance_for,
 )
 from paritygate.inputs.sampling import near_bound
-from paritygate.inputs.strategies import feeds, input_pool, with_corner_examples
+from paritygate.inputs.strategies import explicit_count, feeds, input_pool, with_corner_examples
 from paritygate.judge import conditioning, coverage, kernel_order, vacuity
 from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import judge_outputs, output_records
@@ -36,12 +39,16 @@ from paritygate.models.known import known_failure_feeds
 from paritygate.result import CheckResult
 from paritygate.verdict import SuiteError, inconclusive
 
+# the candidate's outputs per input in property_parity, for determinism (candidate_runs); released with the candidate
+CANDIDATE_RUNS = Memo("candidate_runs", key=ArtifactKey, close=lambda runs: runs.clear())
+
 
 # -- the three properties -------------------------------------------------------------------------------------
 # Each ``*_check(spec, precision, candidate, ledger)`` returns the ``check(feed, reference_profile)`` its property
 # runs on every input (an AssertionError: the candidate is wrong); ``paritygate.cli.replay`` runs the same one on a
 # reproducer's inputs.
-def parity_check(spec, precision, candidate, ledger, task_rows=None):
+def parity_check(spec, precision, candidate, ledger, task_rows=None, runs=None):
+    """``runs``: {input digest: the candidate's outputs}, filled for determinism's first run (``candidate_runs``)."""
     order = kernel_order.applies(precision)  # FP32: TensorFlow's other kernel order is reference noise too
 
     def limit(name, ref):
@@ -50,6 +57,8 @@ def parity_check(spec, precision, candidate, ledger, task_rows=None):
     def check(feed, profile):
         floors = {k: K_REFERENCE * v for k, v in profile.spread(kernel_order=order).items()}
         cand = candidate.infer(feed)
+        if runs is not None:
+            runs[profile.digest] = cand
         outputs, _, failures = judge_outputs(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
                                              cosine_floors=profile.cosine_floors(K_REFERENCE, order))
         wider = conditioning.floors(profile, floors) if failures else None
@@ -81,7 +90,8 @@ def property_parity(ctx, spec, precision, result=None):
         return _policy_limit(spec, precision, name, ref)
 
     result = _run(ctx, spec, precision, "property_parity", feeds(spec, pool=pool),
-                  parity_check(spec, precision, candidate, ledger, rows), reference, ledger, result, limit,
+                  parity_check(spec, precision, candidate, ledger, rows, candidate_runs(ctx, given, precision)),
+                  reference, ledger, result, limit,
                   judge_vacuity=False)
     task_outputs = None
     if rows is not None and len(pool):
@@ -99,13 +109,22 @@ def property_parity(ctx, spec, precision, result=None):
 
 
 def invariance_check(spec, precision, candidate, ledger, computed=None):
+    singles = {}  # row digest -> the candidate's outputs for that row alone: a row met again (a corner batch's
+    # identical rows, an input-set row drawn again) is not run alone again, as the reference's batch-1 runs are not
+
+    def alone_of(row):
+        key = digest(row)
+        if key not in singles:
+            singles[key] = _identity(spec, candidate.infer(row))
+        return singles[key]
+
     def judge(pairs, spread, caps):
         return [[_within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE,
                          computed=computed, cap=_row(caps.get(name), i)) for name in alone]
                 for i, _, alone, other in pairs]
 
     def check(feed, profile):
-        pairs = _invariance_pairs(spec, candidate, feed)
+        pairs = _invariance_pairs(spec, candidate, feed, alone_of)
         spread, caps = profile.spread(), invariance_caps(spec, precision, profile)
 
         def limit(name, ref):
@@ -131,16 +150,17 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
     return check
 
 
-def _invariance_pairs(spec, candidate, feed):
-    """[(element, label, its outputs alone, its outputs in the batch)]: each element of ``feed`` alone against itself
-    in the whole batch and moved within it (other companions at another position)."""
+def _invariance_pairs(spec, candidate, feed, alone_of):
+    """[(element, label, its outputs alone, its outputs in the batch)]: each element of ``feed`` alone (``alone_of``
+    a row, cached by the caller) against itself in the whole batch and moved within it (other companions at
+    another position)."""
     together = _identity(spec, candidate.infer(feed))
     n = len(next(iter(feed.values())))
     order = np.roll(np.arange(n), 1)
     shuffled = _identity(spec, candidate.infer({k: v[order] for k, v in feed.items()}))
     pairs = []
     for i in range(n):
-        alone = _identity(spec, candidate.infer({k: v[i:i + 1] for k, v in feed.items()}))
+        alone = alone_of({k: v[i:i + 1] for k, v in feed.items()})
         moved = int(np.flatnonzero(order == i)[0])
         pairs += [(i, f"element {i} of a batch of {n}", alone, {k: v[i:i + 1] for k, v in together.items()}),
                   (i, f"element {i} moved within the batch", alone, {k: v[moved:moved + 1] for k, v in shuffled.items()})]
@@ -185,11 +205,14 @@ def _determinism_limit(spec):
     return lambda name, ref: _invariance_limit(spec, ref) if bounded else 0.0
 
 
-def determinism_check(spec, precision, candidate, ledger):
+def determinism_check(spec, precision, candidate, ledger, runs=None):
+    """``runs``: {input digest: outputs} of earlier runs of the same candidate session (property_parity's, which
+    draws the same inputs): run 1 of an input found there is that run, and two more follow; else three here."""
     bounded = spec.nondeterministic
 
     def check(feed, profile):
-        first = _identity(spec, candidate.infer(feed))
+        earlier = (runs or {}).get(profile.digest)
+        first = _identity(spec, earlier if earlier is not None else candidate.infer(feed))
         spread = profile.spread("repeat")
         ledger.note_unstable(feed, profile, _determinism_limit(spec), "repeat")
         for attempt in (2, 3):
@@ -211,11 +234,18 @@ def determinism(ctx, spec, precision, result=None):
     given, spec = spec, resolved_spec(ctx, spec)
     pool, ledger, bounded = input_pool(ctx, spec), Ledger(), spec.nondeterministic
     result = _run(ctx, spec, precision, "determinism", feeds(spec, pool=pool),
-                  determinism_check(spec, precision, candidate, ledger), reference, ledger, result,
+                  determinism_check(spec, precision, candidate, ledger, candidate_runs(ctx, given, precision)),
+                  reference, ledger, result,
                   _determinism_limit(spec))
     result.details["determinism"] = ({"mode": "bounded", "reason": bounded, "source": INVARIANCE_SOURCE} if bounded
                                      else {"mode": "bitwise", "source": DETERMINISM_SOURCE})
     return coverage.judge(ctx, given, precision, result)
+
+
+def candidate_runs(ctx, spec, precision):
+    """{input digest: outputs} of the candidate's runs in property_parity, kept for determinism's first run of the
+    same inputs (``CANDIDATE_RUNS``, released with the candidate)."""
+    return CANDIDATE_RUNS.get(ctx, ArtifactKey(ctx.runtime, spec.name, precision), dict)
 
 
 CHECKS = {"property_parity": parity_check, "batch_invariance": invariance_check, "determinism": determinism_check}
@@ -226,7 +256,7 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
     """Run ``check(feed, reference_profile)`` as a Hypothesis property; fills and returns ``result`` (a CheckResult,
     the test's own when given: what it holds so far stays recorded when the property raises). ``judge_vacuity``
     False: the caller judges vacuity itself (``_vacuity``), once the task metric has run too."""
-    from hypothesis import given
+    from hypothesis import given, settings
 
     result = CheckResult(spec.name, precision, name) if result is None else result
     nonfinite = NonfiniteLog()  # parity with a NaN / Inf reference is no evidence (paritygate.judge.nonfinite)
@@ -242,7 +272,9 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
 
     prop = with_corner_examples(prop, spec, pool=input_pool(ctx, spec), known=known_failure_feeds(spec, precision, name))
     try:
-        prop()
+        with progress.step("examples", total=explicit_count(prop) + settings.default.max_examples) as examples:
+            reference = _Counted(reference, examples)  # prop's source stays as it is: ci's draws hash it
+            prop()
     except Exception as err:
         if not _is_assertion(err):  # ``result`` (the test's own when given) is the row: it keeps the coverage
             coverage.judge(ctx, spec, precision, result, passed=False)
@@ -282,6 +314,17 @@ def _vacuity(spec, precision, name, ledger, result, limit, task_outputs=None):
                                    limits=ledger.applied_limits(limit))
     result.details["informativeness"] = info
     result.set_inconclusive(vacuity.verdict(spec, name, info))
+
+
+class _Counted:
+    """The reference noise a property runs, each example counted on the progress line (paritygate.common.progress)."""
+
+    def __init__(self, noise, shown):
+        self.noise, self.shown = noise, shown
+
+    def profile(self, feed):
+        self.shown.advance()
+        return self.noise.profile(feed)
 
 
 @contextmanager

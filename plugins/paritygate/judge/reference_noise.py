@@ -34,7 +34,8 @@ from paritygate.verdict import SuiteError
 # would fail a candidate that is exactly as stable as the reference; a larger one would excuse more than the
 # reference's noise explains.
 K_REFERENCE = 2.0
-NOISE = Memo("noise", key=ModelKey)  # the model's ReferenceNoise (reference_noise)
+CONFIGURATION = "kernel_order"  # TensorFlow's other kernel order, as judge.kernel_order names it
+NOISE = Memo("noise", key=ModelKey, close=lambda noise: None)  # its caches: forgotten once the model is done  # the model's ReferenceNoise (reference_noise)
 
 
 def reference_noise(ctx, spec):
@@ -69,19 +70,25 @@ class ReferenceNoise:
             outputs = _numpy(self.runner.infer(arrays))
             again = getattr(self.runner, "again", self.runner.infer)  # the cache keeps a repeat as its own sample
             configs = {"repeat": _numpy(again(arrays))}
-            if self.alternate is not None:
-                try:
-                    configs["kernel_order"] = _numpy(self.alternate.infer(arrays))
-                except SuiteError as err:  # it cannot run here: the policy alone judges (judge.kernel_order)
-                    self.alternate, self.alternate_error = None, str(err)
             n = len(next(iter(arrays.values())))
             if n > 1:
                 rows = [self._single({k: v[i:i + 1] for k, v in arrays.items()}) for i in range(n)]
                 configs["batch1"] = {k: np.concatenate([r[k] for r in rows]) for k in outputs}
             stepped = resolution_step(self.spec, arrays) if self.spec is not None else None
             moved = (lambda: _numpy(self.runner.infer(stepped))) if stepped is not None else None
-            self.feeds[key] = ReferenceRuns(outputs, configs, key, moved)
+            self.feeds[key] = ReferenceRuns(outputs, configs, key, moved, lambda: self._other_order(arrays))
         return self.feeds[key]
+
+    def _other_order(self, arrays):
+        """The feed under TensorFlow's other kernel order, or None where it cannot run (then the policy alone judges,
+        judge.kernel_order): run only when a check asks for it (FP32 parity), not for every feed of every check."""
+        if self.alternate is None:
+            return None
+        try:
+            return _numpy(self.alternate.infer(arrays))
+        except SuiteError as err:
+            self.alternate, self.alternate_error = None, str(err)
+            return None
 
     def _single(self, row):
         key = digest(row)
@@ -125,9 +132,19 @@ class ReferenceRuns:
     """One feed's reference outputs (the whole batch, as compared) and its other configurations. (A ``Profile``
     is something else: a latency measurement setting, ``paritygate.latency.harness.Profile``.)"""
 
-    def __init__(self, outputs, configs, digest, stepped=None):
+    def __init__(self, outputs, configs, digest, stepped=None, other_order=None):
         self.outputs, self.configs, self.digest = outputs, configs, digest
         self._step, self._stepped = stepped, None  # the run on the input moved by its resolution, and its outputs
+        self._other_order = other_order  # () -> outputs under the other kernel order, or None: run on first ask
+
+    def with_kernel_order(self):
+        """The configurations with TensorFlow's other kernel order among them, run now when it was not yet (only
+        FP32 parity asks: judge.kernel_order)."""
+        if self._other_order is not None:
+            other, self._other_order = self._other_order(), None
+            if other is not None:
+                self.configs[CONFIGURATION] = other
+        return self.configs
 
     def conditioning(self):
         """The reference's outputs on the input moved by one step of its resolution (``resolution_step``), run on
@@ -137,15 +154,21 @@ class ReferenceRuns:
             self._stepped, self._step = self._step(), None
         return self._stepped
 
+    def _configs(self, kernel_order, conditioned):
+        """The configurations ``spread`` and ``cosine_floors`` look at: the other kernel order run when asked, the
+        input moved by its resolution added when ``conditioned``."""
+        configs = dict(self.with_kernel_order() if kernel_order else self.configs)
+        if conditioned and self.conditioning() is not None:
+            configs[RESOLUTION] = self.conditioning()
+        return configs
+
     def spread(self, which=None, kernel_order=False, conditioned=False):
         """Per output: max |configuration - outputs| over ``which`` configurations (default all but TensorFlow's
         other kernel order, which ``kernel_order`` adds: FP32 parity's, judge.kernel_order; ``conditioned`` adds the
         input moved by its resolution, measuring it) and over each input's (batch row's) elements, broadcast to the
         output's shape."""
-        configs = dict(self.configs)
-        if conditioned and self.conditioning() is not None:
-            configs[RESOLUTION] = self.conditioning()
-        names = [which] if which else [c for c in configs if kernel_order or c != "kernel_order"]
+        configs = self._configs(kernel_order or which == CONFIGURATION, conditioned)
+        names = [which] if which else [c for c in configs if kernel_order or c != CONFIGURATION]
         out = {}
         for k, ref in self.outputs.items():
             diffs = [_difference(ref, configs[c][k]) for c in names if c in configs]
@@ -162,12 +185,9 @@ class ReferenceRuns:
     def cosine_floors(self, k, kernel_order=False, conditioned=False):
         """Per output: 1 - k * (1 - the reference's lowest cosine with itself over its configurations, as
         ``spread`` picks them)."""
-        configs = dict(self.configs)
-        if conditioned and self.conditioning() is not None:
-            configs[RESOLUTION] = self.conditioning()
-        floors = {}
+        floors, configs = {}, self._configs(kernel_order, conditioned)
         for name, ref in self.outputs.items():
-            cosines = [_cosine(ref, c[name]) for n, c in configs.items() if kernel_order or n != "kernel_order"]
+            cosines = [_cosine(ref, c[name]) for n, c in configs.items() if kernel_order or n != CONFIGURATION]
             floors[name] = 1.0 - k * (1.0 - min(cosines, default=1.0))
         return floors
 
@@ -203,20 +223,20 @@ class Ledger:
         self.unstable = []  # one entry per input where the reference's spread exceeded the check's limit
         self.ill_conditioned = []  # one entry per input the model is too ill-conditioned at (judge.conditioning)
         self.shapes = Counter()  # the distinct feed shapes run: ((input, shape), ...) -> examples
-        self.kernel_order = False  # the reference also ran under its other kernel order (FP32: judge.kernel_order)
+        self.profiles = []  # each distinct input's ReferenceRuns
         self.digests = []  # the digest of each entry of reference_outputs, in order
         self.limits = {}  # digest -> {output: the per-element limit the check applied} (``applied``)
         self.near_bound = 0  # distinct inputs with a float element just inside a bound (inputs.sampling)
 
     def add(self, feed, profile, near_bound=False):
         self.examples += 1
-        self.kernel_order = self.kernel_order or "kernel_order" in profile.configs
         self.shapes[tuple((k, tuple(np.shape(v))) for k, v in feed.items())] += 1
         if profile.digest not in self.seen:  # Hypothesis may replay an input: count its information once
             self.seen.add(profile.digest)
             self.feeds.append(feed)
             self.sources.update(getattr(feed, "sources", ["unlabelled"] * len(next(iter(feed.values())))))
             self.reference_outputs.append(profile.outputs)
+            self.profiles.append(profile)
             self.near_bound += bool(near_bound)
             self.digests.append(profile.digest)
 
@@ -276,7 +296,8 @@ class Ledger:
             result.details["note"] = (f"{self.examples} examples run (corner and input-set batches included; "
                                       f"{self.near_bound} of {len(self.seen)} distinct inputs just inside a bound); "
                                       "statistics of the worst example per output")
-        configurations = ["batch", "repeat", "batch1"] + (["kernel_order"] if self.kernel_order else [])
+        other_order = any(CONFIGURATION in p.configs for p in self.profiles)  # FP32 parity ran it (judge.kernel_order)
+        configurations = ["batch", "repeat", "batch1"] + ([CONFIGURATION] if other_order else [])
         result.details["reference_noise"] = {"k": K_REFERENCE, "configurations": configurations,
                                              "unstable_inputs": len(self.unstable),
                                              "ill_conditioned_inputs": len(self.ill_conditioned)}

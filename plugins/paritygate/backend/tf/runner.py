@@ -59,7 +59,7 @@ class TfRunner(BaseRunner):
                               f"it has {sorted(loaded.signatures) or 'none'}")
         fn = loaded.signatures[self.signature]
         self._keep = loaded  # the signature holds weak references to the loaded object's variables
-        self._variables = _snapshot((v.name, v) for v in fn.variables)
+        self._variables = lambda: _snapshot((v.name, v) for v in fn.variables)  # read when hashed, not held
         self._fn = lambda feed: fn(**{k: tf.constant(v) for k, v in feed.items()})
         specs = fn.structured_input_signature[1]
         self._inputs = {k: (np.dtype(s.dtype.as_numpy_dtype), tuple(-1 if d is None else d for d in s.shape))
@@ -82,8 +82,9 @@ class TfRunner(BaseRunner):
         feeds = {k: graph.get_tensor_by_name(v.name) for k, v in sig.inputs.items()}
         fetches = {k: graph.get_tensor_by_name(v.name) for k, v in sig.outputs.items()}
         reader = tf.train.load_checkpoint(str(self.path / "variables" / "variables"))
-        self._variables = [(n, reader.get_tensor(n)) for n in reader.get_variable_to_shape_map()
-                           if n.endswith("VARIABLE_VALUE") and ".OPTIMIZER_SLOT" not in n and not n.startswith(("optimizer/", "save_counter"))]
+        self._variables = lambda: [(n, reader.get_tensor(n)) for n in reader.get_variable_to_shape_map()
+                                   if n.endswith("VARIABLE_VALUE") and ".OPTIMIZER_SLOT" not in n
+                                   and not n.startswith(("optimizer/", "save_counter"))]
         self._keep = self._session = session
         self._fn = lambda feed: session.run(fetches, {feeds[k]: v for k, v in feed.items()})
         self._inputs = {k: (np.dtype(t.dtype.as_numpy_dtype), tuple(-1 if d is None else d for d in t.shape))
@@ -110,7 +111,7 @@ class TfRunner(BaseRunner):
         A semantic fingerprint: SavedModel files are not byte-reproducible (two saves of the same weights
         differ), so the goldens' manifest records this, not a hash of the files."""
         digest = hashlib.sha256()
-        for name, value in sorted(self._variables, key=lambda nv: (nv[0], nv[1].shape, nv[1].tobytes())):
+        for name, value in sorted(self._variables(), key=lambda nv: (nv[0], nv[1].shape, nv[1].tobytes())):
             digest.update(f"{name}|{value.dtype}|{value.shape}|".encode())
             digest.update(np.ascontiguousarray(value).tobytes())
         return digest.hexdigest()
@@ -170,7 +171,8 @@ def _stat(path):
 def _keras_state(path):
     """(inputs, output names, variables, call) of the Keras file ``path``."""
     model = load_keras(path)
-    variables = _snapshot((getattr(w, "path", w.name), w) for w in model.weights)
+    def variables():  # read when hashed: a copy of every weight is not held for the run
+        return _snapshot((getattr(w, "path", w.name), w) for w in model.weights)
     names = [t.name.split(":")[0] for t in model.inputs]
     inputs = {n: (np.dtype(getattr(t.dtype, "as_numpy_dtype", t.dtype)), tuple(-1 if d is None else d for d in t.shape))
               for n, t in zip(names, model.inputs)}

@@ -71,3 +71,28 @@ def test_no_int32_dequantize_and_weights_per_channel_symmetric_int8(tmp_path):
         assert scale.shape == (3,) and zero.dtype == np.int8 and not zero.any()
     biases = {n.input[2] for n in model.graph.node if n.op_type == "Conv"}
     assert all(inits[b].data_type == T.FLOAT for b in biases)  # float bias: no INT32 DequantizeLinear
+
+
+def test_ranges_kept_once_build_the_same_artifact_and_calibrate_no_more(tmp_path):
+    """A localization search rebuilds the int8 artifact with nodes left unquantized: the calibration's ranges are kept
+    from the first build and read back (quantize_static's calibration_cache_path); an artifact built from them is
+    byte for byte the one a fresh calibration builds, with or without a plan's excluded nodes."""
+    ranges, source = tmp_path / "ranges.json", shared_bias_convs()
+    for exclude in ((), ("c1",)):
+        fresh, kept = tmp_path / f"fresh{len(exclude)}.onnx", tmp_path / f"kept{len(exclude)}.onnx"
+        int8.quantize(source, fresh, FEEDS, ["Conv"], exclude=exclude)
+        report = int8.quantize(source, kept, FEEDS, ["Conv"], exclude=exclude, ranges=ranges)
+        assert report["calibration_ranges"] == ("computed" if not exclude else "reused")
+        assert onnx.load(str(kept)).SerializeToString() == onnx.load(str(fresh)).SerializeToString()
+
+    class Exhausted(int8._Reader):  # a reused range file runs no calibration row
+        def get_next(self):
+            raise AssertionError("calibrated again")
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(int8, "_Reader", Exhausted)
+    try:
+        assert int8.quantize(source, tmp_path / "again.onnx", FEEDS, ["Conv"], exclude=("c2",),
+                             ranges=ranges)["calibration_ranges"] == "reused"
+    finally:
+        monkey.undo()

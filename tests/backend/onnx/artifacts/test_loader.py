@@ -66,7 +66,7 @@ def test_fp32_converts_the_saved_model_with_tf2onnx(toy, parity_cache):
     # builds: 1, or 0 where xdist ran this module's tests apart and the module fixture was made again
     assert builds <= 1 and path.parent == parity_cache / "onnx" and path.name.startswith("loader_toy-fp32-")
     made = json.loads(cache.report_path(path).read_text())
-    assert made["converter"] == "tf2onnx" and "tf2onnx.convert" in made["command"]
+    assert made["converter"] == "tf2onnx" and "paritygate.backend.onnx.artifacts.convert" in made["command"]  # its CLI
     model = loader.load_checked(path)
     assert [i.name for i in model.graph.input] == ["x"] and [o.name for o in model.graph.output] == ["y", "z"]
     assert [op.version for op in model.opset_import if op.domain in ("", "ai.onnx")] == [loader.OPSET]
@@ -112,7 +112,7 @@ def test_a_second_model_over_the_same_reference_reuses_the_conversion_and_valida
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: ran.append(cmd) or real(cmd, **kw))
     twin = loader.fp32_onnx(dataclasses.replace(spec, name="loader_toy_again"))
     assert twin != path and twin.name.startswith("loader_toy_again-fp32-") and twin.read_bytes() == path.read_bytes()
-    assert not [c for c in ran if "tf2onnx.convert" in c]
+    assert not [c for c in ran if "paritygate.backend.onnx.artifacts.convert" in c or "tf2onnx.convert" in c]
     report = json.loads(report_path(twin).read_text())  # copied from this model's file, or another test's twin
     key = path.name.split("-fp32-")[1]
     assert report["copied_from"].endswith(f"-fp32-{key}") and report["converter"] == "tf2onnx"

@@ -215,3 +215,16 @@ def test_a_plan_that_keeps_every_mac_in_fp32_is_not_verified_below_the_coverage_
     else:
         assert d["verified"] is True and "project" in d["keep_fp32"]
         assert d["coverage"]["mac_share"] == 0.0
+
+
+def test_rows_run_a_few_at_a_time_give_what_all_at_once_gives(overflow, monkeypatch):
+    """Intermediates over ``ROWS_BYTES`` run a few rows at a time (issue 37's memory budget): every tensor's numbers,
+    pass, added error and ranking are those of one run over all the rows (the bound's max|ref| read over all)."""
+    spec, feed, _ = overflow
+    fp32, fp16 = onnx.load(str(spec.onnx)), onnx.load(str(loader.fp16_onnx(spec, keep_fp32=())))
+    whole = localize.divergence(fp32, fp16, feed, 1e-2, 1e-2)
+    monkeypatch.setattr(localize, "ROWS_BYTES", 1)  # one row at a time
+    rows = localize.divergence(fp32, fp16, feed, 1e-2, 1e-2)
+    assert len(next(iter(feed.values()))) > 1 and [r.as_dict() for r in rows.rows] == [r.as_dict() for r in whole.rows]
+    assert rows.unmatched == whole.unmatched and rows.top.node == whole.top.node == "scale_up"
+    assert any(not r.passed for r in rows.rows) and any(r.passed for r in rows.rows)

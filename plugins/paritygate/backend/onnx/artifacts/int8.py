@@ -10,7 +10,10 @@ Settings, each with its reason:
 - ``QuantizeBias: False``: quantize_static otherwise stores Conv/Gemm bias as an INT32 DequantizeLinear (its
   docstring, onnxruntime 1.31 quantization/quantize.py "QuantizeBias"), which onnx-tensorrt rejects (INT32 is not
   among DequantizeLinear's types; onnx-tensorrt#850, onnxruntime#17738). The bias stays float; TensorRT fuses it.
-- MinMax calibration on the model's calibration rows.
+- MinMax calibration on the model's calibration rows. The ranges it finds depend on the FP32 graph, the rows and the
+  op types quantized, not on the nodes a plan leaves unquantized (``create_calibrator`` is not given them): they are
+  kept in ``ranges`` (quantize_static's ``calibration_cache_path``) and read back by every later build of the same
+  graph, rows and ops, so a localization search's rebuilds (``judge.divergence``) calibrate once, not once a trial.
 
 One repair before quantizing: a bias initializer shared by several Conv/Gemm nodes gets one copy per node, named
 so that no existing tensor is shadowed. quantize_static duplicates shared biases itself, naming the copies
@@ -20,6 +23,7 @@ bias, and ONNX Runtime refuses the model ("Transpose ... Invalid attribute perm 
 """
 
 from paritygate.backend.onnx.graph.names import fresh_name, tensor_names
+from paritygate.common import progress
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
@@ -59,9 +63,10 @@ def unshare_biases(model):
     return copies
 
 
-def quantize(source, out, feeds, ops, exclude=()):
+def quantize(source, out, feeds, ops, exclude=(), ranges=None):
     """Quantize the float32 ModelProto ``source`` into ``out`` with ``feeds`` (a list of feed dicts by the
-    model's input names); returns the build report."""
+    model's input names); returns the build report. ``ranges``: the file of the calibration's tensor ranges, read
+    when it exists (the rows are then not run), else written (module doc)."""
     import tempfile
     from pathlib import Path
 
@@ -74,16 +79,22 @@ def quantize(source, out, feeds, ops, exclude=()):
     with tempfile.TemporaryDirectory(prefix="paritygate-int8-") as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         onnx.save(model, str(prepared))
-        q.quantize_static(str(prepared), str(out), _Reader(feeds), **kwargs)
-    return {"converter": CONVERTER,
+        reused = ranges is not None and Path(ranges).is_file()
+        with progress.step("calibration rows", total=0 if reused else len(feeds)) as shown:
+            q.quantize_static(str(prepared), str(out), _Reader(feeds, shown), **kwargs,
+                              calibration_cache_path=None if ranges is None else str(ranges))
+    return {"converter": CONVERTER, **({"calibration_ranges": "reused" if reused else "computed"} if ranges else {}),
             "settings": {k: (v.name if hasattr(v, "name") else v) for k, v in kwargs.items()},
             "unshared_biases": [{"node": n, "bias": b, "copy": c} for n, b, c in copies],
             "calibration_rows": len(feeds)}
 
 
 class _Reader:
-    def __init__(self, feeds):
-        self._it = iter(feeds)
+    def __init__(self, feeds, shown=None):
+        self._it, self.shown = iter(feeds), shown  # shown: the progress step, each row counted
 
     def get_next(self):
-        return next(self._it, None)
+        row = next(self._it, None)
+        if row is not None and self.shown is not None:
+            self.shown.advance()
+        return row

@@ -123,8 +123,9 @@ def _convert(spec, out, key):
 
         saved_model, signature = saved_model_of(spec)
         source = str(saved_model)
-        cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", source, "--signature_def", signature,
-               "--opset", str(OPSET), "--output", str(out)]
+        # tf2onnx's command line with its garbage collected as it goes (convert.py: its peak memory bounded)
+        cmd = [sys.executable, "-m", "paritygate.backend.onnx.artifacts.convert", "--saved-model", source,
+               "--signature_def", signature, "--opset", str(OPSET), "--output", str(out)]
         proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_quiet_env())
         if proc.returncode != 0:  # its own error (gaps.tool_error), not the last lines of its log
             said = gaps.tool_error(proc.stderr, proc.returncode)
@@ -198,8 +199,12 @@ def int8_onnx(spec, ops=INT8_OPS):
         names = _input_names(spec, source)  # reference -> ONNX input names
         feeds = [{names[k]: v[i:i + 1] for k, v in group.items()}  # one row at a time, of each shape
                  for group in calib for i in range(len(next(iter(group.values()))))]
+        quantized = [op for op in ops if op not in plan]
+        ranges = key_of(src=hash_path(src), calib=hash_path(spec.calibration), ops=sorted(quantized),
+                        ort=_version("onnxruntime"), build=BUILD["int8"])  # a plan's nodes do not change them (int8.py)
+        ranges = cache_root() / "calibration" / f"{spec.name}-{ranges}.json"
         try:
-            report = int8.quantize(source, out, feeds, [op for op in ops if op not in plan], exclude=plan)
+            report = int8.quantize(source, out, feeds, quantized, exclude=plan, ranges=ranges)
         except Exception as err:  # quantize_static raises ValueError, RuntimeError, ORT errors
             message = " ".join(str(err).strip().splitlines()[:3])[:600]
             raise ArtifactError(int8.CONVERTER, "quantization", message, validate.node_of(str(err))) from err

@@ -75,27 +75,35 @@ def pair_tensors(fp32_model, cand_model):
 
 def run_marked(model, feed, names):
     """Run ``model`` (a ModelProto) on ``feed`` with the tensors ``names`` exposed as graph outputs."""
-    marked = onnx.ModelProto()
-    marked.CopyFrom(model)
-    have = {o.name for o in marked.graph.output}
-    for name in names:
-        if name not in have:
-            marked.graph.output.append(onnx.ValueInfoProto(name=name))  # type left to ONNX Runtime's inference
-    options = session_options()
-    sess = ort.InferenceSession(marked.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
-    wanted = [o.name for o in sess.get_outputs() if o.name in set(names)]
-    return dict(zip(wanted, sess.run(wanted, feed)))
+    return _Marked(model, names).run(feed)
 
 
-def tensor_error(ref, cand, atol, rtol):
-    """(max abs error, max rel error, passed) of one tensor under the magnitude-scaled rule (module doc)."""
+class _Marked:
+    """``model`` with the tensors ``names`` exposed as graph outputs: one session, run on any rows."""
+
+    def __init__(self, model, names, options=None):
+        marked = _copy(model)
+        have = {o.name for o in marked.graph.output}
+        for name in names:
+            if name not in have:
+                marked.graph.output.append(onnx.ValueInfoProto(name=name))  # type left to ONNX Runtime's inference
+        self.sess = ort.InferenceSession(marked.SerializeToString(), sess_options=options or session_options(),
+                                         providers=["CPUExecutionProvider"])
+        self.wanted = [o.name for o in self.sess.get_outputs() if o.name in set(names)]
+
+    def run(self, feed):
+        return dict(zip(self.wanted, self.sess.run(self.wanted, feed)))
+
+
+def tensor_error(ref, cand, atol, rtol, scale=None):
+    """(max abs error, max rel error, passed) of one tensor under the magnitude-scaled rule (module doc);
+    ``scale``: max|ref| over the whole tensor when ``ref`` holds some of its rows (None: ``ref``'s own)."""
     r, c = np.asarray(ref, np.float64), np.asarray(cand, np.float64)
     if r.shape != c.shape:
         return float("inf"), float("inf"), False
     if r.size == 0:
         return 0.0, 0.0, True
-    finite = np.isfinite(r)
-    scale = float(np.abs(r[finite]).max()) if finite.any() else 0.0
+    scale = _scale(r) if scale is None else scale
     same_nonfinite = (r == c) | (np.isnan(r) & np.isnan(c))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # inf - inf, x / 0: handled below
         err = np.where(same_nonfinite, 0.0, np.abs(c - r))
@@ -155,33 +163,78 @@ def _is_float(arr):
     return np.asarray(arr).dtype.kind == "f"
 
 
+# Intermediates held at once: a feed whose FP32, candidate and node-alone intermediates would take more runs a few rows
+# at a time (a BERT-base layer stack holds about 100 MB of them a row; issue 37's memory budget)
+ROWS_BYTES = 256 * 2**20
+
+
 def divergence(fp32_model, cand_model, feed, atol, rtol):
-    """Compare every matched float intermediate of ``cand_model`` with ``fp32_model``'s on ``feed``."""
+    """Compare every matched float intermediate of ``cand_model`` with ``fp32_model``'s on ``feed``. Rows that would
+    hold more than ``ROWS_BYTES`` of intermediates at once run a few at a time: each tensor's numbers are then the
+    maxima over them and its pass is judged with max|ref| of the whole tensor (read in a first pass over the rows),
+    as one run over all the rows gives them."""
     from paritygate.backend.onnx.strict.rewrite import rounded_of
 
     fp32_model = named_nodes(_copy(fp32_model))
     rounded = rounded_of(cand_model)  # a strict artifact: compare the FP16-rounded value its readers see
     pairs = {k: rounded.get(v, v) for k, v in pair_tensors(fp32_model, cand_model).items()}
-    ref = run_marked(fp32_model, feed, [o for n in fp32_model.graph.node for o in n.output if o])
-    cand = run_marked(cand_model, feed, sorted(set(pairs.values())))
+    fp32 = _Marked(fp32_model, [o for n in fp32_model.graph.node for o in n.output if o])
+    cand = _Marked(cand_model, sorted(set(pairs.values())))
+    chunks = _chunks(feed, fp32)
+    scales = _scales(fp32, chunks) if len(chunks) > 1 else {}
+    result, found, local = Divergence(), {}, None
+    for rows in chunks:
+        ref, out = fp32.run(rows), cand.run(rows)
+        values = {**rows, **{t: out[c] for t, c in pairs.items() if c in out}}  # the candidate's, by FP32 names
+        added = {}
+        if result.ranking_error is None:
+            try:
+                local = local or _Local(fp32_model, ref, values)
+                added = local.errors(ref, values, atol, rtol, scales)
+            except Exception as err:  # noqa: BLE001 - ONNX Runtime refusing the per-node graph: rank by first failure
+                found = {k: v[:3] + (None, None) for k, v in found.items()}
+                result.ranking_error = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+        for tensor in ref:
+            if _is_float(ref[tensor]) and pairs.get(tensor) in out:
+                new = (*tensor_error(ref[tensor], out[pairs[tensor]], atol, rtol, scales.get(tensor)),
+                       *added.get(tensor, (None, None)))
+                found[tensor] = _worse(found.get(tensor), new)
     depth = depths(fp32_model)
-    result = Divergence()
-    values = {**feed, **{t: cand[c] for t, c in pairs.items() if c in cand}}  # the candidate's, by FP32 names
-    try:
-        added = added_errors(fp32_model, ref, values, atol, rtol)
-    except Exception as err:  # noqa: BLE001 - ONNX Runtime refusing the per-node graph: rank by first failure
-        added, result.ranking_error = {}, f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
     for node in fp32_model.graph.node:
-        for out in node.output:
-            if not out or out not in ref or not _is_float(ref[out]):
-                continue
-            if pairs.get(out) not in cand:
-                result.unmatched.append(out)
-                continue
-            max_abs, max_rel, ok = tensor_error(ref[out], cand[pairs[out]], atol, rtol)
-            result.rows.append(NodeError(node.name, node.op_type, depth[node.name], out, max_abs, max_rel, ok,
-                                         *added.get(out, (None, None))))
+        for tensor in node.output:
+            if tensor and tensor in found:
+                result.rows.append(NodeError(node.name, node.op_type, depth[node.name], tensor, *found[tensor]))
+            elif tensor and tensor in ref and _is_float(ref[tensor]):
+                result.unmatched.append(tensor)
     return result
+
+
+def _chunks(feed, fp32):
+    """``feed`` itself, or its rows a few at a time where all at once would hold more than ``ROWS_BYTES``."""
+    n = len(next(iter(feed.values())))
+    if n == 1:
+        return [feed]
+    row = sum(np.asarray(v).nbytes for v in fp32.run({k: v[:1] for k, v in feed.items()}).values())
+    size = max(1, ROWS_BYTES // max(3 * row, 1))  # FP32, the candidate's and the nodes' alone
+    return [feed] if size >= n else [{k: v[i:i + size] for k, v in feed.items()} for i in range(0, n, size)]
+
+
+def _scales(fp32, chunks):
+    """FP32 tensor -> max|value| over every row of ``chunks``: the bound's absolute term, as one run would see it."""
+    scales = {}
+    for rows in chunks:
+        for tensor, value in fp32.run(rows).items():
+            if _is_float(value):
+                scales[tensor] = max(scales.get(tensor, 0.0), _scale(np.asarray(value, np.float64)))
+    return scales
+
+
+def _worse(old, new):
+    """(max_abs, max_rel, passed, added_abs, added_ratio) over the rows seen so far."""
+    if old is None:
+        return new
+    return (max(old[0], new[0]), max(old[1], new[1]), old[2] and new[2],
+            *(None if a is None or b is None else max(a, b) for a, b in zip(old[3:], new[3:])))
 
 
 LOCAL = "__paritygate_local"
@@ -221,29 +274,46 @@ def _local_graph(fp32_model, values):
 def added_errors(fp32_model, ref, values, atol, rtol):
     """FP32 tensor -> (max abs error, ratio to the magnitude-scaled bound) that its node adds: the candidate's
     value against the FP32 node run alone on the candidate's values of its inputs (module doc, Ranking)."""
-    values = {k: np.asarray(v).astype(ref[k].dtype) if k in ref else np.asarray(v) for k, v in values.items()}
-    model, fed = _local_graph(fp32_model, values)
-    options = session_options()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # each node as written
-    sess = ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    local = dict(zip(names, sess.run(names, fed)))
-    out = {}
-    for name, alone in local.items():
-        tensor = name[:-len(LOCAL)]
-        if tensor in ref and tensor in values and _is_float(ref[tensor]):
-            out[tensor] = _added(ref[tensor], alone, values[tensor], atol, rtol)
-    return out
+    return _Local(fp32_model, ref, values).errors(ref, values, atol, rtol)
 
 
-def _added(ref, alone, cand, atol, rtol):
+def _as_reference(ref, values):
+    """``values`` in the FP32 tensors' dtypes (a candidate's float16 values as float32)."""
+    return {k: np.asarray(v).astype(ref[k].dtype) if k in ref else np.asarray(v) for k, v in values.items()}
+
+
+class _Local:
+    """The graph of every FP32 node run alone on given values of its inputs (``_local_graph``), one session."""
+
+    def __init__(self, fp32_model, ref, values):
+        self.model, fed = _local_graph(fp32_model, _as_reference(ref, values))
+        self.inputs = list(fed)
+        options = session_options()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # each node as written
+        self.sess = ort.InferenceSession(self.model.SerializeToString(), sess_options=options,
+                                         providers=["CPUExecutionProvider"])
+
+    def errors(self, ref, values, atol, rtol, scales=None):
+        """As ``added_errors``, on the rows ``ref`` and ``values`` hold (``scales``: as ``tensor_error``'s)."""
+        values = _as_reference(ref, values)
+        names = [o.name for o in self.sess.get_outputs()]
+        local = dict(zip(names, self.sess.run(names, {i: values[i] for i in self.inputs})))
+        out = {}
+        for name, alone in local.items():
+            tensor = name[:-len(LOCAL)]
+            if tensor in ref and tensor in values and _is_float(ref[tensor]):
+                out[tensor] = _added(ref[tensor], alone, values[tensor], atol, rtol, (scales or {}).get(tensor))
+        return out
+
+
+def _added(ref, alone, cand, atol, rtol, scale=None):
     """(max |cand - alone|, max of that over atol * max|ref| + rtol * |alone|): the bound of ``tensor_error``
-    around the node's own FP32 result, its absolute term scaled by the reference tensor's magnitude."""
+    around the node's own FP32 result, its absolute term scaled by the reference tensor's magnitude (``scale``,
+    as ``tensor_error``'s)."""
     r, a, c = (np.asarray(x, np.float64) for x in (ref, alone, cand))
     if a.shape != c.shape or a.size == 0:
         return (float("inf"), float("inf")) if a.shape != c.shape else (0.0, 0.0)
-    finite = np.isfinite(r)
-    scale = float(np.abs(r[finite]).max()) if finite.any() else 0.0
+    scale = _scale(r) if scale is None else scale
     same = (a == c) | (np.isnan(a) & np.isnan(c))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         err = np.where(same, 0.0, np.abs(c - a))
@@ -252,6 +322,11 @@ def _added(ref, alone, cand, atol, rtol):
         ratio = np.where(err == 0, 0.0, err / bound)
     ratio = np.where(np.isnan(ratio), np.inf, ratio)
     return float(err.max()), float(ratio.max())
+
+
+def _scale(r):
+    finite = np.isfinite(r)
+    return float(np.abs(r[finite]).max()) if finite.any() else 0.0
 
 
 def _copy(model):

@@ -32,8 +32,9 @@ class Plan:
 
 
 class _Search:
-    def __init__(self, passes, max_trials, deadline=None):
+    def __init__(self, passes, max_trials, deadline=None, shown=None):
         self._passes, self.max_trials, self.deadline = passes, max_trials, deadline  # deadline: time.monotonic
+        self.shown = shown  # the progress step
         self.trials, self._seen = [], {}
 
     @property
@@ -50,6 +51,8 @@ class _Search:
             if isinstance(out, str):
                 trial["why_not"] = out
             self.trials.append(trial)
+            if self.shown is not None:
+                self.shown.advance(detail=f"{step}, {len(nodes)} node(s) kept")
         return self._seen[key]
 
 
@@ -65,7 +68,13 @@ def search(ranked, passes, order, upstream_of, max_greedy=6, max_trials=24, weig
     weight(name) -> number: prune tries the heaviest members first (the MAC nodes: the plan then keeps as few
     multiply-accumulates out of the precision as it can, which keeps its precision coverage); None: all alike;
     deadline: a time.monotonic after which no rebuild starts (the run's localization budget)."""
-    s = _Search(passes, max_trials, deadline)
+    from paritygate.common import progress
+
+    with progress.step("localization: plan trials", total=max_trials) as shown:
+        return _search(_Search(passes, max_trials, deadline, shown), ranked, order, upstream_of, max_greedy, weight)
+
+
+def _search(s, ranked, order, upstream_of, max_greedy, weight):
     eligible = set(order)
     keep = []
 

@@ -1,0 +1,153 @@
+"""tf2onnx's command line (``python -m tf2onnx.convert``) with its memory bounded: the same code run with the same
+arguments, the garbage it leaves collected as it goes.
+
+tf2onnx's ONNX optimizers (tf2onnx/optimizer/__init__.py, ``optimize_graph``) deep-copy the whole graph, weights
+included, before each of its 12 optimizers on every pass, and drop the copy before; its graph objects hold reference
+cycles (a node and its graph), which Python frees only when its cyclic collector runs, and that runs by counts of
+objects, not bytes, so the dropped copies of the weights pile up. Here, after each optimizer and each of the
+conversion's stages (freezing, grappler, the TF -> ONNX mapping), the collector runs and the freed pages go back
+(``common.memory.trim``) whenever the process grew by ``GROWTH_BYTES`` since it last did: a small model pays nothing.
+
+Freezing (``tf_loader.from_function``) is tf2onnx's own steps with the copies of the weights each leaves dropped
+before the next one makes its own (``from_function`` here): tf2onnx holds the loaded SavedModel, the frozen
+function, its GraphDef and that GraphDef imported into a graph all while grappler makes two more; here grappler runs
+on the frozen GraphDef alone, once the SavedModel is let go (``from_saved_model``). Measured on ResNet50 (98 MB of weights), the peak
+of each stage as tf2onnx runs: loaded 0.80 GiB, frozen 1.93, grappler 3.01, its ONNX optimizers 6.82, saved 7.31;
+on MobileNetV2 (alpha 0.35, 6.8 MB): 0.98 GiB as tf2onnx runs, 0.83 here; the real-size models: docs/measured.md,
+"Real-size models".
+
+    python -m paritygate.backend.onnx.artifacts.convert --saved-model DIR --signature_def serving_default \\
+        --opset 17 --output model.onnx        # tf2onnx.convert's arguments, as they are
+"""
+
+import functools
+import gc
+import os
+import sys
+
+from paritygate.common.memory import trim
+
+GROWTH_BYTES = 64 * 2**20
+_LAST = [0]
+
+
+def resident():
+    """This process's resident set in bytes (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def collect(force=False, stage=None):
+    """Collect the cyclic garbage and give its pages back when the process grew by ``GROWTH_BYTES`` since the last
+    time (``force``: now). ``PARITYGATE_CONVERT_TRACE`` set: each ``stage`` and the memory then, on stderr."""
+    now, collected = resident(), force or resident() - _LAST[0] > GROWTH_BYTES
+    if collected:
+        gc.collect()
+        trim()
+        _LAST[0] = resident()
+    if stage and os.environ.get("PARITYGATE_CONVERT_TRACE"):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        after = f", collected: {_LAST[0] / 2**30:.2f} GiB" if collected else ""
+        print(f"paritygate convert: {stage}: resident {now / 2**30:.2f} GiB{after}, peak {peak:.2f} GiB",
+              file=sys.stderr, flush=True)
+
+
+def _collecting(function):
+    @functools.wraps(function)
+    def wrapped(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        finally:
+            collect(stage=function.__qualname__)
+
+    return wrapped
+
+
+def from_function(func, input_names, output_names, large_model=False):
+    """tf2onnx's ``tf_loader.from_function``, the same steps on the same values, each one's copy of the weights
+    dropped before the next one makes its own (module doc). Where tf2onnx handles a freezing error or a large model
+    itself, its own function runs."""
+    from tf2onnx import tf_loader
+
+    if large_model:
+        return _FROM_FUNCTION[0](func, input_names, output_names, large_model)
+    try:
+        frozen = tf_loader.convert_variables_to_constants_v2(func, lower_control_flow=False, aggressive_inlining=True)
+    except ValueError:
+        return _FROM_FUNCTION[0](func, input_names, output_names, large_model)  # tf2onnx's repair of freezing
+    collect(stage="frozen")
+    graph_def = frozen.graph.as_graph_def(add_shapes=True)
+    del frozen
+    collect(force=True, stage="frozen GraphDef")
+    graph_def = tf_loader.fix_freezing_errors_part2(graph_def)
+    import tensorflow as tf
+
+    with tf.Graph().as_default() as tf_graph, tf_loader.tf_session(graph=tf_graph) as sess:
+        tf.import_graph_def(graph_def, name="")
+        input_names = tf_loader.inputs_without_resource(sess, input_names)
+    del tf_graph, sess
+    collect(force=True, stage="inputs read")
+    if _SAVED_MODEL and not tf_loader.get_hash_table_info(graph_def):
+        _SAVED_MODEL[0] = (input_names, output_names)  # grappler once the SavedModel is let go: from_saved_model
+        return graph_def
+    return _optimized(input_names, output_names, graph_def)
+
+
+def _optimized(input_names, output_names, graph_def):
+    import tensorflow as tf
+    from tf2onnx import tf_loader
+
+    with tf.Graph().as_default():  # an empty graph for grappler's metagraph, as the imported one's collections were
+        return tf_loader.tf_optimize(input_names, output_names, graph_def)
+
+
+def from_saved_model(*args, **kwargs):
+    """tf2onnx's ``tf_loader.from_saved_model``, grappler run on the frozen graph once it has returned, so that the
+    loaded SavedModel (its variables, its functions) is let go first. Only where the graph has no hash table, whose
+    placeholders tf2onnx replaces after freezing (then grappler runs where tf2onnx runs it, in ``from_function``)."""
+    _SAVED_MODEL[:] = [None]
+    try:
+        result = _FROM_SAVED_MODEL[0](*args, **kwargs)
+        pending = _SAVED_MODEL[0]
+    finally:
+        _SAVED_MODEL.clear()
+    collect(force=True, stage="SavedModel let go")
+    if pending is not None:
+        result[0] = _optimized(*pending, result[0])
+    return result
+
+
+_FROM_FUNCTION, _FROM_SAVED_MODEL = [], []  # tf2onnx's own
+_SAVED_MODEL = []  # inside from_saved_model: [None], or [(input names, output names)] grappler has yet to run with
+
+
+def install():
+    """Collect after each ONNX optimizer and each conversion stage of tf2onnx; freeze leaner (module doc)."""
+    from tf2onnx import convert, optimizer, tf_loader, tfonnx
+
+    if not _FROM_FUNCTION:
+        _FROM_FUNCTION.append(tf_loader.from_function)
+        _FROM_SAVED_MODEL.append(tf_loader.from_saved_model)
+        tf_loader.from_function, tf_loader.from_saved_model = from_function, from_saved_model
+    for factory in optimizer._get_optimizers().values():
+        factory.optimize = _collecting(factory.optimize)
+    for module, name in ((tf_loader, "tf_optimize"), (convert, "process_tf_graph"),
+                         (tfonnx, "process_parsed_graph"), (optimizer, "optimize_graph")):
+        setattr(module, name, _collecting(getattr(module, name)))
+
+
+def main(argv):
+    install()
+    from tf2onnx import convert
+
+    sys.argv = ["tf2onnx.convert", *argv]
+    convert.main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
