@@ -14,6 +14,8 @@ import json
 
 import pytest
 
+pytest.importorskip("apache_beam", reason="apache_beam is not installed (pip install 'paritygate[beam]')")
+
 from paritygate.cli.main import main
 from paritygate.shadow.pipeline import Settings, run
 from paritygate.shadow.results import FLIP_BUDGET, FLIP_SOURCE, precision_results

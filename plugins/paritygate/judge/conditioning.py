@@ -96,4 +96,4 @@ def measured(spec, inputs, run):
     """A ``ReferenceRuns`` of a fixed input set (``matches_reference``'s groups): the live reference on ``inputs``
     and, on first need, on their step, each through ``run(feed)`` (the reference, batched)."""
     stepped = resolution_step(spec, inputs)
-    return ReferenceRuns(run(inputs), {}, None, (lambda: run(stepped)) if stepped is not None else None)
+    return ReferenceRuns(run(inputs), {}, None, stepped=(lambda: run(stepped)) if stepped is not None else None)

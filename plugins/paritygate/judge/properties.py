@@ -21,17 +21,15 @@ from paritygate.backend.runtimes import candidate_runner, resolved_spec
 from paritygate.common import progress
 from paritygate.common.digest import digest
 from paritygate.common.memo import ArtifactKey, Memo
-from paritygate.comparator.compare import compare_array
 from paritygate.comparator.tolerance import (
     DETERMINISM_SOURCE,
     INVARIANCE_SOURCE,
-    Tolerance,
-    invariance_bound,
     tolerance_for,
 )
 from paritygate.inputs.sampling import near_bound
 from paritygate.inputs.strategies import explicit_count, feeds, input_pool, with_corner_examples
 from paritygate.judge import conditioning, coverage, kernel_order, vacuity
+from paritygate.judge.limits import invariance_caps, invariance_limit, policy_limit, row_of, within
 from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import judge_outputs, output_records
 from paritygate.judge.reference_noise import K_REFERENCE, Ledger, reference_noise
@@ -52,7 +50,7 @@ def parity_check(spec, precision, candidate, ledger, task_rows=None, runs=None):
     order = kernel_order.applies(precision)  # FP32: TensorFlow's other kernel order is reference noise too
 
     def limit(name, ref):
-        return _policy_limit(spec, precision, name, ref)
+        return policy_limit(spec, precision, name, ref)
 
     def check(feed, profile):
         floors = {k: K_REFERENCE * v for k, v in profile.spread(kernel_order=order).items()}
@@ -87,7 +85,7 @@ def property_parity(ctx, spec, precision, result=None):
     rows = TaskRows(spec, precision) if spec.task in TASKS else None
 
     def limit(name, ref):
-        return _policy_limit(spec, precision, name, ref)
+        return policy_limit(spec, precision, name, ref)
 
     result = _run(ctx, spec, precision, "property_parity", feeds(spec, pool=pool),
                   parity_check(spec, precision, candidate, ledger, rows, candidate_runs(ctx, given, precision)),
@@ -119,8 +117,8 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
         return singles[key]
 
     def judge(pairs, spread, caps):
-        return [[_within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE,
-                         computed=computed, cap=_row(caps.get(name), i)) for name in alone]
+        return [[within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE,
+                         computed=computed, cap=row_of(caps.get(name), i)) for name in alone]
                 for i, _, alone, other in pairs]
 
     def check(feed, profile):
@@ -128,7 +126,7 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
         spread, caps = profile.spread(), invariance_caps(spec, precision, profile)
 
         def limit(name, ref):
-            return _invariance_limit(spec, ref, computed, caps[name])
+            return invariance_limit(spec, ref, computed, caps[name])
 
         ledger.note_unstable(feed, profile, limit, "batch1")
         judged = judge(pairs, spread, caps)
@@ -167,28 +165,6 @@ def _invariance_pairs(spec, candidate, feed, alone_of):
     return pairs
 
 
-def invariance_caps(spec, precision, profile, conditioned=False):
-    """Per output, per element of the feed's reference: 2 x the parity limit there plus the reference's own spread
-    between the whole batch and each element alone. A candidate within the parity limit L of the reference at
-    both batch sizes, where the reference itself moves by s between them, differs from itself by at most
-    2L + s (the triangle inequality): a larger bound could never fail a candidate that parity passes, and the
-    batch bound alone (10 sqrt(n) u max|output|) reaches an output's whole range for large inputs at FP16
-    (issue 37: ResNet50, n = 150528: 1.89 on a softmax). L is property_parity's own: the policy limit, raised to
-    K x the reference's spread over its configurations (at fp32 TensorFlow's other kernel order too; ``conditioned``:
-    the input moved by its resolution too, judge.conditioning)."""
-    every = profile.spread(kernel_order=kernel_order.applies(precision), conditioned=conditioned)
-    batch = profile.spread("batch1") if "batch1" in profile.configs else {}
-    out = {}
-    for name, ref in profile.outputs.items():
-        parity = np.maximum(_policy_limit(spec, precision, name, ref), K_REFERENCE * every[name])
-        out[name] = 2 * parity + batch.get(name, 0.0)
-    return out
-
-
-def _row(values, i):
-    return None if values is None else values[i:i + 1]
-
-
 def batch_invariance(ctx, spec, precision, result=None):
     reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
     given, spec = spec, resolved_spec(ctx, spec)
@@ -196,13 +172,13 @@ def batch_invariance(ctx, spec, precision, result=None):
     sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
     result = _run(ctx, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
                   invariance_check(spec, precision, candidate, ledger, computed_dtype(ctx, spec, precision)),
-                  reference, ledger, result, lambda name, ref: _invariance_limit(spec, ref))
+                  reference, ledger, result, lambda name, ref: invariance_limit(spec, ref))
     return coverage.judge(ctx, given, precision, result)
 
 
 def _determinism_limit(spec):
     bounded = spec.nondeterministic  # the runtime is documented as non-deterministic: held to the batch bound
-    return lambda name, ref: _invariance_limit(spec, ref) if bounded else 0.0
+    return lambda name, ref: invariance_limit(spec, ref) if bounded else 0.0
 
 
 def determinism_check(spec, precision, candidate, ledger, runs=None):
@@ -217,7 +193,7 @@ def determinism_check(spec, precision, candidate, ledger, runs=None):
         ledger.note_unstable(feed, profile, _determinism_limit(spec), "repeat")
         for attempt in (2, 3):
             again = _identity(spec, candidate.infer(feed))
-            outs = [_within(spec, name, first[name], again[name], spread.get(name), None,
+            outs = [within(spec, name, first[name], again[name], spread.get(name), None,
                             INVARIANCE_SOURCE if bounded else DETERMINISM_SOURCE, bounded=bool(bounded))
                     for name in first]
             ledger.applied(profile, {o.output: o._limit for o in outs if o.output in profile.outputs})
@@ -362,49 +338,14 @@ def _message(err):
     return text + ("\n" + notes[0][:2000] if notes else "")
 
 
-def _within(spec, name, alone, other, spread, row, source, bounded=True, computed=None, cap=None):
-    """A within-candidate comparison: |alone - other| <= max(own bound, k x the reference's spread); the own bound
-    no larger than ``cap`` where given (``invariance_caps``). The comparison's ``limit``: the per-element limit
-    it applied."""
-    limit = invariance_bound(spec, alone, other, computed) if bounded else 0.0
-    bound = float(limit)
-    if cap is not None and bounded:
-        limit = np.minimum(limit, np.broadcast_to(cap, np.shape(alone)))
-    ref_floor = 0.0
-    if spread is not None:
-        s = spread if row is None else spread[row:row + 1]
-        ref_floor = K_REFERENCE * s
-    floor = np.maximum(limit, ref_floor)
-    out = compare_array(alone, other, Tolerance(0.0, 0.0, source), name, name, floor=floor)
-    out.tolerance.update(bound=float(np.max(limit, initial=0.0)), reference_floor_max=float(np.max(ref_floor)),
-                         k=K_REFERENCE, **({"computed_dtype": np.dtype(computed).name} if computed is not None and bounded else {}))
-    if cap is not None and bounded and float(np.min(np.broadcast_to(cap, np.shape(alone)), initial=np.inf)) < bound:
-        out.tolerance.update(batch_bound=bound, capped_by="2 x the parity limit + the reference's own batch spread "
-                             "(paritygate/judge/properties.py, invariance_caps)")
-    out.widened_by_reference = int(np.count_nonzero(np.broadcast_to(ref_floor, np.shape(alone)) > limit))
-    out._limit = np.broadcast_to(floor, np.shape(alone))  # not a field: never in the report
-    return out
-
-
 def check_limit(check, spec, precision):
     """(limit(name, ref), the reference-noise configuration it is held against) of a property check: the
     per-element limit each check judges by, as its reference noise floor compares with it (replay uses this)."""
     if check == "batch_invariance":
-        return (lambda name, ref: _invariance_limit(spec, ref)), "batch1"
+        return (lambda name, ref: invariance_limit(spec, ref)), "batch1"
     if check == "determinism":
         return _determinism_limit(spec), "repeat"
-    return (lambda name, ref: _policy_limit(spec, precision, name, ref)), None
-
-
-def _policy_limit(spec, precision, name, ref):
-    return tolerance_for(spec, precision, name).limit(ref)
-
-
-def _invariance_limit(spec, ref, computed=None, cap=None):
-    """The batch bound for every row of the stacked reference outputs ``ref`` (in the dtype the candidate
-    computes), no larger than ``cap`` (``invariance_caps``) where given."""
-    bound = np.array([invariance_bound(spec, row, row, computed) for row in ref]).reshape(-1, *([1] * (ref.ndim - 1)))
-    return bound if cap is None else np.minimum(bound, cap)
+    return (lambda name, ref: policy_limit(spec, precision, name, ref)), None
 
 
 def _identity(spec, outputs):

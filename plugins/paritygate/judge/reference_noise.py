@@ -76,7 +76,7 @@ class ReferenceNoise:
                 configs["batch1"] = {k: np.concatenate([r[k] for r in rows]) for k in outputs}
             stepped = resolution_step(self.spec, arrays) if self.spec is not None else None
             moved = (lambda: _numpy(self.runner.infer(stepped))) if stepped is not None else None
-            self.feeds[key] = ReferenceRuns(outputs, configs, key, moved, lambda: self._other_order(arrays))
+            self.feeds[key] = ReferenceRuns(outputs, configs, key, lambda: self._other_order(arrays), moved)
         return self.feeds[key]
 
     def _other_order(self, arrays):
@@ -132,7 +132,7 @@ class ReferenceRuns:
     """One feed's reference outputs (the whole batch, as compared) and its other configurations. (A ``Profile``
     is something else: a latency measurement setting, ``paritygate.latency.harness.Profile``.)"""
 
-    def __init__(self, outputs, configs, digest, stepped=None, other_order=None):
+    def __init__(self, outputs, configs, digest, other_order=None, stepped=None):
         self.outputs, self.configs, self.digest = outputs, configs, digest
         self._step, self._stepped = stepped, None  # the run on the input moved by its resolution, and its outputs
         self._other_order = other_order  # () -> outputs under the other kernel order, or None: run on first ask
