@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from paritygate.common.timeline import spent
+
 
 class RunnerError(RuntimeError):
     """A runner could not load or run its model; the message names the file or tensor."""
@@ -77,7 +79,7 @@ class BaseRunner:
         run in the caller's thread; a runner that only wraps another overrides it to call ``infer_impl``."""
         from paritygate.backend.deadline import bounded
 
-        return bounded(lambda: self.infer_impl(feed), self.where(), cancel=self.cancel_impl, error=InferenceTimeout)
+        return bounded(lambda: self.infer_impl(feed), self.where, cancel=self.cancel_impl, error=InferenceTimeout)
 
     def where(self):
         """What a message names this runner by: its model file, else its name."""
@@ -102,11 +104,7 @@ class BaseRunner:
 
 
 def _timed(part):
-    if part is None:
-        return contextlib.nullcontext()
-    from paritygate.common.timeline import spent
-
-    return spent(part)
+    return contextlib.nullcontext() if part is None else spent(part)
 
 
 def run_batched(runner, inputs, max_batch):

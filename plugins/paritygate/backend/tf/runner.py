@@ -135,7 +135,7 @@ class TfRunner(BaseRunner):
             with cancellation.CancellationManagerContext(manager):
                 return self.infer_impl(feed)
 
-        return bounded(call, self.where(), cancel=manager.start_cancel, in_thread=False, error=InferenceTimeout)
+        return bounded(call, self.where, cancel=manager.start_cancel, in_thread=False, error=InferenceTimeout)
 
     def infer_impl(self, feed):
         missing = set(self._inputs) - set(feed)
