@@ -95,6 +95,8 @@ def make(model, folder):
 RANGES = {"efficientnetb0": {"*": (0.0, 255.0)}, "resnet50": {"*": (-123.68, 151.061)},
           "bert": {"input_ids": (0, VOCAB - 1), "attention_mask": (0, 1)}}
 TASKS = {"efficientnetb0": "classification", "resnet50": "classification", "bert": "generic"}
+# A row a team declares invalid (``inputs.<name>.not_all``): a BERT mask of all 0 masks every token (issue 37).
+NOT_ALL = {"bert": {"attention_mask": [0]}}
 
 
 def confirm(toml, model):
@@ -108,6 +110,8 @@ def confirm(toml, model):
         if table and line.startswith("range = "):
             low, high = RANGES[model].get(table, RANGES[model].get("*"))
             line = f"range = [{low}, {high}]"
+            if table in NOT_ALL.get(model, {}):
+                line += f"\nnot_all = {NOT_ALL[model][table]}"
         lines.append(line)
     return "\n".join(lines) + "\n"
 
