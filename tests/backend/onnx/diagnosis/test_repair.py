@@ -43,3 +43,20 @@ def test_no_rebuild_starts_past_the_deadline():
     assert not late.verified and late.trials == [] and tried == []
     plan = repair.search(ranked, passes, ["a", "b"], lambda name, nodes: [], deadline=time.monotonic() + 60)
     assert plan.verified and plan.nodes == ["a", "b"]
+
+
+def test_no_rebuild_starts_that_the_longest_so_far_would_carry_past_the_deadline():
+    """BERT-base's int8 localization was allowed 100 s and took 122.6 s: a 20-s rebuild started near the end. After
+    a 0.3-s rebuild, a deadline 0.5 s away leaves room for no second one."""
+    import time
+
+    tried = []
+
+    def passes(nodes):
+        tried.append(list(nodes))
+        time.sleep(0.3)
+        return False
+
+    plan = repair.search(lambda nodes: ["a", "b", "c"], passes, ["a", "b", "c"], lambda name, nodes: [],
+                         deadline=time.monotonic() + 0.5)
+    assert not plan.verified and len(tried) == 1, tried

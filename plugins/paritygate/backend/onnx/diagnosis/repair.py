@@ -16,8 +16,8 @@ many layers, in topological order, to mark), adapted to a gate that already know
 
 Every candidate set is judged by ``passes(nodes)``, which rebuilds the artifact and re-runs the whole failing
 check on all its inputs plus a fresh seeded sample (``paritygate.judge.plans``): a set that passes is verified. The
-search stops after ``max_trials`` rebuilds, or before a rebuild past its ``deadline`` (its budgets); an unverified
-plan lists every trial.
+search stops after ``max_trials`` rebuilds, or before a rebuild that would end past its ``deadline`` (its budgets;
+a rebuild is expected to take as long as the longest one so far); an unverified plan lists every trial.
 """
 
 import time
@@ -36,16 +36,19 @@ class _Search:
         self._passes, self.max_trials, self.deadline = passes, max_trials, deadline  # deadline: time.monotonic
         self.shown = shown  # the progress step
         self.trials, self._seen = [], {}
+        self.longest = 0.0  # seconds: the longest rebuild so far, what the next one is expected to take
 
     @property
     def exhausted(self):
-        late = self.deadline is not None and time.monotonic() >= self.deadline
+        late = self.deadline is not None and time.monotonic() + self.longest >= self.deadline
         return late or len(self.trials) >= self.max_trials
 
     def passes(self, nodes, step):
         key = frozenset(nodes)
         if key not in self._seen:
+            start = time.monotonic()
             out = self._passes(list(nodes))  # True, or False / a string saying why not
+            self.longest = max(self.longest, time.monotonic() - start)
             self._seen[key] = out is True
             trial = {"step": step, "nodes": list(nodes), "passed": out is True}
             if isinstance(out, str):
