@@ -35,7 +35,7 @@ from paritygate.verdict import SuiteError
 # reference's noise explains.
 K_REFERENCE = 2.0
 CONFIGURATION = "kernel_order"  # TensorFlow's other kernel order, as judge.kernel_order names it
-NOISE = Memo("noise", key=ModelKey, close=lambda noise: None)  # its caches: forgotten once the model is done  # the model's ReferenceNoise (reference_noise)
+NOISE = Memo("noise", key=ModelKey, close=lambda noise: None)  # the model's ReferenceNoise: released when it is done
 
 
 def reference_noise(ctx, spec):
@@ -214,7 +214,6 @@ class Ledger:
     def __init__(self):
         self.examples = 0
         self.sources = Counter()
-        self.reference_outputs = []
         self.seen = set()
         self.worst = {}  # output -> the comparison with the largest max abs error
         self.last_worst = {}
@@ -223,8 +222,7 @@ class Ledger:
         self.unstable = []  # one entry per input where the reference's spread exceeded the check's limit
         self.ill_conditioned = []  # one entry per input the model is too ill-conditioned at (judge.conditioning)
         self.shapes = Counter()  # the distinct feed shapes run: ((input, shape), ...) -> examples
-        self.profiles = []  # each distinct input's ReferenceRuns
-        self.digests = []  # the digest of each entry of reference_outputs, in order
+        self.profiles = []  # each distinct input's ReferenceRuns, in order
         self.limits = {}  # digest -> {output: the per-element limit the check applied} (``applied``)
         self.near_bound = 0  # distinct inputs with a float element just inside a bound (inputs.sampling)
 
@@ -235,10 +233,13 @@ class Ledger:
             self.seen.add(profile.digest)
             self.feeds.append(feed)
             self.sources.update(getattr(feed, "sources", ["unlabelled"] * len(next(iter(feed.values())))))
-            self.reference_outputs.append(profile.outputs)
             self.profiles.append(profile)
             self.near_bound += bool(near_bound)
-            self.digests.append(profile.digest)
+
+    @property
+    def reference_outputs(self):
+        """Each distinct input's reference outputs, in order."""
+        return [p.outputs for p in self.profiles]
 
     def applied(self, profile, limits):
         """Record the per-element limit the check held the candidate to on ``profile``'s input (its policy or bound
@@ -253,10 +254,10 @@ class Ledger:
         """The per-element limits parallel to ``reference_outputs`` (a list of dicts), ``limit(name, ref)`` where
         the check recorded none for an input."""
         out = []
-        for d, outputs in zip(self.digests, self.reference_outputs):
-            kept = self.limits.get(d, {})
+        for profile in self.profiles:
+            kept = self.limits.get(profile.digest, {})
             out.append({name: kept[name] if name in kept else np.broadcast_to(limit(name, ref), np.shape(ref))
-                        for name, ref in outputs.items()})
+                        for name, ref in profile.outputs.items()})
         return out
 
     def keep_worst(self, outputs, result=None):

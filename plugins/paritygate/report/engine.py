@@ -10,6 +10,13 @@ CAVEAT = "not TensorRT 11, whose own parser and builder may differ; no engine wa
 OFF = " (turned off: --parity-engine-build=off)"  # the environment line's note on a run without the builder
 
 
+def builder_text(data):
+    """The environment line's TensorRT-RTX builder: its version (or "not installed"), and whether the run turned
+    it off."""
+    env = data.get("environment") or {}
+    return f"{env.get('tensorrt-rtx') or 'not installed'}{OFF if data.get('engine_build') == 'off' else ''}"
+
+
 def rows(checks):
     """One dict per ``engine_builds`` row that reached the builder."""
     out = []

@@ -5,7 +5,7 @@ cards with their full cause and evidence, passes in a table, skips collapsed). N
 import json
 
 from paritygate.common.escape import html_text as ESC
-from paritygate.report.engine import OFF
+from paritygate.report.engine import builder_text
 from paritygate.report.engine import html_section as engine_section
 from paritygate.report.html_checks import badge, baseline_section
 from paritygate.report.html_checks import render as render_checks
@@ -128,7 +128,7 @@ def _environment_line(data):
     return (f"Candidate runtime {data.get('runtime')} · device class {data.get('device_class')} · "
             f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
             f"TensorRT {env.get('tensorrt') or 'not installed'} · TensorRT-RTX builder "
-            f"{env.get('tensorrt-rtx') or 'not installed'}{OFF if data.get('engine_build') == 'off' else ''} · "
+            f"{builder_text(data)} · "
             f"Beam {env.get('apache-beam')} · GPU {gpu or 'none'} · "
             f"CPU {', '.join(env.get('cpu_isa') or []) or 'unknown'} · Python {env.get('python')} · "
             f"config {data.get('config')}")

@@ -7,7 +7,7 @@ Every value from the report's records is data, escaped here whatever wrote the r
 import re
 
 from paritygate.common.escape import md_code, md_text
-from paritygate.report.engine import OFF
+from paritygate.report.engine import builder_text
 from paritygate.report.engine import markdown as engine_lines
 from paritygate.report.shadow import markdown as shadow_lines
 from paritygate.report.text import (
@@ -81,7 +81,7 @@ def _environment_line(data):
     return (f"Runtime **{_t(data.get('runtime'))}** · device class {_c(data.get('device_class'))} · " + _t(
             f"TensorFlow {env.get('tensorflow')} · ONNX Runtime {env.get('onnxruntime')} · "
             f"TensorRT {env.get('tensorrt') or 'not installed'} · TensorRT-RTX builder "
-            f"{env.get('tensorrt-rtx') or 'not installed'}{OFF if data.get('engine_build') == 'off' else ''} · "
+            f"{builder_text(data)} · "
             f"Beam {env.get('apache-beam')} · GPU: {gpu} · "
             f"CPU {', '.join(map(str, env.get('cpu_isa') or [])) or 'unknown'}"))
 
