@@ -176,14 +176,25 @@ def _split_nonfinite(out, r, c, nonfinite_reference):
     return np.where(finite, r, zero), np.where(finite, c, zero), finite, nonfinite_bad
 
 
+def cosine_rule(tol, rms, cosine, cosine_floor=None):
+    """(enforced, failed) of the cosine budget: it applies where the reference's rms is above the floor at which
+    atol alone could breach it (tolerance.COSINE_MIN explains the rule) and fails there below the budget (the
+    tolerance's, lowered to ``cosine_floor`` where given). Elementwise on arrays of rms and cosines too
+    (shadow.screen judges a bundle's rows with it); (False, False) where the tolerance enforces no cosine."""
+    if tol.cosine_min is None:
+        return False, False
+    budget = tol.cosine_min if cosine_floor is None else min(tol.cosine_min, cosine_floor)
+    enforced = rms > tol.cosine_rms_floor()
+    return enforced, enforced & (cosine < budget)
+
+
 def _enforce_cosine(out, tol, rms, cosine_floor):
-    """The cosine budget fails the output where it applies: reference rms above the floor at which atol alone
-    could breach it (tolerance.COSINE_MIN explains the rule)."""
+    """The cosine budget (``cosine_rule``) fails the output where it applies."""
     if tol.cosine_min is None:
         return
-    budget = tol.cosine_min if cosine_floor is None else min(tol.cosine_min, cosine_floor)
-    out.cosine_enforced = bool(rms > tol.cosine_rms_floor())
-    if out.cosine_enforced and out.cosine < budget:
+    enforced, failed = cosine_rule(tol, rms, out.cosine, cosine_floor)
+    out.cosine_enforced = bool(enforced)
+    if failed:
         out.cosine_failed, out.passed = True, False
 
 

@@ -41,15 +41,21 @@ def detections(spec, task, ref):
     return {"reference_detections": task["reference_detections"], "matched": task["matched"], "classes": counts}
 
 
+def record_of(key, slice_value, precision, feed, rows, failures):
+    """The record of one example from its per-output ``rows`` (name -> elements, mismatches, passed, max_abs and
+    the NONFINITE counts) and its failure lines: what judge_example and the bundle screen (``shadow.screen``)
+    both return."""
+    return {"key": key, "slice": slice_value, "precision": precision, "passed": not failures, "outputs": rows,
+            "failures": failures[:3], "inputs": feed, "score": max((r["max_abs"] for r in rows.values()), default=0.0)}
+
+
 def judge_example(spec, precision, key, slice_value, feed, ref, cand):
     """The record of one example: ``ref`` by reference output name, ``cand`` by candidate output name."""
     batch_ref = _batch(ref)
     outputs, task, failures = judge_outputs(spec, precision, batch_ref, _batch(cand))
     rows = {o.output: {"elements": o.elements, "mismatches": o.mismatches, "passed": o.passed,
                        "max_abs": o.max_abs, **{k: getattr(o, k) for k in NONFINITE}} for o in outputs}
-    record = {"key": key, "slice": slice_value, "precision": precision, "passed": not failures,
-              "outputs": rows, "failures": failures[:3], "inputs": feed,
-              "score": max((o.max_abs for o in outputs), default=0.0)}
+    record = record_of(key, slice_value, precision, feed, rows, failures)
     if task and task["metric"] == "classification":
         record["top1"] = top1(task, ref)
     elif task and task["metric"] == "detection":

@@ -1,7 +1,7 @@
 """One Beam pipeline per shadow run, with no shuffle of examples (memory does not grow with their number):
 
     files -> ReadFile (dead letters apart) -> RunInference(reference) -> RunInference(candidate) per precision
-          -> judge each example (shadow.example) into the bundle's ShadowStats -> CombinePerKey(precision) -> files
+          -> judge the examples (shadow.screen, shadow.example) into the bundle's ShadowStats -> CombinePerKey(precision) -> files
 
 The models run one after another on the same keyed element: each ``KeyedModelHandler`` carries the example's key,
 slice value and the outputs so far in its key, so the "join by key" is the chain itself (Beam's documented
@@ -37,8 +37,8 @@ from paritygate.beam.pipeline import make_pipeline, worker_import_path
 from paritygate.beam.records import WriteRecords, read_records
 from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.shadow.combiners import KeyCheckFn, MergedStatsFn, OutsideFn
-from paritygate.shadow.example import judge_example
 from paritygate.shadow.read import COUNT, DEAD, OUTSIDE, Layout, ReadFile, match
+from paritygate.shadow.screen import BUNDLE, judge_bundle
 from paritygate.shadow.stats import ShadowStats
 
 PROGRESS_SECONDS = 5.0  # a progress line per worker process at most this often
@@ -121,10 +121,11 @@ class Carry:
 
 
 class JudgeBundle(beam.DoFn):
-    """The last model's ``((key, slice, outputs), PredictionResult)`` -> every precision judged on the example
-    (``shadow.example``) and folded into this bundle's ShadowStats; each precision's stats go out at the bundle's
-    end, as (precision, ShadowStats): one element a precision and bundle crosses to the combine, not one an
-    example (Beam's "combine in the DoFn" pattern)."""
+    """The last model's ``((key, slice, outputs), PredictionResult)`` -> every precision judged on the example and
+    folded into this bundle's ShadowStats; each precision's stats go out at the bundle's end, as (precision,
+    ShadowStats): one element a precision and bundle crosses to the combine, not one an example (Beam's "combine
+    in the DoFn" pattern). Examples are judged screen.BUNDLE at a time (``shadow.screen``: the records
+    ``shadow.example`` gives, the clean rows screened together), so a bundle holds at most that many."""
 
     def __init__(self, spec, output_names, side, precisions, worst):
         self.carry, self.spec = Carry(spec, output_names, side), spec
@@ -132,16 +133,25 @@ class JudgeBundle(beam.DoFn):
 
     def start_bundle(self):
         self.stats = {p: ShadowStats(self.worst) for p in self.precisions}
+        self.held = []
 
     def process(self, element):
         (key, slice_value, outputs), example = self.carry(element)
-        feed = as_feed(self.spec, example)
+        self.held.append((key, slice_value, as_feed(self.spec, example), outputs))
         progress("judged")
+        if len(self.held) >= BUNDLE:
+            self.judge()
+
+    def judge(self):
         for precision in self.precisions:
-            self.stats[precision].add(judge_example(self.spec, precision, key, slice_value, feed,
-                                                    outputs["reference"], outputs[precision]))
+            examples = [(key, slice_value, feed, outputs["reference"], outputs[precision])
+                        for key, slice_value, feed, outputs in self.held]
+            for record in judge_bundle(self.spec, precision, examples):
+                self.stats[precision].add(record)
+        self.held = []
 
     def finish_bundle(self):
+        self.judge()
         for precision, stats in self.stats.items():
             if stats.examples:
                 yield GlobalWindows.windowed_value((precision, stats))
