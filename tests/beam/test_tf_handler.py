@@ -39,6 +39,24 @@ def test_runs_a_saved_model_signature_and_pickles(toy_saved_model):
     assert handler.batch_elements_kwargs() == {"min_batch_size": 1, "max_batch_size": 4}
 
 
+def test_a_lent_reference_serves_the_next_load_once(toy_saved_model):
+    """``lending``: the first load_model of that SavedModel and signature in this process takes the runner (no
+    second load: what paritygate shadow's in-process pipeline serves from); the next one, and any after leaving,
+    loads its own."""
+    from paritygate.backend.tf.runner import TfRunner
+    from paritygate.beam.tf_handler import lending
+
+    runner = TfRunner(toy_saved_model).activate()
+    handler = pickle.loads(pickle.dumps(tf_factory(toy_saved_model, 1, 4)))
+    with lending(runner):
+        assert handler.load_model() is runner
+        again = handler.load_model()
+        assert again is not runner and again.output_names == runner.output_names
+    with lending(runner):
+        pass
+    assert handler.load_model() is not runner
+
+
 def test_bad_elements_and_arguments_are_named(toy_saved_model):
     from paritygate.beam.tf_handler import TFNumpyHandler
 

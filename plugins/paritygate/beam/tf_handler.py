@@ -50,6 +50,9 @@ class TFNumpyHandler(NumpyContract):
             raise ValueError(f"custom_objects={custom_objects!r}: expected 'module:callable'")
 
     def load_model(self):
+        shared = _SHARED.pop((self._model_uri, self._signature), None)
+        if shared is not None and self._custom_objects is None:
+            return shared
         runner = TfRunner(Path(self._model_uri), self._signature)
         with self._keras_scope():
             runner.activate()
@@ -71,6 +74,23 @@ class TFNumpyHandler(NumpyContract):
         feed = {name: np.stack([np.asarray(f[name]) for f in feeds]) for name in names}
         outputs = model.infer(feed)
         return [PredictionResult(element, _row(outputs, i), self._model_uri) for i, element in enumerate(batch)]
+
+
+_SHARED = {}  # (model path, signature) -> an activated TfRunner this process lends to the next load_model
+
+
+@contextlib.contextmanager
+def lending(runner):
+    """While inside, the first ``TFNumpyHandler.load_model`` of ``runner``'s SavedModel and signature in this process
+    takes ``runner`` (activated) instead of loading the model again: ``paritygate shadow`` reads the reference's
+    output names with it, and a pipeline run in this process (DirectRunner, one worker) serves from it. Workers in
+    other processes load their own; what was not taken is dropped on leaving."""
+    key = (str(runner.path), runner.signature)
+    _SHARED[key] = runner
+    try:
+        yield runner
+    finally:
+        _SHARED.pop(key, None)
 
 
 def _row(outputs, i):

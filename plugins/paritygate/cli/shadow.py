@@ -130,6 +130,7 @@ def main(args):
 def _run(settings, budget, min_examples, report):
     """Run the pipeline and write the report (``report.report_data``, the one writer); the report dict."""
     from paritygate.backend.tf.runner import TfRunner
+    from paritygate.beam.tf_handler import lending
     from paritygate.context import RunContext
     from paritygate.report import report_data, write_data
     from paritygate.shadow.data import data_result, summary
@@ -137,9 +138,10 @@ def _run(settings, budget, min_examples, report):
     from paritygate.shadow.results import precision_results
 
     spec = settings.spec
-    output_names = list(TfRunner(Path(spec.reference), spec.signature).activate().output_names)
+    reference = TfRunner(Path(spec.reference), spec.signature).activate()
     started = time.time()
-    outcome = run(settings, output_names)
+    with lending(reference):  # a pipeline in this process serves from it rather than loading the model again
+        outcome = run(settings, list(reference.output_names))
     ctx = RunContext(numerics=settings.numerics, reproducer_dir=report / "reproducers")
     checks = [data_result(spec.name, summary(outcome, settings.key_feature))]
     checks += [r for p in settings.precisions
