@@ -237,7 +237,7 @@ def test_tests_outside_the_conformance_suite_are_not_validated(pytester):
 
 
 def test_conversions_of_several_references_run_at_once_before_validation(tmp_path, monkeypatch):
-    """Two SavedModel references, two tf2onnx processes at the same time (``_convert_ahead``): each conversion
+    """Two SavedModel references, two tf2onnx processes at the same time (``preflight._Conversions``): each conversion
     (the real one, timed around) starts before the other ends, and both models then validate."""
     import os
     import threading

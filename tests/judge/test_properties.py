@@ -348,3 +348,44 @@ def test_batch_invariance_runs_a_row_met_again_alone_once(tmp_path):
     with pytest.raises(AssertionError, match="batch invariance"):
         invariance_check(spec, "fp32", Coupled(), Ledger())(corner, ReferenceRuns({"y": corner["x"] * 5,
                                                                                     "z": corner["x"] * 2}, {}, "c"))
+
+
+def test_batch_invariance_takes_property_parity_runs_and_skips_a_batch_of_one(tmp_path):
+    """batch_invariance draws property_parity's inputs (issue 37: their reference runs are made once): the whole
+    batch's candidate run, and a row parity ran by itself, come from parity's runs; a batch of one row is not
+    counted (nothing to differ by) and runs nothing. A parity run that differs from the row alone still fails."""
+    from paritygate.backend.onnxrt.runner import OnnxrtRunner
+    from paritygate.common.digest import digest
+    from paritygate.judge.properties import _companions, invariance_check, parity_check
+    from paritygate.judge.reference_noise import Ledger, ReferenceRuns
+    from paritygate.models.config import load_config
+
+    make_onnx(tmp_path / "cand.onnx")
+    (spec,) = load_config(write_config(tmp_path, {"models": [{"name": "m", "reference": "cand.onnx", "onnx": "cand.onnx",
+                                                              "precisions": ["fp32"], "max_batch": 4, "inputs": X}]}))
+    runner = OnnxrtRunner(tmp_path / "cand.onnx").activate()
+    shapes = []
+
+    class Counted:
+        def infer(self, feed):
+            shapes.append(len(feed["x"]))
+            return runner.infer(feed)
+
+    def profile(feed):
+        return ReferenceRuns({"y": feed["x"] * 5, "z": feed["x"] * 2}, {}, digest(feed))
+
+    pair, one = {"x": np.array([[1.0], [2.0]], np.float32)}, {"x": np.array([[1.0]], np.float32)}
+    runs = {}
+    for feed in (pair, one):
+        parity_check(spec, "fp32", Counted(), Ledger(), runs=runs)(feed, profile(feed))
+    assert shapes == [2, 1]
+    ledger = Ledger(counts=_companions)
+    check = invariance_check(spec, "fp32", Counted(), ledger, runs=runs)
+    for feed in (pair, one):
+        ledger.add(feed, profile(feed))
+        check(feed, profile(feed))
+    assert shapes[2:] == [2, 1]  # the shuffled batch, and the row 2.0 alone: the rest was parity's
+    assert (ledger.examples, ledger.skipped) == (1, 1)
+    runs[digest(pair)] = {"y": pair["x"] * 5 + 0.5, "z": pair["x"] * 2}  # the batch's run differs from each row alone
+    with pytest.raises(AssertionError, match="batch invariance"):
+        invariance_check(spec, "fp32", Counted(), Ledger(), runs=runs)(pair, profile(pair))

@@ -37,7 +37,8 @@ from paritygate.models.known import known_failure_feeds
 from paritygate.result import CheckResult
 from paritygate.verdict import SuiteError, inconclusive
 
-# the candidate's outputs per input in property_parity, for determinism (candidate_runs); released with the candidate
+# the candidate's outputs per input in property_parity, for batch invariance and determinism (candidate_runs);
+# released with the candidate
 CANDIDATE_RUNS = Memo("candidate_runs", key=ArtifactKey, close=lambda runs: runs.clear())
 
 
@@ -106,14 +107,18 @@ def property_parity(ctx, spec, precision, result=None):
     return coverage.judge(ctx, given, precision, result)
 
 
-def invariance_check(spec, precision, candidate, ledger, computed=None):
+def invariance_check(spec, precision, candidate, ledger, computed=None, runs=None):
+    """``runs``: {input digest: the candidate's outputs} of property_parity's runs, which drew the same inputs
+    (``batch_invariance``): the whole batch's run, and a row's run alone where parity ran that row by itself, are
+    taken from there instead of run again."""
+    runs = {} if runs is None else runs
     singles = {}  # row digest -> the candidate's outputs for that row alone: a row met again (a corner batch's
     # identical rows, an input-set row drawn again) is not run alone again, as the reference's batch-1 runs are not
 
     def alone_of(row):
         key = digest(row)
         if key not in singles:
-            singles[key] = _identity(spec, candidate.infer(row))
+            singles[key] = _identity(spec, runs[key] if key in runs else candidate.infer(row))
         return singles[key]
 
     def judge(pairs, spread, caps):
@@ -122,7 +127,9 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
                 for i, _, alone, other in pairs]
 
     def check(feed, profile):
-        pairs = _invariance_pairs(spec, candidate, feed, alone_of)
+        if not ledger.counts(feed):
+            return
+        pairs = _invariance_pairs(spec, candidate, feed, alone_of, runs.get(profile.digest))
         spread, caps = profile.spread(), invariance_caps(spec, precision, profile)
 
         def limit(name, ref):
@@ -148,11 +155,11 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
     return check
 
 
-def _invariance_pairs(spec, candidate, feed, alone_of):
+def _invariance_pairs(spec, candidate, feed, alone_of, earlier=None):
     """[(element, label, its outputs alone, its outputs in the batch)]: each element of ``feed`` alone (``alone_of``
-    a row, cached by the caller) against itself in the whole batch and moved within it (other companions at
-    another position)."""
-    together = _identity(spec, candidate.infer(feed))
+    a row, cached by the caller) against itself in the whole batch (``earlier``: that run, made already) and moved
+    within it (other companions at another position)."""
+    together = _identity(spec, earlier if earlier is not None else candidate.infer(feed))
     n = len(next(iter(feed.values())))
     order = np.roll(np.arange(n), 1)
     shuffled = _identity(spec, candidate.infer({k: v[order] for k, v in feed.items()}))
@@ -166,14 +173,22 @@ def _invariance_pairs(spec, candidate, feed, alone_of):
 
 
 def batch_invariance(ctx, spec, precision, result=None):
+    """property_parity's draws (the same strategy: under a derandomized profile the same inputs, so their reference
+    runs and the candidate's whole-batch runs are made once, issue 37), each batch of two or more judged; a batch of
+    one has no companions to differ by and is not counted (where ``max_batch`` is 1, every batch is one row:
+    judged alone against itself again)."""
     reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
     given, spec = spec, resolved_spec(ctx, spec)
-    pool, ledger = input_pool(ctx, spec), Ledger()
-    sizes = range(2, spec.max_batch + 1) if spec.max_batch > 1 else None
-    result = _run(ctx, spec, precision, "batch_invariance", feeds(spec, batch_sizes=sizes, pool=pool),
-                  invariance_check(spec, precision, candidate, ledger, computed_dtype(ctx, spec, precision)),
+    pool, ledger = input_pool(ctx, spec), Ledger(counts=_companions if spec.max_batch > 1 else None)
+    result = _run(ctx, spec, precision, "batch_invariance", feeds(spec, pool=pool),
+                  invariance_check(spec, precision, candidate, ledger, computed_dtype(ctx, spec, precision),
+                                   candidate_runs(ctx, given, precision)),
                   reference, ledger, result, lambda name, ref: invariance_limit(spec, ref))
     return coverage.judge(ctx, given, precision, result)
+
+
+def _companions(feed):
+    return len(next(iter(feed.values()))) > 1
 
 
 def _determinism_limit(spec):
@@ -219,8 +234,8 @@ def determinism(ctx, spec, precision, result=None):
 
 
 def candidate_runs(ctx, spec, precision):
-    """{input digest: outputs} of the candidate's runs in property_parity, kept for determinism's first run of the
-    same inputs (``CANDIDATE_RUNS``, released with the candidate)."""
+    """{input digest: outputs} of the candidate's runs in property_parity, kept for batch invariance's whole batches
+    and determinism's first runs of the same inputs (``CANDIDATE_RUNS``, released with the candidate)."""
     return CANDIDATE_RUNS.get(ctx, ArtifactKey(ctx.runtime, spec.name, precision), dict)
 
 

@@ -211,7 +211,11 @@ def _cosine(a, b):
 class Ledger:
     """What one property check saw: examples, row sources, reference outputs, worst comparisons, instability."""
 
-    def __init__(self):
+    def __init__(self, counts=None):
+        """``counts(feed)``: whether an input is evidence for the check (None: every one); one that is not is left
+        out of everything here (``skipped``)."""
+        self.counts = counts or (lambda feed: True)
+        self.skipped = 0
         self.examples = 0
         self.sources = Counter()
         self.seen = set()
@@ -227,6 +231,9 @@ class Ledger:
         self.near_bound = 0  # distinct inputs with a float element just inside a bound (inputs.sampling)
 
     def add(self, feed, profile, near_bound=False):
+        if not self.counts(feed):
+            self.skipped += 1
+            return
         self.examples += 1
         self.shapes[tuple((k, tuple(np.shape(v))) for k, v in feed.items())] += 1
         if profile.digest not in self.seen:  # Hypothesis may replay an input: count its information once
@@ -292,6 +299,9 @@ class Ledger:
                                                               for key, n in self.shapes.items()]}
         result.inputs["near_bound"] = {"inputs": self.near_bound, "of": len(self.seen), "what": BOUNDARY_TEXT}
         result.details["examples"] = self.examples
+        if self.skipped:
+            result.details["examples_not_counted"] = {
+                "examples": self.skipped, "why": "a batch of one row: no companions to differ by"}
         if self.worst:
             result.outputs = output_records(self.worst.values())
             result.details["note"] = (f"{self.examples} examples run (corner and input-set batches included; "
