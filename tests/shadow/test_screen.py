@@ -190,6 +190,8 @@ def test_detection_and_bad_pairs_are_judged_alone(specs):
                 for i in range(4)]
     assert differing_rows(spec, "fp16", examples) == []
     assert screened(specs["mobilenet"], "fp16", [("a", None, {}, {"probs": np.ones(3)}, {"probs": np.ones(4)})]) == []
+    text = [("a", None, {}, {"y": np.array(["1.0"])}, {"y": np.array(["1.0"])})]
+    assert screened(specs["linear"], "fp32", text) == []
     with pytest.raises(OutputMismatchError) as alone:
         judge_example(specs["mobilenet"], "fp16", "a", None, {}, {"probs": np.ones(3)}, {"p": np.ones(3)})
     with pytest.raises(OutputMismatchError) as together:

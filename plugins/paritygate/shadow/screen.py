@@ -10,8 +10,8 @@ A row is clean when, for every output the policy compares (``comparator.compare.
 and, for classification, every output the metric judges (``comparator.task.classification_outputs``) has the same
 argmax on both sides. Such a row has no flipped row whatever the tie rule says (a tie is only taken out of the rows
 judged), so the screen needs no tie rule: a row whose argmax differs (a flip or a tie) is judged alone.
-Detection, empty outputs, shapes that differ between the sides and anything the pairing or the task rule would
-raise on are judged alone too, with judge_example's errors.
+Detection, empty or non-numeric outputs, shapes that differ between the sides and anything the pairing or the task
+rule would raise on are judged alone too, with judge_example's errors.
 """
 
 import numpy as np
@@ -63,8 +63,8 @@ def screen(spec, precision, examples):
     stacked = {}
     for r, c in mapping.items():
         ref, cand = np.stack([e[3][r] for e in examples]), np.stack([e[4][c] for e in examples])
-        if ref.shape != cand.shape or ref[0].size == 0:
-            return [None] * len(examples)
+        if ref.shape != cand.shape or ref[0].size == 0 or not {ref.dtype.kind, cand.dtype.kind} <= set("biuf"):
+            return [None] * len(examples)  # judged alone, with judge_example's errors
         ok, max_abs[r] = elementwise(ref, cand, tolerance_for(spec, precision, r))
         clean &= ok
         stacked[r] = (ref, cand)
