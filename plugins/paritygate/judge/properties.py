@@ -263,7 +263,8 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
     prop = with_corner_examples(prop, spec, pool=input_pool(ctx, spec), known=known_failure_feeds(spec, precision, name))
     try:
         with progress.step("examples", total=explicit_count(prop) + settings.default.max_examples) as examples:
-            reference = _Counted(reference, examples)  # prop's source stays as it is: ci's draws hash it
+            ahead = kernel_order.applies(precision) and name != "determinism"  # determinism asks only for "repeat"
+            reference = _Counted(reference, examples, ahead)  # prop's source stays: ci's draws hash it
             prop()
     except Exception as err:
         if not _is_assertion(err):  # ``result`` (the test's own when given) is the row: it keeps the coverage
@@ -309,12 +310,12 @@ def _vacuity(spec, precision, name, ledger, result, limit, task_outputs=None):
 class _Counted:
     """The reference noise a property runs, each example counted on the progress line (paritygate.common.progress)."""
 
-    def __init__(self, noise, shown):
-        self.noise, self.shown = noise, shown
+    def __init__(self, noise, shown, kernel_order=False):
+        self.noise, self.shown, self.kernel_order = noise, shown, kernel_order
 
     def profile(self, feed):
         self.shown.advance()
-        return self.noise.profile(feed)
+        return self.noise.profile(feed, self.kernel_order)
 
 
 @contextmanager
