@@ -313,13 +313,10 @@ def test_determinism_takes_property_parity_run_of_an_input_as_its_first(tmp_path
         determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, profile)
 
 
-def test_batch_invariance_runs_a_row_met_again_alone_once(tmp_path):
-    """A corner batch's identical rows, or an input-set row drawn again, are run alone once per check, as the
-    reference's batch-1 runs are (and a batch of identical rows is not run again shuffled: it is the same batch); a
-    candidate whose element differs in the batch still fails."""
+def _counted_candidate(tmp_path):
+    """(spec of a max_batch 4 model over a real ONNX file, its runner, a class running it that notes each batch size
+    in ``shapes``, ``shapes``)."""
     from paritygate.backend.onnxrt.runner import OnnxrtRunner
-    from paritygate.judge.properties import invariance_check
-    from paritygate.judge.reference_noise import Ledger, ReferenceRuns
     from paritygate.models.config import load_config
 
     make_onnx(tmp_path / "cand.onnx")
@@ -332,6 +329,18 @@ def test_batch_invariance_runs_a_row_met_again_alone_once(tmp_path):
         def infer(self, feed):
             shapes.append(len(feed["x"]))
             return runner.infer(feed)
+
+    return spec, runner, Counted, shapes
+
+
+def test_batch_invariance_runs_a_row_met_again_alone_once(tmp_path):
+    """A corner batch's identical rows, or an input-set row drawn again, are run alone once per check, as the
+    reference's batch-1 runs are (and a batch of identical rows is not run again shuffled: it is the same batch); a
+    candidate whose element differs in the batch still fails."""
+    from paritygate.judge.properties import invariance_check
+    from paritygate.judge.reference_noise import Ledger, ReferenceRuns
+
+    spec, runner, Counted, shapes = _counted_candidate(tmp_path)
 
     check = invariance_check(spec, "fp32", Counted(), Ledger())
     corner = {"x": np.full((4, 1), 10.0, np.float32)}
@@ -355,22 +364,11 @@ def test_batch_invariance_takes_property_parity_runs_and_skips_a_batch_of_one(tm
     """batch_invariance draws property_parity's inputs (issue 37: their reference runs are made once): the whole
     batch's candidate run, and a row parity ran by itself, come from parity's runs; a batch of one row is not
     counted (nothing to differ by) and runs nothing. A parity run that differs from the row alone still fails."""
-    from paritygate.backend.onnxrt.runner import OnnxrtRunner
     from paritygate.common.digest import digest
     from paritygate.judge.properties import _companions, invariance_check, parity_check
     from paritygate.judge.reference_noise import Ledger, ReferenceRuns
-    from paritygate.models.config import load_config
 
-    make_onnx(tmp_path / "cand.onnx")
-    (spec,) = load_config(write_config(tmp_path, {"models": [{"name": "m", "reference": "cand.onnx", "onnx": "cand.onnx",
-                                                              "precisions": ["fp32"], "max_batch": 4, "inputs": X}]}))
-    runner = OnnxrtRunner(tmp_path / "cand.onnx").activate()
-    shapes = []
-
-    class Counted:
-        def infer(self, feed):
-            shapes.append(len(feed["x"]))
-            return runner.infer(feed)
+    spec, _, Counted, shapes = _counted_candidate(tmp_path)
 
     def profile(feed):
         return ReferenceRuns({"y": feed["x"] * 5, "z": feed["x"] * 2}, {}, digest(feed))
