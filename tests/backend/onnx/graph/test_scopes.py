@@ -42,3 +42,25 @@ def test_rename_reads_stops_where_a_nested_graph_defines_the_name():
     scopes.rename_reads(m.graph, "b", "b2")
     assert {n.name: list(n.input) for n in scopes.nodes(m.graph)} == {
         "outer_if": ["c"], "then_add": ["a", "b2"], "shadow_b": ["a"], "inner_if": ["c"], "inner_id": ["b"]}
+
+
+def test_inferred_types_set_weights_aside_and_give_them_back():
+    """A conv over large float weights, a Reshape to a shape held in an int64 initializer and a Resize by float
+    scales: the types inferred with the weights' bytes set aside are those inferred with them (every tensor), and
+    the model's bytes are the same afterwards."""
+    import numpy as np
+    from onnx import numpy_helper as nh
+
+    w = nh.from_array(np.ones((64, 3, 3, 3), np.float32), "w")
+    inits = [w, nh.from_array(np.array([1, -1], np.int64), "shape"),
+             nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"]), h.make_node("Resize", ["c", "", "scales"], ["r"]),
+             h.make_node("Reshape", ["r", "shape"], ["y"])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)], initializer=inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    before = model.SerializeToString()
+    assert len(w.raw_data) > scopes.BULK_BYTES
+    expected = scopes.declared_types(onnx.shape_inference.infer_shapes(model))
+    assert scopes.inferred_types(model) == expected and set(expected) >= {"c", "r", "y"}
+    assert model.SerializeToString() == before
