@@ -91,7 +91,9 @@ def _lines_until(stream, count, words):
 def test_a_run_interrupted_by_ctrl_c_writes_a_report_that_says_interrupted(tmp_path, toy_saved_model, parity_cache):
     make_onnx(tmp_path / "toy.onnx")
     config = write_config(tmp_path, {"models": [_model("toy", toy_saved_model)]})
-    # the terminal's Ctrl-C: SIGINT to the foreground process group, paritygate and the pytest it started
+    # the terminal's Ctrl-C: SIGINT to the foreground process group, paritygate and the pytest it started. A
+    # foreground job takes it (a handled signal is reset at exec), never the SIG_IGN a background job inherits
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     with subprocess.Popen([venv_tool("paritygate"), "run", config.name, "--report", "out", "-p", "no:xdist", "-v",
                            "-k", "fp32 and not latency"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, start_new_session=True,
@@ -103,6 +105,7 @@ def test_a_run_interrupted_by_ctrl_c_writes_a_report_that_says_interrupted(tmp_p
             rest = child.stdout.read()
             assert child.wait(timeout=300) == 2, rest[-3000:]
         finally:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
             if child.poll() is None:
                 os.killpg(child.pid, signal.SIGKILL)
     data = json.loads((tmp_path / "out" / "parity-report.json").read_text())

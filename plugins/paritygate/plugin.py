@@ -249,6 +249,14 @@ def pytest_report_teststatus(report, config):
     return WORDS.get(status)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_keyboard_interrupt(excinfo):
+    """Ctrl-C: pytest's terminal report of it fails (TypeError) on a traceback entry without a line number, which
+    Python 3.11 gives a KeyboardInterrupt raised at an instruction that has none; the run then ended with exit 1 and
+    a report that did not say INTERRUPTED. Such entries are left out of the traceback shown."""
+    excinfo.traceback = excinfo.traceback.filter(lambda entry: entry._rawentry.tb_lineno is not None)
+
+
 def pytest_sessionfinish(session, exitstatus):
     session.config.stash[OPTIONS_KEY].close()
     fails = session.config.stash[SESSION_KEY].finish(workeroutput=getattr(session.config, "workeroutput", None),
