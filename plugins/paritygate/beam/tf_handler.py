@@ -50,7 +50,7 @@ class TFNumpyHandler(NumpyContract):
             raise ValueError(f"custom_objects={custom_objects!r}: expected 'module:callable'")
 
     def load_model(self):
-        shared = _SHARED.pop((self._model_uri, self._signature), None)
+        shared = _SHARED.pop(_lent(self._model_uri, self._signature), None)
         if shared is not None and self._custom_objects is None:
             return shared
         runner = TfRunner(Path(self._model_uri), self._signature)
@@ -85,12 +85,17 @@ def lending(runner):
     takes ``runner`` (activated) instead of loading the model again: ``paritygate shadow`` reads the reference's
     output names with it, and a pipeline run in this process (DirectRunner, one worker) serves from it. Workers in
     other processes load their own; what was not taken is dropped on leaving."""
-    key = (str(runner.path), runner.signature)
+    key = _lent(runner.path, runner.signature)
     _SHARED[key] = runner
     try:
         yield runner
     finally:
         _SHARED.pop(key, None)
+
+
+def _lent(path, signature):
+    """The key a lent runner is found by: its path as ``Path`` spells it (a trailing slash dropped), its signature."""
+    return str(Path(path)), signature
 
 
 def _row(outputs, i):

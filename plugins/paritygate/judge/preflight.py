@@ -116,20 +116,21 @@ class _Conversions:
     def __init__(self, models):
         import os
 
-        self.todo, self.pool = {}, None
+        self.todo, self.pool = {}, None  # reference key -> its conversion's future
         cores = os.cpu_count() or 1
         if cores < 2 or os.environ.get("PYTEST_XDIST_WORKER") or not (available("tf2onnx") and available("onnxruntime")):
             return
+        specs = {}  # one model per reference: its other models copy the file
         for spec in models:
             if spec.onnx is None and Path(spec.reference).is_dir():  # a SavedModel (a Keras file is exported first)
-                self.todo.setdefault(_reference_key(spec), spec)
-        if self.todo:
+                specs.setdefault(_reference_key(spec), spec)
+        if specs:
             from concurrent.futures import ThreadPoolExecutor
 
             from paritygate.backend.onnx.artifacts import loader
 
-            self.pool = ThreadPoolExecutor(min(cores, len(self.todo)))
-            self.todo = {key: self.pool.submit(loader.fp32_onnx, spec) for key, spec in self.todo.items()}
+            self.pool = ThreadPoolExecutor(min(cores, len(specs)))
+            self.todo = {key: self.pool.submit(loader.fp32_onnx, spec) for key, spec in specs.items()}
 
     def wait(self, spec):
         done = self.todo.get(_reference_key(spec))
