@@ -125,7 +125,36 @@ def from_saved_model(*args, **kwargs):
     return result
 
 
-_FROM_FUNCTION, _FROM_SAVED_MODEL = [], []  # tf2onnx's own
+def convert_common(frozen_graph, name="unknown", large_model=False, output_path=None, output_frozen_graph=None,
+                   custom_ops=None, custom_op_handlers=None, optimizers=None, **kwargs):
+    """tf2onnx's ``convert._convert_common``, the same calls on the same values, each copy of the weights let go once
+    the next stage has its own: the GraphDef once imported (emptied in place: ``main`` still names it), the imported
+    graph once mapped to ONNX, the mapped graph once the first optimizer has copied it, the optimized graph once its
+    ModelProto is made. Where tf2onnx does more (a large model, custom ops, TFLite, TF.js, a frozen graph written
+    out), its own function runs."""
+    if large_model or output_frozen_graph or custom_ops or kwargs.get("tflite_path") or kwargs.get("tfjs_path"):
+        return _CONVERT_COMMON[0](frozen_graph, name, large_model, output_path, output_frozen_graph, custom_ops,
+                                  custom_op_handlers, optimizers, **kwargs)
+    import tensorflow as tf
+    from tf2onnx import constants, convert, optimizer, utils
+
+    with tf.Graph().as_default() as tf_graph:
+        tf.import_graph_def(frozen_graph, name="")
+        frozen_graph.Clear()
+        mapped = [convert.process_tf_graph(tf_graph, custom_op_handlers=custom_op_handlers, **kwargs)]
+    del tf_graph
+    collect(force=True, stage="TensorFlow graph let go")
+    catch = os.environ.get(constants.ENV_TF2ONNX_CATCH_ERRORS, "TRUE").upper() == "TRUE"
+    optimized = [optimizer.optimize_graph(mapped.pop(), catch, optimizers=optimizers)]
+    model_proto = optimized[0].make_model(f"converted from {name}")
+    optimized.clear()
+    collect(force=True, stage="ModelProto made")
+    if output_path:
+        utils.save_protobuf(output_path, model_proto)
+    return model_proto, None
+
+
+_FROM_FUNCTION, _FROM_SAVED_MODEL, _CONVERT_COMMON = [], [], []  # tf2onnx's own
 _SAVED_MODEL = []  # inside from_saved_model: [None], or [(input names, output names)] grappler has yet to run with
 
 
@@ -136,7 +165,9 @@ def install():
     if not _FROM_FUNCTION:
         _FROM_FUNCTION.append(tf_loader.from_function)
         _FROM_SAVED_MODEL.append(tf_loader.from_saved_model)
+        _CONVERT_COMMON.append(convert._convert_common)
         tf_loader.from_function, tf_loader.from_saved_model = from_function, from_saved_model
+        convert._convert_common = convert_common
     for factory in optimizer._get_optimizers().values():
         factory.optimize = _collecting(factory.optimize)
     for module, name in ((tf_loader, "tf_optimize"), (convert, "process_tf_graph"),
