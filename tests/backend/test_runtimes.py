@@ -134,3 +134,27 @@ def test_the_artifact_runs_as_is_under_ort_numerics_and_an_unknown_mode_is_refus
     assert computed_artifact(path, "ort") == path
     with pytest.raises(ValueError, match=r"numerics 'fast': expected one of strict, ort \(--parity-numerics\)"):
         computed_artifact(path, "fast")
+
+
+@pytest.mark.tf
+def test_a_large_saved_model_is_run_in_a_process_of_its_own_with_the_same_outputs(toy_saved_model, monkeypatch):
+    """From APART_BYTES on, the reference is a TfProcessRunner: the same outputs, input metadata and
+    weights' hash as the TfRunner of this process, and a process that ends when the run releases it."""
+    from paritygate.backend import runtimes
+    from paritygate.backend.tf.process import TfProcessRunner
+    from paritygate.backend.tf.runner import TfRunner
+
+    spec = toy_spec(reference=toy_saved_model)
+    here = runtimes.tensorflow_runner(spec)
+    monkeypatch.setattr("paritygate.common.apart.APART_BYTES", 0)
+    apart = runtimes.tensorflow_runner(spec)
+    assert (type(here), type(apart)) == (TfRunner, TfProcessRunner) and apart._child is None  # started on first use
+    x = {"x": np.linspace(-1, 1, 7, dtype=np.float32).reshape(7, 1)}
+    for runner in (here, apart):
+        runner.activate()
+    assert apart.input_metadata() == here.input_metadata() and apart.weights_sha256() == here.weights_sha256()
+    a, b = here.infer(x), apart.infer(x)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    child = apart._child
+    runtimes.release(apart)
+    assert child.poll() is not None

@@ -6,6 +6,8 @@ candidate's names, paired with the reference's through ``resolved_spec(ctx, spec
 decorated or single), kept in the run's context (``paritygate.context.RunContext``); the spec is not written to.
 Each runner is kept in this module's memos (``paritygate.common.memo``), once per run."""
 
+from pathlib import Path
+
 from paritygate.backend.base import RunnerError
 from paritygate.backend.engines import FAILED_CANDIDATES, artifact_failure
 from paritygate.backend.inputspec import MappedRunner, check_input_spec, declared_casts, half_inputs, input_names
@@ -37,10 +39,28 @@ def load_reference(ctx, spec):
     return REFERENCES.get(ctx, ModelKey(spec.name), lambda: _load_reference(spec, ctx.reference_cache))
 
 
-def _load_reference(spec, cached):
+def tensorflow_runner(spec):
+    """The TensorFlow runner of ``spec``'s reference, here (``TfRunner``) or, for a SavedModel of ``APART_BYTES`` or
+    more, in a process of its own started on first use (``TfProcessRunner``): the same code on the same machine, the
+    same outputs, none of its weights, graphs or TensorFlow's buffers in the run's process. A Keras file stays here:
+    its custom objects may be registered by a conftest in this process."""
+    from paritygate.backend.tf.util import is_keras
+    from paritygate.common.apart import APART_BYTES
+
+    name = f"tensorflow:{spec.name}"
+    folder = Path(spec.reference)
+    if not is_keras(folder) and folder.is_dir() and \
+            sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) >= APART_BYTES:
+        from paritygate.backend.tf.process import TfProcessRunner
+
+        return TfProcessRunner(folder, spec.signature, name=name, lazy=True)
     from paritygate.backend.tf.runner import TfRunner
 
-    runner = TfRunner(spec.reference, spec.signature, name=f"tensorflow:{spec.name}")
+    return TfRunner(spec.reference, spec.signature, name=name)
+
+
+def _load_reference(spec, cached):
+    runner = tensorflow_runner(spec)
     runner.time_as = "reference"
     if cached:
         from paritygate.backend.reference_cache import CachedReference

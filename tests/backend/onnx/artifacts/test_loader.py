@@ -353,3 +353,23 @@ def test_the_bundled_models_artifacts_pass_the_tensorrt_lint():
         for precision in spec.precisions:
             report = loader.artifact_report(spec, precision)
             assert report["built_by_suite"] and report["lint"] == [], (spec.name, precision, report["lint"])
+
+
+def test_a_large_models_builds_run_apart_and_make_the_same_artifacts(toy, tmp_path, monkeypatch):
+    """Over APART_BYTES, the fp16 and int8 builds run in a process of their own (common.apart) and write what the
+    run's own process writes: the same bytes, the same report."""
+    from paritygate.common import apart
+
+    spec, src, _ = toy
+    calib = loader.load_calibration(spec, groups=True)
+    builds = {"fp16": (loader.build_fp16, spec, src, loader.FP16_KEEP_FP32, ()),
+              "int8": (loader.build_int8, spec, src, calib, loader.INT8_OPS, ())}
+    real, ran = apart.apart, []
+    monkeypatch.setattr(apart, "apart", lambda function, *args: ran.append(function) or real(function, *args))
+    monkeypatch.setattr(loader, "APART_BYTES", 0)
+    for name, (build, *args) in builds.items():
+        here, there = tmp_path / f"{name}-here.onnx", tmp_path / f"{name}-there.onnx"
+        assert build(*args, here) == loader.apart_if_large(src, build, *args, there)
+        assert here.read_bytes() == there.read_bytes()
+    assert ran == [loader.build_fp16, loader.build_int8]
+

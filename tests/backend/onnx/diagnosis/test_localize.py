@@ -228,3 +228,15 @@ def test_rows_run_a_few_at_a_time_give_what_all_at_once_gives(overflow, monkeypa
     assert len(next(iter(feed.values()))) > 1 and [r.as_dict() for r in rows.rows] == [r.as_dict() for r in whole.rows]
     assert rows.unmatched == whole.unmatched and rows.top.node == whole.top.node == "scale_up"
     assert any(not r.passed for r in rows.rows) and any(r.passed for r in rows.rows)
+
+
+def test_a_large_models_divergence_computed_apart_is_the_one_computed_here(overflow, monkeypatch):
+    """From APART_BYTES on, the comparison runs in a process of its own (common.apart): the same rows, ranking and
+    unmatched tensors as in the run's process."""
+    spec, feed, _ = overflow
+    fp32, fp16 = onnx.load(str(spec.onnx)), onnx.load(str(loader.fp16_onnx(spec, keep_fp32=())))
+    here = localize.divergence(fp32, fp16, feed, 1e-2, 1e-2)
+    monkeypatch.setattr(localize, "APART_BYTES", 0)
+    apart = localize.divergence(fp32, fp16, feed, 1e-2, 1e-2)
+    assert [r.as_dict() for r in apart.rows] == [r.as_dict() for r in here.rows] and apart.rows
+    assert (apart.unmatched, apart.ranking_error, apart.top.node) == (here.unmatched, here.ranking_error, here.top.node)

@@ -28,6 +28,7 @@ from paritygate.backend.cache import cache_root, cached_file, hash_path, key_of,
 from paritygate.backend.onnx.artifacts import failures, gaps, validate
 from paritygate.backend.onnx.artifacts.validate import ArtifactError
 from paritygate.backend.onnx.lint import trt_lint
+from paritygate.common.apart import APART_BYTES
 from paritygate.files import check_file
 from paritygate.lazy import dist_version as _version
 from paritygate.lazy import lazy_import
@@ -156,19 +157,31 @@ def fp16_onnx(spec, keep_fp32=FP16_KEEP_FP32):
     key = key_of(src=hash_path(src), keep=sorted(keep_fp32), occ=_version("onnxconverter-common"),
                  onnx=_version("onnx"), ort=_version("onnxruntime"), build=BUILD["fp16"],
                  **({"plan": sorted(plan)} if plan else {}))
+    return cached_file("onnx", f"{spec.name}-fp16-{key}", ".onnx",
+                       lambda out: apart_if_large(src, build_fp16, spec, src, tuple(keep_fp32), plan, out))
 
-    def build(out):
-        from paritygate.backend.onnx.artifacts import fp16
 
-        source = fp16.name_nodes(load_checked(src))
-        check_precision_list(spec, "fp16_keep_fp32", plan, source)
-        feeds = validate.smoke_feeds(spec, source, _input_names(spec, source))
-        model, report = fp16.convert(source, list(keep_fp32) + list(plan), feeds, keep_nodes=plan)
-        _lint_or_raise(source, model, report, fp16.CONVERTER)
-        onnx.save(model, str(out))
-        return report
+def build_fp16(spec, src, keep_fp32, plan, out):
+    """Write the fp16 artifact of the fp32 ONNX ``src`` to ``out``; its build report."""
+    from paritygate.backend.onnx.artifacts import fp16
 
-    return cached_file("onnx", f"{spec.name}-fp16-{key}", ".onnx", build)
+    source = fp16.name_nodes(load_checked(src))
+    check_precision_list(spec, "fp16_keep_fp32", plan, source)
+    feeds = validate.smoke_feeds(spec, source, _input_names(spec, source))
+    model, report = fp16.convert(source, list(keep_fp32) + list(plan), feeds, keep_nodes=plan)
+    _lint_or_raise(source, model, report, fp16.CONVERTER)
+    onnx.save(model, str(out))
+    return report
+
+
+def apart_if_large(src, build, *args):
+    """``build(*args)``, in a process of its own (``common.apart``) when the fp32 ONNX ``src`` is at least
+    ``APART_BYTES``: a build holds several copies of the weights at once (issue 37), the run keeps none of them."""
+    if Path(src).stat().st_size < APART_BYTES:
+        return build(*args)
+    from paritygate.common import apart
+
+    return apart.apart(build, *args)
 
 
 # -- int8 --------------------------------------------------------------------------------------------------
@@ -190,30 +203,33 @@ def int8_onnx(spec, ops=INT8_OPS):
     key = key_of(src=hash_path(src), calib=hash_path(spec.calibration), ops=sorted(ops),
                  ort=_version("onnxruntime"), onnx=_version("onnx"), build=BUILD["int8"],
                  **({"plan": sorted(plan)} if plan else {}))
+    return cached_file("onnx", f"{spec.name}-int8-{key}", ".onnx",
+                       lambda out: apart_if_large(src, build_int8, spec, src, calib, tuple(ops), plan, out))
 
-    def build(out):
-        from paritygate.backend.onnx.artifacts import int8
 
-        source = load_checked(src)
-        check_precision_list(spec, "int8_exclude", plan, source)
-        names = _input_names(spec, source)  # reference -> ONNX input names
-        feeds = [{names[k]: v[i:i + 1] for k, v in group.items()}  # one row at a time, of each shape
-                 for group in calib for i in range(len(next(iter(group.values()))))]
-        quantized = [op for op in ops if op not in plan]
-        ranges = key_of(src=hash_path(src), calib=hash_path(spec.calibration), ops=sorted(quantized),
-                        ort=_version("onnxruntime"), build=BUILD["int8"])  # a plan's nodes do not change them (int8.py)
-        ranges = cache_root() / "calibration" / f"{spec.name}-{ranges}.json"
-        try:
-            report = int8.quantize(source, out, feeds, quantized, exclude=plan, ranges=ranges)
-        except Exception as err:  # quantize_static raises ValueError, RuntimeError, ORT errors
-            message = " ".join(str(err).strip().splitlines()[:3])[:600]
-            raise ArtifactError(int8.CONVERTER, "quantization", message, validate.node_of(str(err))) from err
-        model = onnx.load(str(out))
-        validate.validate(model, feeds[0], int8.CONVERTER)
-        _lint_or_raise(source, model, report, int8.CONVERTER)
-        return report
+def build_int8(spec, src, calib, ops, plan, out):
+    """Write the int8 artifact of the fp32 ONNX ``src``, calibrated on ``calib`` (groups of inputs by reference
+    name), to ``out``; its build report."""
+    from paritygate.backend.onnx.artifacts import int8
 
-    return cached_file("onnx", f"{spec.name}-int8-{key}", ".onnx", build)
+    source = load_checked(src)
+    check_precision_list(spec, "int8_exclude", plan, source)
+    names = _input_names(spec, source)  # reference -> ONNX input names
+    feeds = [{names[k]: v[i:i + 1] for k, v in group.items()}  # one row at a time, of each shape
+             for group in calib for i in range(len(next(iter(group.values()))))]
+    quantized = [op for op in ops if op not in plan]
+    ranges = key_of(src=hash_path(src), calib=hash_path(spec.calibration), ops=sorted(quantized),
+                    ort=_version("onnxruntime"), build=BUILD["int8"])  # a plan's nodes do not change them (int8.py)
+    ranges = cache_root() / "calibration" / f"{spec.name}-{ranges}.json"
+    try:
+        report = int8.quantize(source, out, feeds, quantized, exclude=plan, ranges=ranges)
+    except Exception as err:  # quantize_static raises ValueError, RuntimeError, ORT errors
+        message = " ".join(str(err).strip().splitlines()[:3])[:600]
+        raise ArtifactError(int8.CONVERTER, "quantization", message, validate.node_of(str(err))) from err
+    model = onnx.load(str(out))
+    validate.validate(model, feeds[0], int8.CONVERTER)
+    _lint_or_raise(source, model, report, int8.CONVERTER)
+    return report
 
 
 def precision_list(spec, key):

@@ -52,6 +52,9 @@ class ArtifactError(SuiteError):
         else:
             super().__init__(f"{converter} built an invalid artifact{f' {path}' if path else ''}: {said}")
 
+    def __reduce__(self):  # made again from its fields: a build run apart (common.apart) raises it across processes
+        return type(self), (self.converter, self.step, self.message, self.node, self.path, self.lasting)
+
 
 def node_of(message):
     """The node a checker / runtime message names, or None."""

@@ -1,0 +1,33 @@
+"""paritygate.common.apart: a step in a process of its own gives back its result, what it raised (an ArtifactError
+with its fields), or an ApartError when the process dies."""
+
+import math
+import os
+import pickle
+
+import pytest
+
+from paritygate.backend.onnx.artifacts.validate import ArtifactError
+from paritygate.common.apart import ApartError, apart
+
+
+def test_the_result_comes_back_from_another_process():
+    assert apart(math.factorial, 20) == math.factorial(20)
+    assert apart(os.getpid) != os.getpid()
+
+
+def test_what_the_step_raised_is_raised_here():
+    with pytest.raises(ValueError, match="invalid literal"):
+        apart(int, "not a number")
+
+
+def test_an_artifact_error_crosses_processes_with_its_fields():
+    err = ArtifactError("tf2onnx", "conversion", "Erfc is not an ONNX op", node="gelu/Erfc", path="m.onnx")
+    again = pickle.loads(pickle.dumps(err))
+    assert (type(again), str(again), again.node, again.step, again.path, again.gap) == \
+        (ArtifactError, str(err), err.node, err.step, err.path, err.gap)
+
+
+def test_a_process_that_dies_is_an_apart_error_naming_the_step():
+    with pytest.raises(ApartError, match="_exit ended before it answered"):
+        apart(os._exit, 3)
