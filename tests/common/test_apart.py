@@ -28,6 +28,22 @@ def test_an_artifact_error_crosses_processes_with_its_fields():
         (ArtifactError, str(err), err.node, err.step, err.path, err.gap)
 
 
-def test_a_process_that_dies_is_an_apart_error_naming_the_step():
-    with pytest.raises(ApartError, match="_exit ended before it answered"):
+def test_a_process_that_dies_is_an_apart_error_naming_the_step_and_the_next_call_starts_another():
+    with pytest.raises(ApartError, match=r"_exit ended before it answered \(exit 3"):
         apart(os._exit, 3)
+    assert apart(math.factorial, 5) == 120
+
+
+def test_one_worker_serves_the_calls_in_the_callers_folder_and_environment(tmp_path, monkeypatch):
+    first = apart(os.getpid)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PARITYGATE_APART_PROBE", "seen")
+    assert apart(os.getpid) == first  # started once
+    assert apart(os.getcwd) == str(tmp_path) and apart(os.getenv, "PARITYGATE_APART_PROBE") == "seen"
+    monkeypatch.delenv("PARITYGATE_APART_PROBE")
+    assert apart(os.getenv, "PARITYGATE_APART_PROBE") is None
+
+
+def test_what_the_step_prints_does_not_corrupt_its_answer_or_the_next():
+    assert apart(print, "printed by the step (on the worker's stderr)") is None
+    assert apart(math.factorial, 5) == 120

@@ -1,15 +1,25 @@
 """A step run in a Python process of its own, so that the memory it holds at its peak is never the run's (issue 37:
-a real-size model's fp16 and int8 builds each hold several copies of its weights at once).
+a real-size model's fp16 and int8 builds and its localization each hold several copies of its weights at once).
 
-    report = apart(build_fp16, spec, src, keep, plan, out)   # build_fp16(...) in a fresh process: its result
+    report = apart(build_fp16, spec, src, keep, plan, out)   # build_fp16(...) in the worker process: its result
 
-The process is started fresh (``spawn``: nothing of the run's threads, sessions or TensorFlow is copied into it), runs
-``function(*args)`` (a module-level function; arguments and result are pickled) and ends; what it raised is raised
-here, its own traceback attached as the cause. A process that dies (killed for memory, say) raises ``ApartError``.
+One worker per process, started on the first call (``python -m paritygate.common.apart``: nothing of the run's
+threads, sessions or TensorFlow is copied into it, and the caller's own ``__main__`` is never imported again, which
+``multiprocessing``'s spawn does) and kept for the next ones: its start (0.6 s: onnx, ONNX Runtime) is paid once.
+Each call hands it the caller's ``sys.path``, working folder and environment, then ``function`` (module-level) and
+its arguments, pickled; it answers the result or what was raised, which is raised here. After each call it gives
+its freed pages back (``common.memory.trim``). A worker that dies (killed for memory, say) raises ``ApartError``;
+the next call starts a new one. Calls from several threads take turns.
 """
 
-import concurrent.futures
-import multiprocessing
+import atexit
+import io
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
 
 from paritygate.verdict import SuiteError
 
@@ -20,17 +30,107 @@ from paritygate.verdict import SuiteError
 # and 0.5 GiB for TensorFlow) costs more than their memory.
 APART_BYTES = 8 * 2**20
 
+_WORKER, _CLOSING, _TURN = [], [], threading.Lock()  # the worker; its end registered at exit; one call at a time
+
 
 class ApartError(SuiteError):
     """The process running a step ended before it answered."""
 
 
 def apart(function, *args):
-    """``function(*args)`` in a fresh Python process: its result, or what it raised."""
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+    """``function(*args)`` in the worker process: its result, or what it raised."""
+    request = pickle.dumps((sys.path, os.getcwd(), dict(os.environ))) + \
+        pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)  # the path first: the function is found on it
+    with _TURN:
+        worker = _worker()
         try:
-            return pool.submit(function, *args).result()
-        except concurrent.futures.process.BrokenProcessPool as err:
+            _send(worker.stdin, request)
+            reply = _receive(worker.stdout)
+        except OSError:
+            reply = None
+        if reply is None:
+            code = _close()
             raise ApartError(f"the process running {function.__module__}.{function.__qualname__} ended before it "
-                             f"answered (killed, for memory or by a signal?): {err}") from err
+                             f"answered (exit {code}: killed, for memory or by a signal?)")
+    ok, value = pickle.loads(reply)
+    if ok:
+        return value
+    raise value
+
+
+def _worker():
+    if _WORKER and _WORKER[0].poll() is not None:
+        _close()
+    if not _WORKER:
+        _WORKER.append(subprocess.Popen([sys.executable, "-m", "paritygate.common.apart"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE))
+        if len(_WORKER) == 1 and not _CLOSING:
+            _CLOSING.append(atexit.register(_close))
+    return _WORKER[0]
+
+
+def _close():
+    """End the worker (its stdin closed, it exits; killed if it has not within 5 s): its exit status, or None."""
+    if not _WORKER:
+        return None
+    worker = _WORKER.pop()
+    try:
+        worker.stdin.close()
+    except OSError:
+        pass  # a worker that died: its pipe is broken
+    try:
+        code = worker.wait(5)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        code = worker.wait()
+    worker.stdout.close()
+    return code
+
+
+def _send(stream, data):
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream):
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    return stream.read(struct.unpack("<Q", head)[0])
+
+
+def _serve():
+    """The worker: each request run as asked, until its stdin closes."""
+    from paritygate.common.memory import trim
+
+    channel = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # what a step prints cannot corrupt the answers
+    while (request := _receive(sys.stdin.buffer)) is not None:
+        function, args = _unpickled(request)
+        try:
+            answer = (True, function(*args))
+        except Exception as err:  # noqa: BLE001 - raised again in the caller's process
+            answer = (False, err)
+        del function, args
+        try:
+            reply = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as err:  # noqa: BLE001 - an answer that cannot be pickled: said, not lost
+            reply = pickle.dumps((False, ApartError(f"the answer of a step run apart cannot be sent back: {err}")))
+        del answer
+        _send(channel, reply)
+        trim()
+
+
+def _unpickled(request):
+    """(function, args) of ``request``, the caller's path, folder and environment taken on first."""
+    stream = io.BytesIO(request)
+    path, folder, environment = pickle.load(stream)
+    sys.path[:] = path
+    os.chdir(folder)
+    os.environ.clear()
+    os.environ.update(environment)
+    return pickle.load(stream)
+
+
+if __name__ == "__main__":
+    _serve()

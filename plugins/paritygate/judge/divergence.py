@@ -125,11 +125,11 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
     samples = _trigger(result, feed, spec.max_batch)
     local_feed = failing.onnx_feed({k: v[samples] for k, v in feed.items()})
     tol = tolerance_for(spec, precision)
-    candidate = onnx.load(str(failing.artifact(base)))
-    first_div = localize.divergence(fp32_model, candidate, local_feed, tol.atol, tol.rtol)
+    # the files, not their graphs: a large model's comparison runs apart and reads them there (localize.divergence)
+    first_div = localize.divergence(fp32_onnx(spec), failing.artifact(base), local_feed, tol.atol, tol.rtol)
     if precision in spec.onnx_artifacts:  # the team's own file: the suite cannot rebuild it with a plan
-        return _own_file(spec, precision, fp32_model, candidate, first_div, local_feed, tol, base, samples, feed,
-                         numerics)
+        return _own_file(spec, precision, fp32_model, onnx.load(str(failing.artifact(base))), first_div, local_feed,
+                         tol, base, samples, feed, numerics)
     plan = _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline)
     found = {**_details(spec, precision, first_div, plan, base, samples, feed, tol), "numerics": numerics,
              "coverage": failing.plan_coverage(base + [n for n in plan.nodes if n not in base]),
@@ -165,7 +165,7 @@ def _own_file(spec, precision, fp32_model, candidate, div, local_feed, tol, base
 def _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline=None):
     """The artifact's plan: the one found earlier when it holds on the evidence grown by this check, else a
     search from it (``backend.onnx.diagnosis.repair``); every trial is judged on the whole evidence."""
-    from paritygate.backend.onnx.artifacts.loader import INT8_OPS
+    from paritygate.backend.onnx.artifacts.loader import INT8_OPS, fp32_onnx
     from paritygate.backend.onnx.diagnosis import localize, repair
     from paritygate.backend.onnx.lint import coverage
 
@@ -188,7 +188,7 @@ def _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline=
         """Localize on the rows the last rejected trial failed (else the check's failing samples)."""
         rows = book.evidence.failing_feed if nodes else None
         div = first_div if not nodes and not prior else localize.divergence(
-            fp32_model, onnx.load(str(failing.artifact(start + nodes))),
+            fp32_onnx(failing.spec), failing.artifact(start + nodes),
             failing.onnx_feed(rows) if rows is not None else local_feed, tol.atol, tol.rtol)
         return [r.node for r in div.ranked()]
 

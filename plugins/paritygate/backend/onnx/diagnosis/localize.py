@@ -28,6 +28,8 @@ For INT8 the candidate's input values are taken before the Q/DQ pair its consume
 quantized activation is added by the node that reads it: the node ``int8_exclude`` leaves unquantized.
 """
 
+import functools
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -178,12 +180,13 @@ ROWS_BYTES = 256 * 2**20
 
 
 def divergence(fp32_model, cand_model, feed, atol, rtol):
-    """``_divergence``; for a model of ``APART_BYTES`` or more, in a process of its own (``common.apart``): every
+    """``_divergence``, the models given as ModelProtos or as their files' paths; for a model of ``APART_BYTES`` or
+    more, in a process of its own (``common.apart``), which reads the files given as paths itself: every
     intermediate of both graphs, three sessions and their weights are held there, not in the run (issue 37:
     ResNet50's int8 localization took the run's process from 1.0 to 2.1 GiB)."""
-    if fp32_model.ByteSize() < APART_BYTES:
-        return _divergence(fp32_model, cand_model, feed, atol, rtol)
-    return apart(_divergence, fp32_model, cand_model, feed, atol, rtol)
+    size = fp32_model.ByteSize() if isinstance(fp32_model, onnx.ModelProto) else os.path.getsize(fp32_model)
+    return (_divergence if size < APART_BYTES else functools.partial(apart, _divergence))(
+        fp32_model, cand_model, feed, atol, rtol)
 
 
 def _divergence(fp32_model, cand_model, feed, atol, rtol):
@@ -193,7 +196,8 @@ def _divergence(fp32_model, cand_model, feed, atol, rtol):
     as one run over all the rows gives them."""
     from paritygate.backend.onnx.strict.rewrite import rounded_of
 
-    fp32_model = named_nodes(_copy(fp32_model))
+    fp32_model = named_nodes(_copy(fp32_model) if isinstance(fp32_model, onnx.ModelProto) else _read(fp32_model))
+    cand_model = cand_model if isinstance(cand_model, onnx.ModelProto) else _read(cand_model)
     rounded = rounded_of(cand_model)  # a strict artifact: compare the FP16-rounded value its readers see
     pairs = {k: rounded.get(v, v) for k, v in pair_tensors(fp32_model, cand_model).items()}
     fp32 = _Marked(fp32_model, [o for n in fp32_model.graph.node for o in n.output if o])
@@ -346,6 +350,10 @@ def _added(ref, alone, cand, atol, rtol, scale=None):
 def _scale(r):
     finite = np.isfinite(r)
     return float(np.abs(r[finite]).max()) if finite.any() else 0.0
+
+
+def _read(path):
+    return onnx.load(str(path))
 
 
 def _copy(model):
