@@ -146,6 +146,7 @@ def convert_common(frozen_graph, name="unknown", large_model=False, output_path=
     collect(force=True, stage="TensorFlow graph let go")
     catch = os.environ.get(constants.ENV_TF2ONNX_CATCH_ERRORS, "TRUE").upper() == "TRUE"
     optimized = [optimizer.optimize_graph(mapped.pop(), catch, optimizers=optimizers)]
+    collect(force=True, stage="optimized")  # the optimizers' last copies, before the ModelProto's own
     model_proto = optimized[0].make_model(f"converted from {name}")
     optimized.clear()
     collect(force=True, stage="ModelProto made")
