@@ -161,7 +161,8 @@ def timed(cmd, log, cwd, env=None):
 
 
 ROLES = (("tf2onnx.convert", "tf2onnx"), ("artifacts.convert", "tf2onnx"), ("paritygate.backend.trt.aot", "trt-rtx builder"),
-         ("paritygate.backend.tf.process", "tensorflow child"), ("pytest", "pytest"))
+         ("paritygate.backend.tf.process", "tensorflow child"), ("paritygate.common.apart", "apart worker"),
+         ("pytest", "pytest"))
 
 
 def _descendants(root):

@@ -99,9 +99,8 @@ class _Marked:
 
 
 def _lean(options):
-    """``options`` without ONNX Runtime's CPU arena: a session whose outputs are every intermediate would keep them
-    all in its arena, beside their copies as arrays (ResNet50's int8 localization took the run from 2.2 to 3.3 GiB
-    with it, issue 37); without it each run's buffers are freed when it returns."""
+    """``options`` without ONNX Runtime's CPU arena, which would keep every intermediate beside its copy as an array
+    (ResNet50's int8 localization: 2.2 -> 3.3 GiB with it, issue 37)."""
     options.enable_cpu_mem_arena = False
     return options
 
@@ -180,10 +179,9 @@ ROWS_BYTES = 256 * 2**20
 
 
 def divergence(fp32_model, cand_model, feed, atol, rtol):
-    """``_divergence``, the models given as ModelProtos or as their files' paths; for a model of ``APART_BYTES`` or
-    more, in a process of its own (``common.apart``), which reads the files given as paths itself: every
-    intermediate of both graphs, three sessions and their weights are held there, not in the run (issue 37:
-    ResNet50's int8 localization took the run's process from 1.0 to 2.1 GiB)."""
+    """``_divergence`` of the models (ModelProtos or their files' paths); from ``APART_BYTES`` on, in the worker of
+    ``common.apart``, which reads the files itself: both graphs' intermediates, three sessions and their weights
+    are held there (issue 37: ResNet50's int8 localization took the run's process from 1.0 to 2.1 GiB)."""
     size = fp32_model.ByteSize() if isinstance(fp32_model, onnx.ModelProto) else os.path.getsize(fp32_model)
     return (_divergence if size < APART_BYTES else functools.partial(apart, _divergence))(
         fp32_model, cand_model, feed, atol, rtol)
@@ -196,8 +194,8 @@ def _divergence(fp32_model, cand_model, feed, atol, rtol):
     as one run over all the rows gives them."""
     from paritygate.backend.onnx.strict.rewrite import rounded_of
 
-    fp32_model = named_nodes(_copy(fp32_model) if isinstance(fp32_model, onnx.ModelProto) else _read(fp32_model))
-    cand_model = cand_model if isinstance(cand_model, onnx.ModelProto) else _read(cand_model)
+    fp32_model = named_nodes(_copy(fp32_model) if isinstance(fp32_model, onnx.ModelProto) else onnx.load(str(fp32_model)))
+    cand_model = cand_model if isinstance(cand_model, onnx.ModelProto) else onnx.load(str(cand_model))
     rounded = rounded_of(cand_model)  # a strict artifact: compare the FP16-rounded value its readers see
     pairs = {k: rounded.get(v, v) for k, v in pair_tensors(fp32_model, cand_model).items()}
     fp32 = _Marked(fp32_model, [o for n in fp32_model.graph.node for o in n.output if o])
@@ -350,10 +348,6 @@ def _added(ref, alone, cand, atol, rtol, scale=None):
 def _scale(r):
     finite = np.isfinite(r)
     return float(np.abs(r[finite]).max()) if finite.any() else 0.0
-
-
-def _read(path):
-    return onnx.load(str(path))
 
 
 def _copy(model):
