@@ -44,8 +44,8 @@ def apart(function, *args):
     with _TURN:
         worker = _worker()
         try:
-            _send(worker.stdin, request)
-            reply = _receive(worker.stdout)
+            send(worker.stdin, request)
+            reply = receive(worker.stdout)
         except OSError:
             reply = None
         if reply is None:
@@ -87,12 +87,14 @@ def _close():
     return code
 
 
-def _send(stream, data):
+def send(stream, data):
+    """Write ``data`` (bytes) to ``stream`` as one frame: its length (8 bytes, little-endian), then itself."""
     stream.write(struct.pack("<Q", len(data)) + data)
     stream.flush()
 
 
-def _receive(stream):
+def receive(stream):
+    """The next frame ``send`` wrote to ``stream``, or None at its end."""
     head = stream.read(8)
     if len(head) < 8:
         return None
@@ -105,7 +107,7 @@ def _serve():
 
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # what a step prints cannot corrupt the answers
-    while (request := _receive(sys.stdin.buffer)) is not None:
+    while (request := receive(sys.stdin.buffer)) is not None:
         function, args = _unpickled(request)
         try:
             answer = (True, function(*args))
@@ -117,7 +119,7 @@ def _serve():
         except Exception as err:  # noqa: BLE001 - an answer that cannot be pickled: said, not lost
             reply = pickle.dumps((False, ApartError(f"the answer of a step run apart cannot be sent back: {err}")))
         del answer
-        _send(channel, reply)
+        send(channel, reply)
         trim()
 
 

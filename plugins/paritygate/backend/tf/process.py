@@ -20,7 +20,6 @@ outputs, the metadata (JSON), or the error the child's runner raised, which the 
 import io
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from paritygate.backend.base import BaseRunner, RunnerError
+from paritygate.common.apart import receive, send
 from paritygate.common.memo import Memo, ModelKey
 
 # the goldens check's reference in a TensorFlow child process (start_goldens_reference), ended with the run
@@ -41,17 +41,14 @@ _CMD, _ERROR, _META = "__cmd__", "__error__", "__meta__"
 def _send(stream, arrays):
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    data = buf.getvalue()
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
+    send(stream, buf.getvalue())
 
 
 def _receive(stream):
-    head = stream.read(8)
-    if len(head) < 8:
+    data = receive(stream)
+    if data is None:
         return None
-    (size,) = struct.unpack("<Q", head)
-    with np.load(io.BytesIO(stream.read(size)), allow_pickle=False) as archive:
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         return {k: archive[k] for k in archive.files}
 
 

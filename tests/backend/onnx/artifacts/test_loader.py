@@ -369,7 +369,9 @@ def test_a_large_models_builds_run_apart_and_make_the_same_artifacts(toy, tmp_pa
     monkeypatch.setattr(loader, "APART_BYTES", 0)
     for name, (build, *args) in builds.items():
         here, there = tmp_path / f"{name}-here.onnx", tmp_path / f"{name}-there.onnx"
-        assert build(*args, here) == loader.apart_if_large(src, build, *args, there)
-        assert here.read_bytes() == there.read_bytes()
+        made = [build(*args, here), loader.apart_if_large(src, build, *args, there)]
+        for report in made:  # the first int8 build of a run may compute the calibration ranges the second reuses
+            report.pop("calibration_ranges", None)
+        assert made[0] == made[1] and here.read_bytes() == there.read_bytes()
     assert ran == [loader.build_fp16, loader.build_int8]
 
