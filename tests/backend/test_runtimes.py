@@ -158,3 +158,24 @@ def test_a_large_saved_model_is_run_in_a_process_of_its_own_with_the_same_output
     child = apart._child
     runtimes.release(apart)
     assert child.poll() is not None
+
+
+@pytest.mark.tf
+def test_latency_times_a_large_references_tensorflow_in_this_process(toy_saved_model, monkeypatch):
+    """Where the checks' reference runs apart, latency's (``live_reference(here=True)``) is a TfRunner of this process
+    (timing the pipe to the other one would slow the reference down); goldens keep the one run apart."""
+    from paritygate.backend import runtimes
+    from paritygate.backend.tf.process import TfProcessRunner
+    from paritygate.backend.tf.runner import TfRunner
+    from paritygate.context import RunContext
+
+    monkeypatch.setattr("paritygate.common.apart.APART_BYTES", 0)
+    ctx, spec = RunContext(), toy_spec(reference=toy_saved_model)
+    try:
+        timed, live = runtimes.live_reference(ctx, spec, here=True), runtimes.live_reference(ctx, spec)
+        assert (type(timed.runner), type(live.runner)) == (TfRunner, TfProcessRunner)
+        x = {"x": np.linspace(-1, 1, 5, dtype=np.float32).reshape(5, 1)}
+        a, b = timed.infer(x), live.infer(x)
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    finally:
+        ctx.store.close()

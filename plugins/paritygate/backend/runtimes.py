@@ -27,6 +27,7 @@ def release(runner):
 # each released when the run's last check of its model (x precision) is done (common.memo, Store.release)
 REFERENCES = Memo("references", key=ModelKey, close=release)  # the ReferenceRunner every check sees (behind the output cache)
 LIVE_REFERENCES = Memo("live_references", key=ModelKey, close=release)  # the reference running TensorFlow, never the cache
+TIMED_REFERENCES = Memo("timed_references", key=ModelKey, close=release)  # latency's: TensorFlow in this process
 CANDIDATES = Memo("candidates", key=ArtifactKey, close=release)  # the candidate runner, fed by reference input names
 MAPPINGS = Memo("mappings", key=ModelKey)  # the resolved input/output mapping (backend.iomap)
 
@@ -39,17 +40,18 @@ def load_reference(ctx, spec):
     return REFERENCES.get(ctx, ModelKey(spec.name), lambda: _load_reference(spec, ctx.reference_cache))
 
 
-def tensorflow_runner(spec):
+def tensorflow_runner(spec, here=False):
     """The TensorFlow runner of ``spec``'s reference, here (``TfRunner``) or, for a SavedModel of ``APART_BYTES`` or
     more, in a process of its own started on first use (``TfProcessRunner``): the same code on the same machine, the
     same outputs, none of its weights, graphs or TensorFlow's buffers in the run's process. A Keras file stays here:
-    its custom objects may be registered by a conftest in this process."""
+    its custom objects may be registered by a conftest in this process. ``here``: in this process, whatever its size
+    (latency times the call itself, never a pipe to another process)."""
     from paritygate.backend.tf.util import is_keras
     from paritygate.common.apart import APART_BYTES
 
     name = f"tensorflow:{spec.name}"
     folder = Path(spec.reference)
-    if not is_keras(folder) and folder.is_dir() and \
+    if not here and not is_keras(folder) and folder.is_dir() and \
             sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) >= APART_BYTES:
         from paritygate.backend.tf.process import TfProcessRunner
 
@@ -82,19 +84,30 @@ def reference_runner(ctx, spec):
         raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
 
 
-def live_reference(ctx, spec):
+def live_reference(ctx, spec, here=False):
     """The reference running TensorFlow on every call, never the cache: for the checks whose point is running it
-    (``goldens_reproduce``, latency). Its runs are counted as live in the summary."""
+    (``goldens_reproduce``, latency). Its runs are counted as live in the summary. ``here`` (latency): in this
+    process, also where the checks' reference runs apart (``tensorflow_runner``): latency times the call itself,
+    never a pipe to another process."""
+    from paritygate.backend.tf.process import TfProcessRunner
+
+    cached = reference_runner(ctx, spec)
+    if here and isinstance(getattr(cached.runner, "runner", cached.runner), TfProcessRunner):
+        return TIMED_REFERENCES.get(ctx, ModelKey(spec.name),
+                                    lambda: _live(spec, tensorflow_runner(spec, here=True), cached.casts))
+
     def live():
-        cached = reference_runner(ctx, spec)
-        inner = cached.runner.live() if hasattr(cached.runner, "live") else cached.runner
-        try:
-            inner.activate()
-        except RunnerError as err:
-            raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
-        return ReferenceRunner(inner, cached.casts, counted="live")
+        return _live(spec, cached.runner.live() if hasattr(cached.runner, "live") else cached.runner, cached.casts)
 
     return LIVE_REFERENCES.get(ctx, ModelKey(spec.name), live)
+
+
+def _live(spec, runner, casts):
+    try:
+        runner.activate()
+    except RunnerError as err:
+        raise SuiteError(f"the TensorFlow reference of model '{spec.name}' cannot be used: {err}") from err
+    return ReferenceRunner(runner, casts, counted="live")
 
 
 def goldens_reference(ctx, spec):

@@ -132,7 +132,7 @@ def _reference_rows(ctx, spec, batches, profile):
     from paritygate.inputs.strategies import sample_inputs
 
     def measure(batch):
-        timing = measure_runner(live_reference(ctx, spec), sample_inputs(spec, batch, np.random.default_rng(0)), profile)
+        timing = measure_runner(live_reference(ctx, spec, here=True), sample_inputs(spec, batch, np.random.default_rng(0)), profile)
         return latency_row("reference", "tensorflow", batch, timing)
 
     rows = []
