@@ -4,6 +4,7 @@ with its fields), or an ApartError when the process dies."""
 import math
 import os
 import pickle
+import sys
 
 import pytest
 
@@ -47,3 +48,31 @@ def test_one_worker_serves_the_calls_in_the_callers_folder_and_environment(tmp_p
 def test_what_the_step_prints_does_not_corrupt_its_answer_or_the_next():
     assert apart(print, "printed by the step (on the worker's stderr)") is None
     assert apart(math.factorial, 5) == 120
+
+
+def test_a_function_the_worker_cannot_import_is_said_and_the_worker_lives_on(monkeypatch):
+    """A module this process made itself (no file: the worker, handed the same path, cannot import it)."""
+    import types
+
+    from paritygate.common import apart as module
+
+    only_here = types.ModuleType("paritygate_only_here")
+    exec("def call():\n    return None\n", only_here.__dict__)  # noqa: S102 - the test's own constant source
+    monkeypatch.setitem(sys.modules, "paritygate_only_here", only_here)
+    with pytest.raises(ModuleNotFoundError, match="paritygate_only_here"):
+        apart(only_here.call)
+    assert apart(math.factorial, 4) == 24 and module._WORKER[0].poll() is None
+
+
+def test_an_exception_that_cannot_be_made_again_there_is_an_apart_error_saying_it():
+    """The worker's reply (``_reply``, run here: a class of a test module is not importable by the worker)."""
+    from paritygate.common.apart import _reply
+
+    ok, err = pickle.loads(_reply((False, _Stubborn(1, 2))))
+    assert not ok and isinstance(err, ApartError) and "ended with _Stubborn: 1 and 2 (not sent back as it is)" in str(err)
+    assert pickle.loads(_reply((False, ValueError("kept"))))[1].args == ("kept",)
+
+
+class _Stubborn(Exception):
+    def __init__(self, a, b):
+        super().__init__(f"{a} and {b}")

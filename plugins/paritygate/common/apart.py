@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import threading
+import traceback
 
 from paritygate.verdict import SuiteError
 
@@ -52,7 +53,11 @@ def apart(function, *args):
             code = _close()
             raise ApartError(f"the process running {function.__module__}.{function.__qualname__} ended before it "
                              f"answered (exit {code}: killed, for memory or by a signal?)")
-    ok, value = pickle.loads(reply)
+    try:
+        ok, value = pickle.loads(reply)
+    except Exception as err:  # a class this process cannot make again: said, with the worker's words
+        raise ApartError(f"the answer of {function.__module__}.{function.__qualname__}, run apart, cannot be read "
+                         f"here: {type(err).__name__}: {err}") from err
     if ok:
         return value
     raise value
@@ -108,19 +113,29 @@ def _serve():
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # what a step prints cannot corrupt the answers
     while (request := receive(sys.stdin.buffer)) is not None:
-        function, args = _unpickled(request)
         try:
+            function, args = _unpickled(request)  # a module the worker cannot import is said, like any error
             answer = (True, function(*args))
-        except Exception as err:  # noqa: BLE001 - raised again in the caller's process
+        except Exception as err:  # noqa: BLE001 - raised again in the caller's process, with the worker's traceback
+            if hasattr(err, "add_note"):
+                err.add_note("in the process it ran apart in (paritygate.common.apart):\n" + traceback.format_exc())
             answer = (False, err)
-        del function, args
-        try:
-            reply = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as err:  # noqa: BLE001 - an answer that cannot be pickled: said, not lost
-            reply = pickle.dumps((False, ApartError(f"the answer of a step run apart cannot be sent back: {err}")))
+        send(channel, _reply(answer))
         del answer
-        send(channel, reply)
         trim()
+
+
+def _reply(answer):
+    """``answer`` pickled; an exception that would not be made again on the other side (its class takes other
+    arguments than it keeps), or an answer that cannot be pickled, becomes an ApartError saying what it was."""
+    try:
+        reply = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        if not answer[0]:
+            pickle.loads(reply)
+        return reply
+    except Exception as err:  # noqa: BLE001 - said, not lost
+        what = f"{type(answer[1]).__name__}: {answer[1]}" if not answer[0] else f"{type(err).__name__}: {err}"
+        return pickle.dumps((False, ApartError(f"a step run apart ended with {what} (not sent back as it is)")))
 
 
 def _unpickled(request):
