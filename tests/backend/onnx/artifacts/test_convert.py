@@ -50,3 +50,28 @@ def test_garbage_is_collected_only_once_the_process_grew(monkeypatch):
     assert calls == ["gc", "trim"] and convert._LAST == [size[0]]
     convert.collect(force=True)
     assert calls == ["gc", "trim", "gc", "trim"]
+
+
+def test_freezing_with_stand_ins_gives_tensorflows_own_graph(toy_saved_model, monkeypatch):
+    """``frozen_graph_def`` (every float constant standing in while the function is made: STAND_IN_BYTES 0) gives the
+    GraphDef tf2onnx's freezing gives: the same bytes, the weights' values included."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    loaded = tf.saved_model.load(str(toy_saved_model))  # kept: the function reads its variables
+    func = loaded.signatures["serving_default"]
+    theirs = convert_variables_to_constants_v2(func, lower_control_flow=False, aggressive_inlining=True)
+    theirs = theirs.graph.as_graph_def(add_shapes=True)
+    monkeypatch.setattr(convert, "STAND_IN_BYTES", 0)
+    kept = {}
+    real = convert._stand_ins
+
+    def stand_ins(graph_def):
+        light, values = real(graph_def)
+        kept.update(values)
+        return light, values
+
+    monkeypatch.setattr(convert, "_stand_ins", stand_ins)
+    ours = convert.frozen_graph_def(func)
+    assert kept  # the toy's weights stood in
+    assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True)

@@ -12,12 +12,14 @@ that each collection walks only the conversion's own objects: EfficientNetB0 con
 at every collection, 14.1 s frozen (the same peak, 0.96-0.99 GiB; ``/usr/bin/time`` on this command, issue 37).
 
 Freezing (``tf_loader.from_function``) is tf2onnx's own steps with the copies of the weights each leaves dropped
-before the next one makes its own (``from_function`` here): tf2onnx holds the loaded SavedModel, the frozen
-function, its GraphDef and that GraphDef imported into a graph all while grappler makes two more; here grappler runs
-on the frozen GraphDef alone, once the SavedModel is let go (``from_saved_model``). Measured on ResNet50 (98 MB of weights), the peak
-of each stage as tf2onnx runs: loaded 0.80 GiB, frozen 1.93, grappler 3.01, its ONNX optimizers 6.82, saved 7.31;
-on MobileNetV2 (alpha 0.35, 6.8 MB): 0.98 GiB as tf2onnx runs, 0.83 here; the real-size models: docs/measured.md,
-"Real-size models".
+before the next one makes its own (``from_function`` here), and TensorFlow's making of the frozen function given the
+graph with its large constants standing in (``frozen_graph_def``: it reads their shapes, not their values); grappler
+runs on the frozen GraphDef alone, once the SavedModel is let go (``from_saved_model``); the graph, once imported,
+mapped and optimized, is let go as the next stage has its own (``convert_common``). Measured on ResNet50 (98 MB of
+weights), each stage's peak as tf2onnx runs it: loaded 0.80 GiB, frozen 1.93, grappler 3.01, its ONNX optimizers
+6.82, saved 7.31; here (``PARITYGATE_CONVERT_TRACE=1``): frozen 1.02, grappler 2.13 (TensorFlow's own
+``OptimizeGraph``: 13 copies of the weights), the ONNX optimizers 1.69, the ModelProto 1.41; the real-size models:
+docs/measured.md, "Real-size models".
 
     python -m paritygate.backend.onnx.artifacts.convert --saved-model DIR --signature_def serving_default \\
         --opset 17 --output model.onnx        # tf2onnx.convert's arguments, as they are
@@ -80,12 +82,9 @@ def from_function(func, input_names, output_names, large_model=False):
     if large_model:
         return _FROM_FUNCTION[0](func, input_names, output_names, large_model)
     try:
-        frozen = tf_loader.convert_variables_to_constants_v2(func, lower_control_flow=False, aggressive_inlining=True)
+        graph_def = frozen_graph_def(func)
     except ValueError:
         return _FROM_FUNCTION[0](func, input_names, output_names, large_model)  # tf2onnx's repair of freezing
-    collect(stage="frozen")
-    graph_def = frozen.graph.as_graph_def(add_shapes=True)
-    del frozen
     collect(force=True, stage="frozen GraphDef")
     graph_def = tf_loader.fix_freezing_errors_part2(graph_def)
     import tensorflow as tf
@@ -99,6 +98,59 @@ def from_function(func, input_names, output_names, large_model=False):
         _SAVED_MODEL[0] = (input_names, output_names)  # grappler once the SavedModel is let go: from_saved_model
         return graph_def
     return _optimized(input_names, output_names, graph_def)
+
+
+STAND_IN_BYTES = 64 * 2**10  # a float constant this large stands in for itself while the frozen function is made
+
+
+def frozen_graph_def(func):
+    """``convert_variables_to_constants_v2(func, lower_control_flow=False, aggressive_inlining=True)``'s graph as
+    ``as_graph_def(add_shapes=True)`` gives it (tf2onnx's freezing), with the weights held once. TensorFlow makes the
+    frozen function from a GraphDef holding every weight (``_construct_concrete_function``) and copies it several
+    times on the way (ResNet50: 0.87 -> 1.66 GiB in that call alone); the function's making reads no constant's
+    values, only their types and shapes, so here it is given the graph with each float constant of
+    ``STAND_IN_BYTES`` or more standing in as one value of its shape, and the real values are put back by name."""
+    from tensorflow.python.framework import convert_to_constants as freezing
+
+    data = freezing._FunctionConverterDataInEager(func=func, lower_control_flow=False, aggressive_inlining=True)
+    full, converted = freezing._replace_variables_by_constants(converter_data=data)
+    del data
+    collect(force=True, stage="variables replaced")
+    light, kept = _stand_ins(full)
+    frozen = freezing._construct_concrete_function(func, light, converted)
+    graph_def = frozen.graph.as_graph_def(add_shapes=True)
+    del frozen, light
+    for node in graph_def.node:
+        if node.name in kept:
+            node.attr["value"].tensor.CopyFrom(kept[node.name])
+    return graph_def
+
+
+def _stand_ins(graph_def):
+    """(a copy of ``graph_def`` whose large float constants hold one value of their shape, {name: real value})."""
+    from tensorflow.core.framework import types_pb2
+
+    light, kept = type(graph_def)(), {}
+    light.versions.CopyFrom(graph_def.versions)
+    light.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        value = node.attr["value"].tensor if node.op == "Const" and "value" in node.attr else None
+        if value is None or value.dtype != types_pb2.DT_FLOAT or value.ByteSize() < STAND_IN_BYTES:
+            light.node.add().CopyFrom(node)
+            continue
+        copy = light.node.add(name=node.name, op=node.op, device=node.device, input=node.input)
+        for key, attr in node.attr.items():
+            if key != "value":
+                copy.attr[key].CopyFrom(attr)
+        for field in ("experimental_debug_info", "experimental_type"):
+            if node.HasField(field):
+                getattr(copy, field).CopyFrom(getattr(node, field))
+        stand_in = copy.attr["value"].tensor
+        stand_in.dtype = value.dtype
+        stand_in.tensor_shape.CopyFrom(value.tensor_shape)
+        stand_in.float_val.append(0.5)  # repeated to the whole shape where a value is read (none is, here)
+        kept[node.name] = value
+    return light, kept
 
 
 def _optimized(input_names, output_names, graph_def):
