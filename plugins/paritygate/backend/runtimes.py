@@ -47,12 +47,11 @@ def tensorflow_runner(spec, here=False):
     its custom objects may be registered by a conftest in this process. ``here``: in this process, whatever its size
     (latency times the call itself, never a pipe to another process)."""
     from paritygate.backend.tf.util import is_keras
-    from paritygate.common.apart import APART_BYTES
+    from paritygate.common.apart import large
 
     name = f"tensorflow:{spec.name}"
     folder = Path(spec.reference)
-    if not here and not is_keras(folder) and folder.is_dir() and \
-            sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) >= APART_BYTES:
+    if not here and not is_keras(folder) and folder.is_dir() and large(folder):
         from paritygate.backend.tf.process import TfProcessRunner
 
         return TfProcessRunner(folder, spec.signature, name=name, lazy=True)

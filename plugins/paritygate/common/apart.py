@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import traceback
+from pathlib import Path
 
 from paritygate.verdict import SuiteError
 
@@ -30,6 +31,14 @@ from paritygate.verdict import SuiteError
 # run's 1.77. Smaller ones stay in the run, where a process's start (0.6 s and 80 MB for onnx and ONNX Runtime; 6 s
 # and 0.5 GiB for TensorFlow) costs more than their memory.
 APART_BYTES = 8 * 2**20
+
+def large(path):
+    """Whether the file ``path``, or the files of the folder ``path`` together, hold ``APART_BYTES`` or more: the
+    one test of what runs apart (a model's fp32 ONNX, its ONNX graphs, its SavedModel)."""
+    path = Path(path)
+    files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+    return sum(f.stat().st_size for f in files) >= APART_BYTES
+
 
 _WORKER, _CLOSING, _TURN = [], [], threading.Lock()  # the worker; its end registered at exit; one call at a time
 

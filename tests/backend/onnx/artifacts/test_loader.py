@@ -366,7 +366,7 @@ def test_a_large_models_builds_run_apart_and_make_the_same_artifacts(toy, tmp_pa
               "int8": (loader.build_int8, spec, src, calib, loader.INT8_OPS, ())}
     real, ran = apart.apart, []
     monkeypatch.setattr(apart, "apart", lambda function, *args: ran.append(function) or real(function, *args))
-    monkeypatch.setattr(loader, "APART_BYTES", 0)
+    monkeypatch.setattr("paritygate.common.apart.APART_BYTES", 0)
     for name, (build, *args) in builds.items():
         here, there = tmp_path / f"{name}-here.onnx", tmp_path / f"{name}-there.onnx"
         made = [build(*args, here), loader.apart_if_large(src, build, *args, there)]

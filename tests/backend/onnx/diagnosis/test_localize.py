@@ -236,7 +236,7 @@ def test_a_large_models_divergence_computed_apart_is_the_one_computed_here(overf
     spec, feed, _ = overflow
     fp32, fp16 = onnx.load(str(spec.onnx)), onnx.load(str(loader.fp16_onnx(spec, keep_fp32=())))
     here = localize.divergence(fp32, fp16, feed, 1e-2, 1e-2)
-    monkeypatch.setattr(localize, "APART_BYTES", 0)
+    monkeypatch.setattr("paritygate.common.apart.APART_BYTES", 0)
     for apart in (localize.divergence(fp32, fp16, feed, 1e-2, 1e-2),  # the graphs, or their files read there
                   localize.divergence(spec.onnx, loader.fp16_onnx(spec, keep_fp32=()), feed, 1e-2, 1e-2)):
         assert [r.as_dict() for r in apart.rows] == [r.as_dict() for r in here.rows] and apart.rows

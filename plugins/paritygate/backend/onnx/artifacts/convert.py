@@ -197,10 +197,10 @@ def convert_common(frozen_graph, name="unknown", large_model=False, output_path=
     del tf_graph
     collect(force=True, stage="TensorFlow graph let go")
     catch = os.environ.get(constants.ENV_TF2ONNX_CATCH_ERRORS, "TRUE").upper() == "TRUE"
-    optimized = [optimizer.optimize_graph(mapped.pop(), catch, optimizers=optimizers)]
+    optimized = optimizer.optimize_graph(mapped.pop(), catch, optimizers=optimizers)
     collect(force=True, stage="optimized")  # the optimizers' last copies, before the ModelProto's own
-    model_proto = optimized[0].make_model(f"converted from {name}")
-    optimized.clear()
+    model_proto = optimized.make_model(f"converted from {name}")
+    del optimized
     collect(force=True, stage="ModelProto made")
     if output_path:
         utils.save_protobuf(output_path, model_proto)

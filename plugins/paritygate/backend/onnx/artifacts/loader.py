@@ -28,7 +28,7 @@ from paritygate.backend.cache import cache_root, cached_file, hash_path, key_of,
 from paritygate.backend.onnx.artifacts import failures, gaps, validate
 from paritygate.backend.onnx.artifacts.validate import ArtifactError
 from paritygate.backend.onnx.lint import trt_lint
-from paritygate.common.apart import APART_BYTES
+from paritygate.common import apart
 from paritygate.files import check_file
 from paritygate.lazy import dist_version as _version
 from paritygate.lazy import lazy_import
@@ -177,11 +177,7 @@ def build_fp16(spec, src, keep_fp32, plan, out):
 def apart_if_large(src, build, *args):
     """``build(*args)``, in a process of its own (``common.apart``) when the fp32 ONNX ``src`` is at least
     ``APART_BYTES``: a build holds several copies of the weights at once (issue 37), the run keeps none of them."""
-    if Path(src).stat().st_size < APART_BYTES:
-        return build(*args)
-    from paritygate.common import apart
-
-    return apart.apart(build, *args)
+    return apart.apart(build, *args) if apart.large(src) else build(*args)
 
 
 # -- int8 --------------------------------------------------------------------------------------------------

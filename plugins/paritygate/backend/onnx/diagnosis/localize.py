@@ -29,14 +29,13 @@ quantized activation is added by the node that reads it: the node ``int8_exclude
 """
 
 import functools
-import os
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from paritygate.backend.onnxrt.options import session_options
-from paritygate.common.apart import APART_BYTES, apart
+from paritygate.common import apart
 from paritygate.lazy import lazy_import
 
 onnx = lazy_import("onnx")
@@ -182,8 +181,9 @@ def divergence(fp32_model, cand_model, feed, atol, rtol):
     """``_divergence`` of the models (ModelProtos or their files' paths); from ``APART_BYTES`` on, in the worker of
     ``common.apart``, which reads the files itself: both graphs' intermediates, three sessions and their weights
     are held there (issue 37: ResNet50's int8 localization took the run's process from 1.0 to 2.1 GiB)."""
-    size = fp32_model.ByteSize() if isinstance(fp32_model, onnx.ModelProto) else os.path.getsize(fp32_model)
-    return (_divergence if size < APART_BYTES else functools.partial(apart, _divergence))(
+    proto = isinstance(fp32_model, onnx.ModelProto)
+    large = fp32_model.ByteSize() >= apart.APART_BYTES if proto else apart.large(fp32_model)
+    return (functools.partial(apart.apart, _divergence) if large else _divergence)(
         fp32_model, cand_model, feed, atol, rtol)
 
 
