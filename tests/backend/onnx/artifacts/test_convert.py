@@ -1,6 +1,7 @@
 """paritygate.backend.onnx.artifacts.convert: tf2onnx's command line with its garbage collected as it goes makes the
 same ONNX graph as tf2onnx's own, and collects only when the process grew."""
 
+import copy
 import subprocess
 import sys
 from collections import Counter
@@ -75,3 +76,29 @@ def test_freezing_with_stand_ins_gives_tensorflows_own_graph(toy_saved_model, mo
     ours = convert.frozen_graph_def(func)
     assert kept  # the toy's weights stood in
     assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True)
+
+
+def test_tf2onnx_nodes_copy_and_update_to_the_same_graph(monkeypatch):
+    """``node_deepcopy`` leaves out the NodeProto's stale attributes and ``_update_proto`` writes them into a fresh
+    one, which ``Node.attr`` then holds: the graph tf2onnx makes from the copy is the same bytes as with its own."""
+    from tf2onnx import graph as tf2onnx_graph
+
+    def made(patched):
+        with monkeypatch.context() as patch:
+            if patched:
+                patch.setattr(tf2onnx_graph.Node, "__deepcopy__", convert.node_deepcopy, raising=False)
+                patch.setattr(tf2onnx_graph.Node, "update_proto", convert._update_proto(tf2onnx_graph.Node.update_proto))
+            graph = tf2onnx_graph.Graph([], opset=17)
+            weights = graph.make_const("w", np.arange(12, dtype=np.float32).reshape(3, 4))
+            graph.make_node("Transpose", [weights.output[0]], attr={"perm": [1, 0]}, outputs=["t"], name="transpose")
+            graph.add_graph_output("t", onnx.TensorProto.FLOAT, [4, 3])
+            copied = copy.deepcopy(graph)
+            if patched:
+                assert all(len(node.op.attribute) == 0 for node in copied.get_nodes())
+            copied.update_proto()
+            if patched:
+                const = copied.get_node_by_output(weights.output[0])
+                assert const.attr["value"] == const.op.attribute[0]
+            return copied.make_graph("t", graph_name="g").SerializeToString(deterministic=True)
+
+    assert made(True) == made(False)

@@ -14,17 +14,21 @@ at every collection, 14.1 s frozen (the same peak, 0.96-0.99 GiB; ``/usr/bin/tim
 Freezing (``tf_loader.from_function``) is tf2onnx's own steps with the copies of the weights each leaves dropped
 before the next one makes its own (``from_function`` here), and TensorFlow's making of the frozen function given the
 graph with its large constants standing in (``frozen_graph_def``: it reads their shapes, not their values); grappler
-runs on the frozen GraphDef alone, once the SavedModel is let go (``from_saved_model``); the graph, once imported,
-mapped and optimized, is let go as the next stage has its own (``convert_common``). Measured on ResNet50 (98 MB of
-weights), each stage's peak as tf2onnx runs it: loaded 0.80 GiB, frozen 1.93, grappler 3.01, its ONNX optimizers
-6.82, saved 7.31; here (``PARITYGATE_CONVERT_TRACE=1``): frozen 1.02, grappler 2.13 (TensorFlow's own
-``OptimizeGraph``: 13 copies of the weights), the ONNX optimizers 1.69, the ModelProto 1.41; the real-size models:
-docs/measured.md, "Real-size models".
+runs on the frozen GraphDef alone, once the SavedModel is let go (``from_saved_model``), with the weights standing in
+where that gives grappler's own graph (``grappler.py``); the graph, once imported, mapped and optimized, is let go as
+the next stage has its own (``convert_common``). tf2onnx's nodes keep their attributes twice (``Node.attr`` and a
+stale copy in the NodeProto) and protobuf keeps what a message's cleared fields held until the message goes: nodes are
+copied without the stale copy and updated into a fresh NodeProto that ``Node.attr`` then holds (``node_deepcopy``,
+``_update_proto``). Measured on ResNet50 (98 MB of weights), each stage's peak as tf2onnx runs it: loaded 0.80 GiB,
+frozen 1.93, grappler 3.01, its ONNX optimizers 6.82, saved 7.31; here (``PARITYGATE_CONVERT_TRACE=1``): frozen 1.02,
+grappler 1.02, the TF -> ONNX mapping 1.35, the ONNX optimizers 1.19; the real-size models: docs/measured.md,
+"Real-size models".
 
     python -m paritygate.backend.onnx.artifacts.convert --saved-model DIR --signature_def serving_default \\
         --opset 17 --output model.onnx        # tf2onnx.convert's arguments, as they are
 """
 
+import copy
 import functools
 import gc
 import os
@@ -90,7 +94,7 @@ def from_function(func, input_names, output_names, large_model=False):
     import tensorflow as tf
 
     with tf.Graph().as_default() as tf_graph, tf_loader.tf_session(graph=tf_graph) as sess:
-        tf.import_graph_def(graph_def, name="")
+        tf.import_graph_def(_stand_ins(graph_def)[0], name="")  # the inputs' types are read, no weight
         input_names = tf_loader.inputs_without_resource(sess, input_names)
     del tf_graph, sess
     collect(force=True, stage="inputs read")
@@ -157,8 +161,11 @@ def _optimized(input_names, output_names, graph_def):
     import tensorflow as tf
     from tf2onnx import tf_loader
 
+    from paritygate.backend.onnx.artifacts import grappler
+
     with tf.Graph().as_default():  # an empty graph for grappler's metagraph, as the imported one's collections were
-        return tf_loader.tf_optimize(input_names, output_names, graph_def)
+        return grappler.optimized(input_names, output_names, graph_def,
+                                  lambda *args: tf_loader.tf_optimize(*args), STAND_IN_BYTES)
 
 
 def from_saved_model(*args, **kwargs):
@@ -195,6 +202,7 @@ def convert_common(frozen_graph, name="unknown", large_model=False, output_path=
         frozen_graph.Clear()
         mapped = [convert.process_tf_graph(tf_graph, custom_op_handlers=custom_op_handlers, **kwargs)]
     del tf_graph
+    mapped[0].update_proto()  # each node's values held once (``_update_proto``), as the mapping left them
     collect(force=True, stage="TensorFlow graph let go")
     catch = os.environ.get(constants.ENV_TF2ONNX_CATCH_ERRORS, "TRUE").upper() == "TRUE"
     optimized = optimizer.optimize_graph(mapped.pop(), catch, optimizers=optimizers)
@@ -211,9 +219,50 @@ _FROM_FUNCTION, _FROM_SAVED_MODEL, _CONVERT_COMMON = [], [], []  # tf2onnx's own
 _SAVED_MODEL = []  # inside from_saved_model: [None], or [(input names, output names)] grappler has yet to run with
 
 
+def _bare(op):
+    """A copy of the NodeProto ``op`` without its attributes."""
+    bare = type(op)()
+    for field, value in op.ListFields():
+        if field.name == "attribute":
+            continue
+        if hasattr(value, "extend"):
+            getattr(bare, field.name).extend(value)
+        elif hasattr(value, "CopyFrom"):
+            getattr(bare, field.name).CopyFrom(value)
+        else:
+            setattr(bare, field.name, value)
+    return bare
+
+
+def node_deepcopy(node, memo):
+    """``copy.deepcopy`` of a tf2onnx ``Node`` with its NodeProto's attributes left out: they are a stale copy of
+    ``Node.attr`` (what tf2onnx reads and changes), written over by ``update_proto`` before the NodeProto is read."""
+    copied = type(node).__new__(type(node))
+    memo[id(node)] = copied
+    copied.__dict__.update(copy.deepcopy({k: v for k, v in vars(node).items() if k != "_op"}, memo))
+    copied._op = _bare(node._op)
+    return copied
+
+
+def _update_proto(update_proto):
+    """tf2onnx's ``Node.update_proto`` on a fresh NodeProto, whose attributes ``Node.attr`` then holds: protobuf's C
+    implementation keeps a message's cleared fields in its memory until the message goes, so each update otherwise
+    adds a copy of the weights that stays, and ``Node.attr`` held one more."""
+    @functools.wraps(update_proto)
+    def wrapped(node, external_tensor_storage=None):
+        node._op = _bare(node._op)
+        update_proto(node, external_tensor_storage)
+        if external_tensor_storage is None:  # with one, the NodeProto's values are moved out to it
+            for attr in node._op.attribute:
+                node._attr[attr.name] = attr
+
+    return wrapped
+
+
 def install():
-    """Collect after each ONNX optimizer and each conversion stage of tf2onnx; freeze leaner (module doc)."""
-    from tf2onnx import convert, optimizer, tf_loader, tfonnx
+    """Collect after each ONNX optimizer and each conversion stage of tf2onnx; freeze leaner; copy and update tf2onnx's
+    nodes without the stale copies of their attributes (module doc)."""
+    from tf2onnx import convert, graph, optimizer, tf_loader, tfonnx
 
     if not _FROM_FUNCTION:
         _FROM_FUNCTION.append(tf_loader.from_function)
@@ -221,10 +270,12 @@ def install():
         _CONVERT_COMMON.append(convert._convert_common)
         tf_loader.from_function, tf_loader.from_saved_model = from_function, from_saved_model
         convert._convert_common = convert_common
+        graph.Node.__deepcopy__ = node_deepcopy
+        graph.Node.update_proto = _update_proto(graph.Node.update_proto)
     for factory in optimizer._get_optimizers().values():
         factory.optimize = _collecting(factory.optimize)
     for module, name in ((tf_loader, "tf_optimize"), (convert, "process_tf_graph"),
-                         (tfonnx, "process_parsed_graph"), (optimizer, "optimize_graph")):
+                         (tfonnx, "process_parsed_graph")):  # not optimize_graph: its arguments would stay
         setattr(module, name, _collecting(getattr(module, name)))
 
 
