@@ -5,11 +5,12 @@ import math
 import os
 import pickle
 import sys
+import time
 
 import pytest
 
 from paritygate.backend.onnx.artifacts.validate import ArtifactError
-from paritygate.common.apart import ApartError, apart
+from paritygate.common.apart import ApartError, Overdue, apart
 
 
 def test_the_result_comes_back_from_another_process():
@@ -76,3 +77,14 @@ def test_an_exception_that_cannot_be_made_again_there_is_an_apart_error_saying_i
 class _Stubborn(Exception):
     def __init__(self, a, b):
         super().__init__(f"{a} and {b}")
+
+
+def test_a_step_past_its_deadline_is_ended_and_said_and_the_next_call_starts_another():
+    first = apart(os.getpid)
+    started = time.monotonic()
+    with pytest.raises(Overdue, match=r"time\.sleep, run apart, had not answered by its deadline: its process was "
+                                      r"ended"):
+        apart(time.sleep, 60, deadline=started + 0.5)
+    assert 0.5 <= time.monotonic() - started < 10
+    assert apart(os.getpid) != first
+    assert apart(math.factorial, 5, deadline=time.monotonic() + 60) == 120

@@ -9,17 +9,21 @@ threads, sessions or TensorFlow is copied into it, and the caller's own ``__main
 Each call hands it the caller's ``sys.path``, working folder and environment, then ``function`` (module-level) and
 its arguments, pickled; it answers the result or what was raised, which is raised here. After each call it gives
 its freed pages back (``common.memory.trim``). A worker that dies (killed for memory, say) raises ``ApartError``;
-the next call starts a new one. Calls from several threads take turns.
+the next call starts a new one. A call given a ``deadline`` that passes before the answer ends the worker and
+raises ``Overdue`` (localization's first ranking of a large model, within its time budget). Calls from several
+threads take turns.
 """
 
 import atexit
 import io
 import os
 import pickle
+import select
 import struct
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -47,26 +51,35 @@ class ApartError(SuiteError):
     """The process running a step ended before it answered."""
 
 
-def apart(function, *args):
-    """``function(*args)`` in the worker process: its result, or what it raised."""
+class Overdue(ApartError):
+    """The step had not answered by its deadline: its process was ended."""
+
+
+def apart(function, *args, deadline=None):
+    """``function(*args)`` in the worker process: its result, or what it raised. ``deadline`` (``time.monotonic``):
+    not answered by then, the worker is ended and ``Overdue`` raised."""
     request = pickle.dumps((sys.path, os.getcwd(), dict(os.environ))) + \
         pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)  # the path first: the function is found on it
+    name = f"{function.__module__}.{function.__qualname__}"
     with _TURN:
         worker = _worker()
         try:
             send(worker.stdin, request)
+            if deadline is not None and not select.select([worker.stdout], [], [],
+                                                          max(deadline - time.monotonic(), 0.0))[0]:
+                _close(kill=True)
+                raise Overdue(f"{name}, run apart, had not answered by its deadline: its process was ended")
             reply = receive(worker.stdout)
         except OSError:
             reply = None
         if reply is None:
             code = _close()
-            raise ApartError(f"the process running {function.__module__}.{function.__qualname__} ended before it "
-                             f"answered (exit {code}: killed, for memory or by a signal?)")
+            raise ApartError(f"the process running {name} ended before it answered (exit {code}: killed, for memory "
+                             "or by a signal?)")
     try:
         ok, value = pickle.loads(reply)
     except Exception as err:  # a class this process cannot make again: said, with the worker's words
-        raise ApartError(f"the answer of {function.__module__}.{function.__qualname__}, run apart, cannot be read "
-                         f"here: {type(err).__name__}: {err}") from err
+        raise ApartError(f"the answer of {name}, run apart, cannot be read here: {type(err).__name__}: {err}") from err
     if ok:
         return value
     raise value
@@ -83,11 +96,14 @@ def _worker():
     return _WORKER[0]
 
 
-def _close():
-    """End the worker (its stdin closed, it exits; killed if it has not within 5 s): its exit status, or None."""
+def _close(kill=False):
+    """End the worker (its stdin closed, it exits; killed if it has not within 5 s, or at once with ``kill``): its
+    exit status, or None."""
     if not _WORKER:
         return None
     worker = _WORKER.pop()
+    if kill:
+        worker.kill()
     try:
         worker.stdin.close()
     except OSError:

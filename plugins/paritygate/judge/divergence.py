@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from paritygate.common import progress
+from paritygate.common.apart import Overdue
 from paritygate.common.memo import Memo, PrecisionKey
 from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.lazy import lazy_import
@@ -125,8 +126,15 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
     samples = _trigger(result, feed, spec.max_batch)
     local_feed = failing.onnx_feed({k: v[samples] for k, v in feed.items()})
     tol = tolerance_for(spec, precision)
-    # the files, not their graphs: a large model's comparison runs apart and reads them there (localize.divergence)
-    first_div = localize.divergence(fp32_onnx(spec), failing.artifact(base), local_feed, tol.atol, tol.rtol)
+    # the files, not their graphs: a large model's comparison runs apart and reads them there (localize.divergence),
+    # ended at the deadline: its first ranking is bounded too
+    try:
+        first_div = localize.divergence(fp32_onnx(spec), failing.artifact(base), local_feed, tol.atol, tol.rtol,
+                                        deadline=deadline)
+    except Overdue:
+        return {"first_node": None, "verified": None,
+                "note": "not localized: its comparison of every node's output, the first step, had not finished when "
+                        "its time budget ran out, and was ended there (--parity-localize=SHARE)"}
     if precision in spec.onnx_artifacts:  # the team's own file: the suite cannot rebuild it with a plan
         return _own_file(spec, precision, fp32_model, onnx.load(str(failing.artifact(base))), first_div, local_feed,
                          tol, base, samples, feed, numerics)

@@ -1,6 +1,8 @@
 """paritygate.backend.onnx.diagnosis.localize / repair and paritygate.judge.divergence: precision breaks injected into
 ONNX graphs made in code are found at the right node, and the plan (keep in FP32 / leave unquantized) verifies."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -242,3 +244,16 @@ def test_a_large_models_divergence_computed_apart_is_the_one_computed_here(overf
         assert [r.as_dict() for r in apart.rows] == [r.as_dict() for r in here.rows] and apart.rows
         assert (apart.unmatched, apart.ranking_error, apart.top.node) == \
             (here.unmatched, here.ranking_error, here.top.node)
+
+
+def test_a_large_models_first_ranking_ends_at_the_deadline_and_says_so(overflow, monkeypatch):
+    """Run apart, the first comparison of every node is bounded too: past the deadline its process is ended and
+    localization says so, with nothing localized (judge.localization_budget)."""
+    spec, feed, ref = overflow
+    monkeypatch.setattr("paritygate.common.apart.APART_BYTES", 0)
+    d = divergence.localize_and_repair(spec, "fp16", feed, ref, fp16_ops=(), deadline=time.monotonic() - 1)
+    assert d["first_node"] is None and d["verified"] is None and "error" not in d
+    assert d["note"].startswith("not localized: its comparison of every node's output, the first step, had not "
+                                "finished when its time budget ran out")
+    d = divergence.localize_and_repair(spec, "fp16", feed, ref, fp16_ops=(), deadline=time.monotonic() + 120)
+    assert d["first_node"] == "scale_up"  # the next one, in a new process, with time left

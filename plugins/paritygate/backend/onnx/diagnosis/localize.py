@@ -28,7 +28,6 @@ For INT8 the candidate's input values are taken before the Q/DQ pair its consume
 quantized activation is added by the node that reads it: the node ``int8_exclude`` leaves unquantized.
 """
 
-import functools
 import re
 from dataclasses import dataclass, field
 
@@ -177,14 +176,16 @@ def _is_float(arr):
 ROWS_BYTES = 256 * 2**20
 
 
-def divergence(fp32_model, cand_model, feed, atol, rtol):
+def divergence(fp32_model, cand_model, feed, atol, rtol, deadline=None):
     """``_divergence`` of the models (ModelProtos or their files' paths); from ``APART_BYTES`` on, in the worker of
     ``common.apart``, which reads the files itself: both graphs' intermediates, three sessions and their weights
-    are held there (issue 37: ResNet50's int8 localization took the run's process from 1.0 to 2.1 GiB)."""
+    are held there (issue 37: ResNet50's int8 localization took the run's process from 1.0 to 2.1 GiB), and ended
+    at ``deadline`` (``time.monotonic``; ``apart.Overdue``) when it has not answered by then."""
     proto = isinstance(fp32_model, onnx.ModelProto)
     large = fp32_model.ByteSize() >= apart.APART_BYTES if proto else apart.large(fp32_model)
-    return (functools.partial(apart.apart, _divergence) if large else _divergence)(
-        fp32_model, cand_model, feed, atol, rtol)
+    if large:
+        return apart.apart(_divergence, fp32_model, cand_model, feed, atol, rtol, deadline=deadline)
+    return _divergence(fp32_model, cand_model, feed, atol, rtol)
 
 
 def _divergence(fp32_model, cand_model, feed, atol, rtol):
