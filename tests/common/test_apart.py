@@ -10,7 +10,7 @@ import time
 import pytest
 
 from paritygate.backend.onnx.artifacts.validate import ArtifactError
-from paritygate.common.apart import ApartError, Overdue, apart
+from paritygate.common.apart import ApartError, Overdue, apart, until
 
 
 def test_the_result_comes_back_from_another_process():
@@ -88,3 +88,6 @@ def test_a_step_past_its_deadline_is_ended_and_said_and_the_next_call_starts_ano
     assert 0.5 <= time.monotonic() - started < 10
     assert apart(os.getpid) != first
     assert apart(math.factorial, 5, deadline=time.monotonic() + 60) == 120
+    with until(time.monotonic() + 0.5), pytest.raises(Overdue):  # every call in the block, by default
+        apart(time.sleep, 60)
+    assert apart(math.factorial, 5) == 120  # after the block: no deadline

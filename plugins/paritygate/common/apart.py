@@ -9,9 +9,9 @@ threads, sessions or TensorFlow is copied into it, and the caller's own ``__main
 Each call hands it the caller's ``sys.path``, working folder and environment, then ``function`` (module-level) and
 its arguments, pickled; it answers the result or what was raised, which is raised here. After each call it gives
 its freed pages back (``common.memory.trim``). A worker that dies (killed for memory, say) raises ``ApartError``;
-the next call starts a new one. A call given a ``deadline`` that passes before the answer ends the worker and
-raises ``Overdue`` (localization's first ranking of a large model, within its time budget). Calls from several
-threads take turns.
+the next call starts a new one. A call given a ``deadline`` (or made inside ``until(deadline)``) that passes before
+the answer ends the worker and raises ``Overdue``: localization's steps on a large model, within its time budget.
+Calls from several threads take turns.
 """
 
 import atexit
@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from paritygate.verdict import SuiteError
@@ -45,6 +46,7 @@ def large(path):
 
 
 _WORKER, _CLOSING, _TURN = [], [], threading.Lock()  # the worker; its end registered at exit; one call at a time
+_UNTIL = threading.local()  # .deadline: this thread's calls' deadline inside ``until``
 
 
 class ApartError(SuiteError):
@@ -55,9 +57,21 @@ class Overdue(ApartError):
     """The step had not answered by its deadline: its process was ended."""
 
 
+@contextmanager
+def until(deadline):
+    """Each call this thread makes in the block is given ``deadline`` (``time.monotonic``; None: none)."""
+    before = getattr(_UNTIL, "deadline", None)
+    _UNTIL.deadline = deadline
+    try:
+        yield
+    finally:
+        _UNTIL.deadline = before
+
+
 def apart(function, *args, deadline=None):
-    """``function(*args)`` in the worker process: its result, or what it raised. ``deadline`` (``time.monotonic``):
-    not answered by then, the worker is ended and ``Overdue`` raised."""
+    """``function(*args)`` in the worker process: its result, or what it raised. ``deadline`` (``time.monotonic``;
+    by default ``until``'s): not answered by then, the worker is ended and ``Overdue`` raised."""
+    deadline = getattr(_UNTIL, "deadline", None) if deadline is None else deadline
     request = pickle.dumps((sys.path, os.getcwd(), dict(os.environ))) + \
         pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)  # the path first: the function is found on it
     name = f"{function.__module__}.{function.__qualname__}"

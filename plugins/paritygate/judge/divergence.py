@@ -13,8 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from paritygate.common import progress
-from paritygate.common.apart import Overdue
+from paritygate.common import apart, progress
 from paritygate.common.memo import Memo, PrecisionKey
 from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.lazy import lazy_import
@@ -127,18 +126,19 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
     local_feed = failing.onnx_feed({k: v[samples] for k, v in feed.items()})
     tol = tolerance_for(spec, precision)
     # the files, not their graphs: a large model's comparison runs apart and reads them there (localize.divergence),
-    # ended at the deadline: its first ranking is bounded too
+    # ended at the deadline (apart.until), as each rebuild of the plan search is
     try:
-        first_div = localize.divergence(fp32_onnx(spec), failing.artifact(base), local_feed, tol.atol, tol.rtol,
-                                        deadline=deadline)
-    except Overdue:
+        with apart.until(deadline):
+            first_div = localize.divergence(fp32_onnx(spec), failing.artifact(base), local_feed, tol.atol, tol.rtol)
+    except apart.Overdue:
         return {"first_node": None, "verified": None,
                 "note": "not localized: its comparison of every node's output, the first step, had not finished when "
                         "its time budget ran out, and was ended there (--parity-localize=SHARE)"}
     if precision in spec.onnx_artifacts:  # the team's own file: the suite cannot rebuild it with a plan
         return _own_file(spec, precision, fp32_model, onnx.load(str(failing.artifact(base))), first_div, local_feed,
                          tol, base, samples, feed, numerics)
-    plan = _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline)
+    with apart.until(deadline):
+        plan = _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline)
     found = {**_details(spec, precision, first_div, plan, base, samples, feed, tol), "numerics": numerics,
              "coverage": failing.plan_coverage(base + [n for n in plan.nodes if n not in base]),
              "verification": book.evidence.describe(),
@@ -181,7 +181,11 @@ def _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline=
     start, last = base + prior, []  # last: the failures of the last plan judged
 
     def passes(nodes):
-        last[:] = failing.failures(book.evidence, start + nodes)
+        try:
+            last[:] = failing.failures(book.evidence, start + nodes)
+        except apart.Overdue:  # a large model's rebuild, ended at the deadline: the search stops there
+            last[:] = ["its rebuild had not finished when the time budget ran out, and was ended there"]
+            return last[0]
         return not last or last[0][:300]
 
     if prior and passes([]) is True:
@@ -193,11 +197,15 @@ def _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline=
         return failed
 
     def ranked(nodes):
-        """Localize on the rows the last rejected trial failed (else the check's failing samples)."""
+        """Localize on the rows the last rejected trial failed (else the check's failing samples); none where a
+        large model's ranking was ended at the deadline (the search then stops)."""
         rows = book.evidence.failing_feed if nodes else None
-        div = first_div if not nodes and not prior else localize.divergence(
-            fp32_onnx(failing.spec), failing.artifact(start + nodes),
-            failing.onnx_feed(rows) if rows is not None else local_feed, tol.atol, tol.rtol)
+        try:
+            div = first_div if not nodes and not prior else localize.divergence(
+                fp32_onnx(failing.spec), failing.artifact(start + nodes),
+                failing.onnx_feed(rows) if rows is not None else local_feed, tol.atol, tol.rtol)
+        except apart.Overdue:
+            return []
         return [r.node for r in div.ranked()]
 
     if failing.precision == "int8":

@@ -176,15 +176,14 @@ def _is_float(arr):
 ROWS_BYTES = 256 * 2**20
 
 
-def divergence(fp32_model, cand_model, feed, atol, rtol, deadline=None):
+def divergence(fp32_model, cand_model, feed, atol, rtol):
     """``_divergence`` of the models (ModelProtos or their files' paths); from ``APART_BYTES`` on, in the worker of
     ``common.apart``, which reads the files itself: both graphs' intermediates, three sessions and their weights
-    are held there (issue 37: ResNet50's int8 localization took the run's process from 1.0 to 2.1 GiB), and ended
-    at ``deadline`` (``time.monotonic``; ``apart.Overdue``) when it has not answered by then."""
+    are held there (issue 37: ResNet50's int8 localization took the run's process from 1.0 to 2.1 GiB)."""
     proto = isinstance(fp32_model, onnx.ModelProto)
     large = fp32_model.ByteSize() >= apart.APART_BYTES if proto else apart.large(fp32_model)
     if large:
-        return apart.apart(_divergence, fp32_model, cand_model, feed, atol, rtol, deadline=deadline)
+        return apart.apart(_divergence, fp32_model, cand_model, feed, atol, rtol)
     return _divergence(fp32_model, cand_model, feed, atol, rtol)
 
 
