@@ -134,27 +134,12 @@ def _stand_ins(graph_def):
     """(a copy of ``graph_def`` whose large float constants hold one value of their shape, {name: real value})."""
     from tensorflow.core.framework import types_pb2
 
-    light, kept = type(graph_def)(), {}
-    light.versions.CopyFrom(graph_def.versions)
-    light.library.CopyFrom(graph_def.library)
-    for node in graph_def.node:
-        value = node.attr["value"].tensor if node.op == "Const" and "value" in node.attr else None
-        if value is None or value.dtype != types_pb2.DT_FLOAT or value.ByteSize() < STAND_IN_BYTES:
-            light.node.add().CopyFrom(node)
-            continue
-        copy = light.node.add(name=node.name, op=node.op, device=node.device, input=node.input)
-        for key, attr in node.attr.items():
-            if key != "value":
-                copy.attr[key].CopyFrom(attr)
-        for field in ("experimental_debug_info", "experimental_type"):
-            if node.HasField(field):
-                getattr(copy, field).CopyFrom(getattr(node, field))
-        stand_in = copy.attr["value"].tensor
-        stand_in.dtype = value.dtype
-        stand_in.tensor_shape.CopyFrom(value.tensor_shape)
-        stand_in.float_val.append(0.5)  # repeated to the whole shape where a value is read (none is, here)
-        kept[node.name] = value
-    return light, kept
+    from paritygate.backend.onnx.artifacts.grappler import stood_in
+
+    kept = {node.name: node.attr["value"].tensor for node in graph_def.node
+            if node.op == "Const" and "value" in node.attr and node.attr["value"].tensor.dtype == types_pb2.DT_FLOAT
+            and node.attr["value"].tensor.ByteSize() >= STAND_IN_BYTES}
+    return stood_in(graph_def, dict.fromkeys(kept, 0.5)), kept  # 0.5: no value is read, here
 
 
 def _optimized(input_names, output_names, graph_def):

@@ -23,7 +23,7 @@ def optimized(input_names, output_names, graph_def, tf_optimize, stand_in_bytes)
     plan = carried(graph_def, stand_in_bytes)
     if plan:
         values = _sentinels(plan)
-        runs = [tf_optimize(list(input_names), list(output_names), _light(graph_def, held)) for held in values]
+        runs = [tf_optimize(list(input_names), list(output_names), stood_in(graph_def, held)) for held in values]
         if _restored(graph_def, plan, runs, values):
             return runs[0]
     return tf_optimize(list(input_names), list(output_names), graph_def)
@@ -95,8 +95,8 @@ def _sentinels(plan):
     return [dict.fromkeys(names, 2.0), {name: float(np.float32(-3.0 - k * step)) for k, name in enumerate(names)}]
 
 
-def _light(graph_def, values):
-    """A copy of ``graph_def`` whose constants in ``values`` hold their one value, in their shape."""
+def stood_in(graph_def, values):
+    """A copy of ``graph_def`` whose constants named in ``values`` hold that one value, in their shape."""
     light = type(graph_def)()
     light.versions.CopyFrom(graph_def.versions)
     light.library.CopyFrom(graph_def.library)
