@@ -13,7 +13,8 @@ from functools import cached_property
 
 import numpy as np
 
-from paritygate.common import apart, progress
+from paritygate.backend.onnx.diagnosis import repair
+from paritygate.common import apart, memory, progress
 from paritygate.common.memo import Memo, PrecisionKey
 from paritygate.common.numerics import DEFAULT_NUMERICS
 from paritygate.lazy import lazy_import
@@ -92,11 +93,14 @@ def localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops=None,
     ``book`` (no session) the evidence is ``feed`` as the reference set plus corners and the fresh sample, with
     the FP32 ONNX standing in for the reference. A tool failing inside (ONNX Runtime refusing the marked graph,
     a converter error) is recorded under ``error``: the check has already failed on its own evidence. ``deadline``
-    (time.monotonic): the plan search starts no rebuild after it (judge.localization_budget)."""
+    (time.monotonic): no rebuild starts after it, and a step run apart ends there (judge.localization_budget)."""
     started = time.perf_counter()
     try:
-        out = _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task,
-                                   numerics, book, check, deadline)
+        with apart.until(deadline):
+            out = _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, labels, compare_task,
+                                       numerics, book, check, deadline)
+    except apart.Overdue:  # the first ranking (the plan search ends on its own at a step ended there)
+        out = {"first_node": None, "verified": None, "note": f"not localized: {repair.OVERDUE_FIRST}"}
     except Exception as err:  # noqa: BLE001 - any tool error is reported in the details, never hidden
         out = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:400] if str(err) else ''}"}
     out["seconds"] = round(time.perf_counter() - started, 3)
@@ -125,20 +129,12 @@ def _localize_and_repair(spec, precision, feed, reference_outputs, fp16_ops, lab
     samples = _trigger(result, feed, spec.max_batch)
     local_feed = failing.onnx_feed({k: v[samples] for k, v in feed.items()})
     tol = tolerance_for(spec, precision)
-    # the files, not their graphs: a large model's comparison runs apart and reads them there (localize.divergence),
-    # ended at the deadline (apart.until), as each rebuild of the plan search is
-    try:
-        with apart.until(deadline):
-            first_div = localize.divergence(fp32_onnx(spec), failing.artifact(base), local_feed, tol.atol, tol.rtol)
-    except apart.Overdue:
-        return {"first_node": None, "verified": None,
-                "note": "not localized: its comparison of every node's output, the first step, had not finished when "
-                        "its time budget ran out, and was ended there (--parity-localize=SHARE)"}
+    # the files, not their graphs: a large model's comparison runs apart and reads them there (localize.divergence)
+    first_div = localize.divergence(fp32_onnx(spec), failing.artifact(base), local_feed, tol.atol, tol.rtol)
     if precision in spec.onnx_artifacts:  # the team's own file: the suite cannot rebuild it with a plan
         return _own_file(spec, precision, fp32_model, onnx.load(str(failing.artifact(base))), first_div, local_feed,
                          tol, base, samples, feed, numerics)
-    with apart.until(deadline):
-        plan = _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline)
+    plan = _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline)
     found = {**_details(spec, precision, first_div, plan, base, samples, feed, tol), "numerics": numerics,
              "coverage": failing.plan_coverage(base + [n for n in plan.nodes if n not in base]),
              "verification": book.evidence.describe(),
@@ -174,18 +170,15 @@ def _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline=
     """The artifact's plan: the one found earlier when it holds on the evidence grown by this check, else a
     search from it (``backend.onnx.diagnosis.repair``); every trial is judged on the whole evidence."""
     from paritygate.backend.onnx.artifacts.loader import INT8_OPS, fp32_onnx
-    from paritygate.backend.onnx.diagnosis import localize, repair
+    from paritygate.backend.onnx.diagnosis import localize
     from paritygate.backend.onnx.lint import coverage
 
     prior = [n for n in book.nodes if n not in base]
     start, last = base + prior, []  # last: the failures of the last plan judged
 
     def passes(nodes):
-        try:
-            last[:] = failing.failures(book.evidence, start + nodes)
-        except apart.Overdue:  # a large model's rebuild, ended at the deadline: the search stops there
-            last[:] = ["its rebuild had not finished when the time budget ran out, and was ended there"]
-            return last[0]
+        last[:] = [repair.OVERDUE]  # what stays if the rebuild is ended at the deadline (repair.search)
+        last[:] = failing.failures(book.evidence, start + nodes)
         return not last or last[0][:300]
 
     if prior and passes([]) is True:
@@ -197,15 +190,11 @@ def _plan(failing, book, fp32_model, base, first_div, local_feed, tol, deadline=
         return failed
 
     def ranked(nodes):
-        """Localize on the rows the last rejected trial failed (else the check's failing samples); none where a
-        large model's ranking was ended at the deadline (the search then stops)."""
+        """Localize on the rows the last rejected trial failed (else the check's failing samples)."""
         rows = book.evidence.failing_feed if nodes else None
-        try:
-            div = first_div if not nodes and not prior else localize.divergence(
-                fp32_onnx(failing.spec), failing.artifact(start + nodes),
-                failing.onnx_feed(rows) if rows is not None else local_feed, tol.atol, tol.rtol)
-        except apart.Overdue:
-            return []
+        div = first_div if not nodes and not prior else localize.divergence(
+            fp32_onnx(failing.spec), failing.artifact(start + nodes),
+            failing.onnx_feed(rows) if rows is not None else local_feed, tol.atol, tol.rtol)
         return [r.node for r in div.ranked()]
 
     if failing.precision == "int8":
@@ -342,10 +331,8 @@ class FailingCheck:
         try:
             yield runner
         finally:
-            from paritygate.common.memory import trim
-
             runner.deactivate()
-            trim()  # a search opens a session a trial: each one's pages go back, not on top of the last
+            memory.trim()  # a search opens a session a trial: each one's pages go back, not on top of the last
 
 
 def _trigger(result, feed, max_batch):

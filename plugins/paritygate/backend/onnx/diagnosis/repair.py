@@ -17,11 +17,18 @@ many layers, in topological order, to mark), adapted to a gate that already know
 Every candidate set is judged by ``passes(nodes)``, which rebuilds the artifact and re-runs the whole failing
 check on all its inputs plus a fresh seeded sample (``paritygate.judge.plans``): a set that passes is verified. The
 search stops after ``max_trials`` rebuilds, or before a rebuild that would end past its ``deadline`` (its budgets;
-a rebuild is expected to take as long as the longest one so far); an unverified plan lists every trial.
+a rebuild is expected to take as long as the longest one so far); a rebuild or ranking run apart that the deadline
+ends (``common.apart.Overdue``) is the search's last. An unverified plan lists every trial.
 """
 
 import time
 from dataclasses import dataclass, field
+
+from paritygate.common.apart import Overdue
+
+OVERDUE = "its rebuild had not finished when the time budget ran out, and was ended there"
+OVERDUE_FIRST = ("its comparison of every node's output, the first step, had not finished when its time budget ran out, "
+                 "and was ended there")
 
 
 @dataclass
@@ -47,7 +54,10 @@ class _Search:
         key = frozenset(nodes)
         if key not in self._seen:
             start = time.monotonic()
-            out = self._passes(list(nodes))  # True, or False / a string saying why not
+            try:
+                out = self._passes(list(nodes))  # True, or False / a string saying why not
+            except Overdue:  # a rebuild run apart, ended at the deadline (common.apart.until)
+                out = OVERDUE
             self.longest = max(self.longest, time.monotonic() - start)
             self._seen[key] = out is True
             trial = {"step": step, "nodes": list(nodes), "passed": out is True}
@@ -89,7 +99,7 @@ def _search(s, ranked, order, upstream_of, max_greedy, weight):
                 return add
         return []
 
-    add = step(ranked([]))
+    add = step(_ranked(ranked, []))
     start = add[0] if add else None
     for _ in range(max_greedy):
         if not add or s.exhausted:
@@ -97,11 +107,19 @@ def _search(s, ranked, order, upstream_of, max_greedy, weight):
         keep += add
         if s.passes(keep, "greedy"):
             return Plan(_prune(s, keep, start, weight), True, s.trials)
-        add = step(ranked(keep))
+        add = step(_ranked(ranked, keep))
     found = _bisect(s, order, start, keep)
     if found is None:
         return Plan(keep, False, s.trials)
     return Plan(_prune(s, found, start, weight), True, s.trials)
+
+
+def _ranked(ranked, nodes):
+    """``ranked(nodes)``; none where a ranking run apart was ended at the deadline (the search then stops)."""
+    try:
+        return ranked(nodes)
+    except Overdue:
+        return []
 
 
 def _bisect(s, order, start, base):
