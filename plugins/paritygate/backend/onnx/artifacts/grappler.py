@@ -5,12 +5,12 @@ TensorFlow's ``OptimizeGraph`` holds 13 copies of the weights while it runs (Res
 Grappler reads a weight's values only where it computes with them: constant folding of a node whose inputs are all
 constants, and rewrites that merge a constant into a weight (``MulConvPushDown``: a Conv2D's filter times the Mul
 after it). Here a float constant of ``convert.STAND_IN_BYTES`` or more stands in as one value of its shape when every
-path from it through nodes of constant inputs goes through Identity and Reshape alone (which move its values without
-changing them), and no Conv2D/Conv3D it feeds as a filter has a Mul after it. Grappler then runs twice, the stand-ins
-holding values of opposite sign and different size in each run, and the two graphs must agree node for node except
-where a stand-in's own value was carried (the constant, or an Identity or Reshape of it that grappler folded): there
-its real values go back, in the shape grappler gave it. A graph that differs anywhere else read a stand-in's value,
-and grappler runs again on the real graph. Measured: docs/measured.md, "Real-size models"."""
+path from it through nodes of constant inputs goes through Identity and Reshape alone, which move its values without
+changing them (``carried``). Grappler then runs twice: every stand-in 2 in one run, a distinct negative value in the
+other. The two graphs must agree node for node except where a stand-in's value was carried (the constant, or an
+Identity or Reshape of it that grappler folded: its real values go back, in grappler's shape) or merged into a filter
+(``_merged``: the product is computed again from the real filter). A graph that differs anywhere else read a
+stand-in's value, and grappler runs again on the real graph. Measured: docs/measured.md, "Real-size models"."""
 
 import collections
 
@@ -26,6 +26,7 @@ def optimized(input_names, output_names, graph_def, tf_optimize, stand_in_bytes)
         runs = [tf_optimize(list(input_names), list(output_names), stood_in(graph_def, held)) for held in values]
         if _restored(graph_def, plan, runs, values):
             return runs[0]
+        del runs  # half restored: let go before grappler runs on the real graph
     return tf_optimize(list(input_names), list(output_names), graph_def)
 
 
