@@ -149,8 +149,7 @@ def _optimized(input_names, output_names, graph_def):
     from paritygate.backend.onnx.artifacts import grappler
 
     with tf.Graph().as_default():  # an empty graph for grappler's metagraph, as the imported one's collections were
-        return grappler.optimized(input_names, output_names, graph_def,
-                                  lambda *args: tf_loader.tf_optimize(*args), STAND_IN_BYTES)
+        return grappler.optimized(input_names, output_names, graph_def, tf_loader.tf_optimize, STAND_IN_BYTES)
 
 
 def from_saved_model(*args, **kwargs):
