@@ -132,13 +132,9 @@ def frozen_graph_def(func):
 
 def _stand_ins(graph_def):
     """(a copy of ``graph_def`` whose large float constants hold one value of their shape, {name: real value})."""
-    from tensorflow.core.framework import types_pb2
+    from paritygate.backend.onnx.artifacts.grappler import large_floats, stood_in
 
-    from paritygate.backend.onnx.artifacts.grappler import stood_in
-
-    kept = {node.name: node.attr["value"].tensor for node in graph_def.node
-            if node.op == "Const" and "value" in node.attr and node.attr["value"].tensor.dtype == types_pb2.DT_FLOAT
-            and node.attr["value"].tensor.ByteSize() >= STAND_IN_BYTES}
+    kept = {node.name: node.attr["value"].tensor for node in large_floats(graph_def, STAND_IN_BYTES)}
     return stood_in(graph_def, dict.fromkeys(kept, 0.5)), kept  # 0.5: no value is read, here
 
 

@@ -32,8 +32,6 @@ def optimized(input_names, output_names, graph_def, tf_optimize, stand_in_bytes)
 
 def carried(graph_def, stand_in_bytes):
     """{name of a large float constant that may stand in: the Identity and Reshape nodes that carry its values}."""
-    from tensorflow.core.framework import types_pb2
-
     nodes = {node.name: node for node in graph_def.node}
     consumers = collections.defaultdict(list)
     for node in graph_def.node:
@@ -41,10 +39,7 @@ def carried(graph_def, stand_in_bytes):
             consumers[name].append((node, position))
     constant = _constant(nodes)
     plan = {}
-    for node in graph_def.node:
-        value = node.attr["value"].tensor if node.op == "Const" and "value" in node.attr else None
-        if value is None or value.dtype != types_pb2.DT_FLOAT or value.ByteSize() < stand_in_bytes:
-            continue
+    for node in large_floats(graph_def, stand_in_bytes):
         members, todo, free = [], [node.name], True
         while todo and free:
             for user, position in consumers[todo.pop()]:
@@ -57,6 +52,15 @@ def carried(graph_def, stand_in_bytes):
         if free:
             plan[node.name] = members
     return plan
+
+
+def large_floats(graph_def, stand_in_bytes):
+    """The float constants of ``graph_def`` holding ``stand_in_bytes`` or more: the ones that may stand in."""
+    from tensorflow.core.framework import types_pb2
+
+    return [node for node in graph_def.node if node.op == "Const" and "value" in node.attr
+            and node.attr["value"].tensor.dtype == types_pb2.DT_FLOAT
+            and node.attr["value"].tensor.ByteSize() >= stand_in_bytes]
 
 
 def _data_inputs(node):
