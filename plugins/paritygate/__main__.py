@@ -2,6 +2,6 @@
 
 import sys
 
-from paritygate.cli import main
+from paritygate.cli.main import main
 
 sys.exit(main())

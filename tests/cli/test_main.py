@@ -20,6 +20,15 @@ def test_version_and_help_exit_zero(capsys):
     assert "Arguments after CONFIG" in capsys.readouterr().out
 
 
+def test_python_dash_m_paritygate_is_the_command():
+    """``python -m paritygate`` runs the same ``main`` (it once called the ``paritygate.cli.main`` module itself)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "paritygate", "--version"], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, f"paritygate {__version__}"), done.stderr
+
+
 def test_run_help_lists_the_suites_options(capsys):
     """Not only --report: every --parity-* option, as pytest --help lists the plugin's group (issue 41)."""
     import re
