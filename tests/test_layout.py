@@ -26,7 +26,7 @@ FLOORS = (
     # the candidate runtimes (the registry) and what builds, gates and measures candidates from those loaders and
     # runners: no import climbs inside backend/ either (an artifact module never imports the runners built on it)
     ("paritygate.backend.registry", "paritygate.backend.runtimes", "paritygate.backend.engines",
-     "paritygate.backend.precision", "paritygate.backend.kernel_order"),
+     "paritygate.backend.precision", "paritygate.backend.kernel_order", "paritygate.backend.ahead"),
     ("paritygate.models",),  # the config and the known failures
     ("paritygate.beam", "paritygate.latency"),  # RunInference and latency checks
     ("paritygate.judge", "paritygate.shadow"),  # the parity checks, the pass before any check, the shadow gate

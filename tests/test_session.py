@@ -1,6 +1,9 @@
 """paritygate.session: the recorder counts what its own run did, not what the process did before it."""
 
 import json
+from pathlib import Path
+
+import pytest
 
 from paritygate.backend import cache, reference_cache
 from paritygate.common import timeline
@@ -149,3 +152,51 @@ def test_a_reproducers_link_planted_in_the_report_folder_stops_the_run(tmp_path)
     problem = ParitySession(RunOptions(report_dir=tmp_path / "out")).open()
     assert problem == (f"--parity-report={tmp_path / 'out'}: its reproducers/ is a symlink to {tmp_path / 'elsewhere'}; "
                        "the run writes reproducers only inside the report folder: remove the link")
+
+
+AHEAD = """
+import json
+from paritygate.backend.cache import STATS
+from paritygate.plugin import OPTIONS_KEY
+
+
+def _seen(item, when):
+    ahead = item.config.stash[OPTIONS_KEY].context.ahead
+    if "-fp16]" in item.nodeid and ahead is not None:
+        ahead.thread.join(120)  # what it builds is what the fp16 checks would have built
+    with open("seen.jsonl", "a") as fh:
+        fh.write(json.dumps([item.nodeid.split("::")[-1], when, ahead is not None, STATS["builds"]]) + "\\n")
+
+
+def pytest_runtest_setup(item):
+    _seen(item, "setup")
+
+
+def pytest_runtest_teardown(item):
+    _seen(item, "teardown")
+"""
+
+
+def test_a_serial_run_builds_fp16_ahead_and_its_checks_build_nothing(pytester, toy_saved_model, tmp_path, monkeypatch):
+    """``RunContext.build_ahead`` from the plugin, before the first check: the fp16 checks find their artifact, its
+    engine build and its strict file made (``backend.ahead``), and build nothing themselves."""
+    pytest.importorskip("tf2onnx")
+    pytest.importorskip("onnxconverter_common")
+    from tests.conftest import write_config
+
+    monkeypatch.setenv("PARITYGATE_CACHE", str(tmp_path / "cache"))
+    pytester.makepyfile(aheadplug=AHEAD)  # a plugin: the checks are the installed conformance suite
+    cfg = write_config(pytester.path, {"models": [{
+        "name": "toy", "reference": str(toy_saved_model), "precisions": ["fp32", "fp16"], "max_batch": 2,
+        "task": "regression", "inputs": {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-1.0, 1.0]}}}]})
+    conformance = Path(__file__).resolve().parents[1] / "conformance" / "test_parity.py"
+    result = pytester.runpytest_subprocess(str(conformance), "-k", "engine_builds or matches_reference",
+                                           f"--parity-config={cfg}", "-p", "aheadplug", "-p", "no:cacheprovider",
+                                           "-p", "no:xdist")
+    result.assert_outcomes(passed=4)
+    seen = [json.loads(line) for line in (pytester.path / "seen.jsonl").read_text().splitlines()]
+    assert [s[0] for s in seen[::2]] == ["test_engine_builds[toy-fp32]", "test_matches_reference[toy-fp32]",
+                                         "test_engine_builds[toy-fp16]", "test_matches_reference[toy-fp16]"]
+    assert all(s[2] for s in seen), "started before the first check"
+    assert seen[4][3] == seen[7][3], "the fp16 checks built nothing"
+    assert list((tmp_path / "cache" / "onnx").glob("toy-fp16-*-strict-*.onnx")), result.stdout.str()

@@ -42,6 +42,7 @@ class RunContext:
     spin: bool = None  # ONNX Runtime's candidate threads spin-wait (backend.onnxrt.runner); the plugin sets it
     update_goldens: bool = False  # --parity-update-goldens: the goldens are being rewritten, not read
     store: Store = field(default_factory=Store)  # what is computed once per run: each module's Memo (common.memo)
+    ahead: object = None  # the thread building fp16/int8 beside the checks (backend.ahead, build_ahead), or None
 
     @property
     def runtime_entry(self):
@@ -55,8 +56,22 @@ class RunContext:
 
     def close(self):
         """End the TensorFlow child processes this context started (``backend.tf.process``: the goldens check's
-        reference, the second kernel order's): each memo that holds one closes it (``Store.close``)."""
+        reference, the second kernel order's): each memo that holds one closes it (``Store.close``); and the
+        builds ahead, once the one under way is done (it writes the run's cache)."""
+        if self.ahead is not None:
+            self.ahead.stop()
         self.store.close()
+
+    def build_ahead(self, cases):
+        """Build ``cases`` ([(spec, precision)] in the run's order, not fp32) while the checks before them run
+        (``backend.ahead``): a serial run that measures no latency (an xdist worker's siblings keep the cores busy),
+        on a runtime that runs here."""
+        import os
+
+        if not (self.spin or os.environ.get("PYTEST_XDIST_WORKER") or self.runtime_entry.refused()):
+            from paritygate.backend import ahead
+
+            self.ahead = ahead.start(self, cases)
 
     def release(self, model, precision=None):
         """The run's last check of ``model`` (at ``precision``) is done: close what it held (``Store.release``) and

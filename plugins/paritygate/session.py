@@ -326,6 +326,17 @@ def ahead_of(items, context):
     return {case_of(i)[0] for i in items if case_of(i)[1] == "fp32" and i.originalname != "test_engine_builds"}
 
 
+def built_ahead(items):
+    """[(spec, precision)] of the fp16 and int8 checks among ``items``, in their order, each once: what
+    ``RunContext.build_ahead`` builds while the checks before them run."""
+    cases = {}
+    for item in items:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("parity_case")
+        if case is not None and case[1] != "fp32":
+            cases.setdefault((case[0].name, case[1]), case)
+    return list(cases.values())
+
+
 def classify(report, call):
     """Mark the statuses pytest's outcome cannot express: a passing test's declared word (``verdict.mark``:
     ``regenerated``), a SuiteError raised in the call is an `error` (the

@@ -102,6 +102,27 @@ def test_a_second_call_builds_nothing(root):
     assert sorted(p.name for p in first.parent.iterdir()) == ["k1.onnx"]
 
 
+def test_a_thread_that_needs_a_file_another_is_building_waits_for_it(root):
+    """``backend.ahead`` builds beside the checks: one build, both threads given the file."""
+    import threading
+    import time
+
+    calls, started, got = [], threading.Event(), []
+
+    def build(tmp):
+        calls.append(tmp)
+        started.set()
+        time.sleep(0.2)
+        tmp.write_text("artifact")
+
+    other = threading.Thread(target=lambda: got.append(cached_file("onnx", "k1", ".onnx", build)))
+    other.start()
+    started.wait(5)
+    path = cached_file("onnx", "k1", ".onnx", build)
+    other.join()
+    assert got == [path] and len(calls) == 1 and path.read_text() == "artifact"
+
+
 def test_another_key_builds_again(root):
     before = STATS["builds"]
     a = cached_file("onnx", "ka", ".onnx", lambda tmp: tmp.write_text("a"))

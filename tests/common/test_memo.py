@@ -26,6 +26,28 @@ def test_a_value_is_computed_once_per_context_and_never_shared_between_contexts(
     assert memo.get(first, ModelKey("n"), compute) is not value and len(calls) == 3, "another key, another value"
 
 
+def test_a_thread_that_asks_while_another_computes_waits_for_that_value():
+    """``backend.ahead`` builds in a thread of its own: a check asking for the same value meanwhile gets that value."""
+    import threading
+    import time
+
+    memo, ctx, calls, started = Memo("things", key=ModelKey), RunContext(), [], threading.Event()
+
+    def compute():
+        calls.append(1)
+        started.set()
+        time.sleep(0.2)
+        return object()
+
+    got = []
+    other = threading.Thread(target=lambda: got.append(memo.get(ctx, ModelKey("m"), compute)))
+    other.start()
+    started.wait(5)
+    value = memo.get(ctx, ModelKey("m"), compute)
+    other.join()
+    assert got == [value] and len(calls) == 1
+
+
 def test_a_key_of_another_type_is_refused_naming_the_memo_and_the_key_it_expects():
     memo, ctx = Memo("candidates", key=ArtifactKey), RunContext()
     memo.put(ctx, ArtifactKey("onnxruntime", "m", "fp16"), "runner")

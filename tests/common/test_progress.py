@@ -34,6 +34,29 @@ def test_nested_steps_show_counts_elapsed_time_and_what_is_left(shown):
     assert line.endswith("\n")
 
 
+def test_a_thread_beside_the_check_shows_its_own_steps_after_a_bar(shown):
+    """``backend.ahead`` builds while a check runs: its steps are not nested in the check's."""
+    import threading
+
+    opened, done = threading.Event(), threading.Event()
+
+    def build():
+        with progress.step("ahead of its checks: m fp16"), progress.step("building onnx m-fp16"):
+            opened.set()
+            done.wait(5)
+
+    with progress.step("[3/25] property_parity[m-fp32]"):
+        other = threading.Thread(target=build)
+        other.start()
+        opened.wait(5)
+        with progress.step("examples", total=4):
+            line = progress.open_steps()
+        done.set()
+        other.join()
+    assert line.startswith("paritygate: [3/25] property_parity[m-fp32] > examples 0/4, 0 s | "
+                           "ahead of its checks: m fp16 > building onnx m-fp16, 0 s"), line
+
+
 def test_a_step_without_a_count_shows_its_elapsed_time(shown):
     with progress.step("building onnx m-fp32") as build:
         build.started -= 42

@@ -41,6 +41,21 @@ def test_threads_keep_their_own_nesting(spent):
     assert spent["reference"] >= 0.03 and spent["candidate"] >= 0.03  # the thread's part is not nested here
 
 
+def test_a_thread_working_aside_keeps_its_part_and_takes_nothing_from_the_test(spent):
+    """``backend.ahead``'s builds: conversion time, not taken out of the check that runs meanwhile."""
+    def work():
+        timeline.aside()
+        with timeline.spent("conversion"):
+            time.sleep(0.1)
+
+    with timeline.in_test():
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    assert 0.1 <= spent["conversion"] < 0.2
+    assert 0.1 <= spent["checks"] < 0.2, "the test's own time is all checks"
+
+
 def test_a_runner_counts_its_loading_and_runs_in_its_part(spent):
     np = pytest.importorskip("numpy")
     from paritygate.backend.base import BaseRunner

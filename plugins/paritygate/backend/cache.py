@@ -10,6 +10,7 @@ import os
 import platform
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def cache_root():
 
 _HASHES = {}  # (path, each file's name, size and mtime) -> sha256: see hash_path
 RACY_S = 2.0
+_TURNS, _TURNS_LOCK = {}, threading.Lock()  # target path -> the lock of its build in this process (_turn)
 
 
 def hash_path(path):
@@ -85,9 +87,11 @@ def cached_file(kind, key, suffix, build):
     findings), it is written as ``<key>.report.json`` beside the artifact, before the artifact appears.
     """
     target = cache_root() / kind / f"{key}{suffix}"
-    if target.exists():
-        STATS["hits"] += 1
-        return target
+    with _turn(target):
+        return target if _hit(target) else _build_file(target, key, kind, suffix, build)
+
+
+def _build_file(target, key, kind, suffix, build):
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{key}-", suffix=suffix)
     os.close(fd)
@@ -108,9 +112,25 @@ def cached_dir(kind, key, build):
     """Like ``cached_file`` for a folder (e.g. a SavedModel): ``build(tmp_dir)`` fills a fresh temporary folder
     that is renamed to ``<root>/<kind>/<key>``; a build that raises leaves nothing behind."""
     target = cache_root() / kind / key
+    with _turn(target):
+        return target if _hit(target) else _build_dir(target, key, kind, build)
+
+
+def _hit(target):
     if target.exists():
         STATS["hits"] += 1
-        return target
+        return True
+    return False
+
+
+def _turn(target):
+    """The lock of ``target``'s build in this process: a thread that needs a file another thread is building waits
+    for it (``backend.ahead``); processes race as the docstring of ``cached_file`` says."""
+    with _TURNS_LOCK:
+        return _TURNS.setdefault(str(target), threading.RLock())
+
+
+def _build_dir(target, key, kind, build):
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}-"))
     try:

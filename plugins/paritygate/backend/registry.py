@@ -37,6 +37,7 @@ class Runtime:
     own_engine: bool = False  # builds its own engine from the ONNX, or loads the config's prebuilt one
     engine_gate: bool = False  # TensorRT-RTX's ahead-of-time build gates its numeric checks (docs/engine.md)
     validated: bool = False  # the validation pass runs its fp32 candidate (cheap, and here on any machine)
+    files: Callable = None  # (ctx, spec, precision): builds the files its candidate opens (backend.ahead), or None
     environment: dict = field(default_factory=dict)  # set before anything imports its libraries (and in replay)
 
     @property
@@ -82,12 +83,18 @@ def _runner(runner, what):
     return runner, what
 
 
-def _load_onnxruntime(ctx, spec, precision):
+def _onnxruntime_files(ctx, spec, precision):
+    """What ONNX Runtime's CPU provider opens for the candidate: the artifact, or its strict file's twin."""
     from paritygate.backend.onnx.artifacts.loader import onnx_artifact
     from paritygate.backend.onnx.strict.loader import computed
+
+    return computed(onnx_artifact(spec, precision, ctx.fp16_keep_fp32), ctx.numerics, twin=True)
+
+
+def _load_onnxruntime(ctx, spec, precision):
     from paritygate.backend.onnxrt.runner import OnnxrtRunner
 
-    run = computed(onnx_artifact(spec, precision, ctx.fp16_keep_fp32), ctx.numerics, twin=True)
+    run = _onnxruntime_files(ctx, spec, precision)
     return _runner(OnnxrtRunner(run.path, name=f"onnxruntime:{spec.name}:{precision}", spin=ctx.spin,
                                 numerics=ctx.numerics, level=run.level, library=run.library), str(run.artifact))
 
@@ -174,7 +181,8 @@ def _fp32_conversion(specs):
 
 RUNTIMES = {r.name: r for r in (
     Runtime(CPU, "ONNX Runtime on the CPU; fp16/int8 computed as --parity-numerics says", _load_onnxruntime,
-            _no_refusal, candidate_missing, follows_numerics=True, engine_gate=True, validated=True),
+            _no_refusal, candidate_missing, follows_numerics=True, engine_gate=True, validated=True,
+            files=_onnxruntime_files),
     Runtime("onnxruntime-cuda", "ONNX Runtime's CUDA provider (onnxruntime-gpu, the ort-cuda extra), TF32 off",
             _load_onnxruntime_cuda, _cuda_refusal, candidate_missing, mark="gpu",
             numerics_note="ONNX Runtime's CUDA kernels on the artifact as typed: float16 ops in FP16, FP32 ops with "

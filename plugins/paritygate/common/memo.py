@@ -10,6 +10,7 @@ A memo whose values hold a resource declares its ``close``; ``Store.close`` (the
 ``Store.release`` on those of one model (or one model x precision) once the run's last check of it is done.
 """
 
+import threading
 from typing import NamedTuple
 
 
@@ -43,6 +44,13 @@ class Store:
 
     def __init__(self):
         self.tables = {}
+        self.turns, self.lock = {}, threading.Lock()  # (memo, key) -> the lock its computation holds
+
+    def turn(self, memo, key):
+        """The lock of ``memo``'s value under ``key``: a thread that asks while another computes it waits for that
+        value (``backend.ahead`` builds in a thread of its own) instead of computing it again."""
+        with self.lock:
+            return self.turns.setdefault((memo, key), threading.RLock())
 
     def close(self):
         """Close every value of a memo that declared a ``close`` (the TensorFlow child processes)."""
@@ -77,10 +85,13 @@ class Memo:
         return f"Memo({self.name!r}, key={self.key.__name__})"
 
     def get(self, ctx, key, compute):
-        """The value under ``key``, ``compute()`` on the first ask (an exception is raised and nothing kept)."""
+        """The value under ``key``, ``compute()`` on the first ask (an exception is raised and nothing kept); one
+        thread computes it, the others wait for it (``Store.turn``)."""
         table = self._table(ctx, key)
         if key not in table:
-            table[key] = compute()
+            with ctx.store.turn(self, key):
+                if key not in table:
+                    table[key] = compute()
         return table[key]
 
     def peek(self, ctx, key):

@@ -9,7 +9,7 @@ The code that does the work opens steps; nothing here knows what a step is:
             ...
             s.advance()
 
-Open steps nest (a check > its examples > a build inside one); the line shows them all, with each one's count, the
+Open steps nest (a check > its examples > a build inside one), each thread's apart; the line shows them all, with each one's count, the
 innermost one's elapsed time and, where a count is known, the time left at the rate so far. On a terminal it is one
 line rewritten in place about once a second and cleared when the outermost step ends. Elsewhere (a CI log, a pipe)
 it is a plain line when a step has been open ``INTERVAL_S`` and again every ``INTERVAL_S`` while one is: a quick
@@ -39,6 +39,7 @@ class Step:
     def __init__(self, what, total=None, unit=""):
         self.what, self.total, self.unit = what, total, unit
         self.done, self.detail, self.started = 0, None, time.monotonic()
+        self.thread = threading.get_ident()  # each thread's steps nest among themselves (``_Board.line``)
 
     def advance(self, n=1, detail=None):
         """``n`` more done; ``detail``: what the step is on now (shown after its count)."""
@@ -77,8 +78,13 @@ class _Board:
         self.pid = None  # the configured process: a forked child shows nothing
 
     def line(self, now):
-        steps = list(self.steps)
-        return PREFIX + " > ".join(s.describe(now, i == len(steps) - 1) for i, s in enumerate(steps))
+        """The open steps, each thread's nested ("a > b"), the threads in the order their first step opened
+        (" | ": a build ``backend.ahead`` makes beside a check)."""
+        chains = {}
+        for s in self.steps:
+            chains.setdefault(s.thread, []).append(s)
+        return PREFIX + " | ".join(" > ".join(s.describe(now, i == len(chain) - 1) for i, s in enumerate(chain))
+                                   for chain in chains.values())
 
     def show(self, now):
         """Write the state when due (called by the thread, and when the last step ends)."""
