@@ -11,6 +11,7 @@ from pathlib import Path
 from paritygate.backend.base import RunnerError
 from paritygate.backend.engines import FAILED_CANDIDATES, artifact_failure
 from paritygate.backend.inputspec import MappedRunner, check_input_spec, declared_casts, half_inputs, input_names
+from paritygate.common import progress
 from paritygate.common.memo import ArtifactKey, Memo, ModelKey
 from paritygate.common.numerics import NUMERICS
 from paritygate.verdict import SuiteError
@@ -61,6 +62,11 @@ def tensorflow_runner(spec, here=False):
 
 
 def _load_reference(spec, cached):
+    with progress.step(f"loading the TensorFlow reference of {spec.name}"):  # BERT-base: 14 s, nothing else shown
+        return _loaded_reference(spec, cached)
+
+
+def _loaded_reference(spec, cached):
     runner = tensorflow_runner(spec)
     runner.time_as = "reference"
     if cached:
