@@ -185,6 +185,7 @@ def test_a_serial_run_builds_fp16_ahead_and_its_checks_build_nothing(pytester, t
     from tests.conftest import write_config
 
     monkeypatch.setenv("PARITYGATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # the inner run is serial, also under -n
     pytester.makepyfile(aheadplug=AHEAD)  # a plugin: the checks are the installed conformance suite
     cfg = write_config(pytester.path, {"models": [{
         "name": "toy", "reference": str(toy_saved_model), "precisions": ["fp32", "fp16"], "max_batch": 2,
