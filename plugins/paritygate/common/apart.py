@@ -37,6 +37,7 @@ from paritygate.verdict import SuiteError
 # and 0.5 GiB for TensorFlow) costs more than their memory.
 APART_BYTES = 8 * 2**20
 
+
 def large(path):
     """Whether the file ``path``, or the files of the folder ``path`` together, hold ``APART_BYTES`` or more: the
     one test of what runs apart (a model's fp32 ONNX, its ONNX graphs, its SavedModel)."""

@@ -9,12 +9,12 @@ The code that does the work opens steps; nothing here knows what a step is:
             ...
             s.advance()
 
-Open steps nest (a check > its examples > a build inside one), each thread's apart; the line shows them all, with each one's count, the
-innermost one's elapsed time and, where a count is known, the time left at the rate so far. On a terminal it is one
-line rewritten in place about once a second and cleared when the outermost step ends. Elsewhere (a CI log, a pipe)
-it is a plain line when a step has been open ``INTERVAL_S`` and again every ``INTERVAL_S`` while one is: a quick
-step prints nothing. A ``with`` block is all the code pays: a background thread writes, the steps only update
-numbers.
+Open steps nest (a check > its examples > a build inside one), each thread's apart (" | "); the line shows them all,
+with each one's count, the innermost one's elapsed time and, where a count is known, the time left at the rate so
+far. On a terminal it is one line rewritten in place about once a second and cleared when the outermost step ends.
+Elsewhere (a CI log, a pipe) it is a plain line when a step has been open ``INTERVAL_S`` and again every
+``INTERVAL_S`` while one is: a quick step prints nothing. A ``with`` block is all the code pays: a background thread
+writes, the steps only update numbers.
 
 Nothing is written until ``configure`` gives the stream: the plugin does, unless pytest runs with ``-q`` or in an
 xdist worker (whose output no one sees). A library user and the suite's own unit tests see nothing.
