@@ -63,12 +63,9 @@ class RunContext:
         self.store.close()
 
     def build_ahead(self, cases):
-        """Build ``cases`` ([(spec, precision)] in the run's order, not fp32) while the checks before them run
-        (``backend.ahead``): a serial run that measures no latency (an xdist worker's siblings keep the cores busy),
-        on a runtime that runs here."""
-        import os
-
-        if not (self.spin or os.environ.get("PYTEST_XDIST_WORKER") or self.runtime_entry.refused()):
+        """Build ``cases`` ([(spec, precision)] in the run's order, not fp32; ``session.built_ahead``: a serial run's)
+        while the checks before them run (``backend.ahead``), on a runtime that runs here."""
+        if cases and not self.runtime_entry.refused():
             from paritygate.backend import ahead
 
             self.ahead = ahead.start(self, cases)

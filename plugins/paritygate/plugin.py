@@ -16,8 +16,8 @@ from paritygate.lazy import available
 from paritygate.models.bundled import in_conformance
 from paritygate.models.config import BUNDLED_CONFIG, ConfigError
 from paritygate.models.known import mark_known_failures
-from paritygate.models.order import case_of, run_order
-from paritygate.session import ParitySession, ahead_of, built_ahead, classify, register, result_of
+from paritygate.models.order import ahead_of, built_ahead, case_of, run_order
+from paritygate.session import ParitySession, classify, register, result_of
 from paritygate.verdict import MARKED, REPORT_ATTR
 
 SESSION_KEY = pytest.StashKey[ParitySession]()  # the recorder
@@ -182,7 +182,7 @@ def pytest_collection_finish(session):
         context = config.stash[OPTIONS_KEY].context
         context.spin = any(i.get_closest_marker("latency") for i in items)
         _validate(config, ahead_of(items, context))
-        context.build_ahead(built_ahead([i for i in items if in_conformance(i.path)]))
+        context.build_ahead(built_ahead([i for i in items if in_conformance(i.path)], context))
         alone = not (config.pluginmanager.has_plugin("dsession") or any("beam_check" in getattr(i, "fixturenames", ())
                                                                          for i in items))
         started = context.start_goldens(goldens, alone)

@@ -128,7 +128,7 @@ class ParitySession:
 
     def validate(self, ahead=()):
         """The validation pass over every model (``judge.preflight``), once, before any check: returns its
-        problems (ConfigError for a config that does not load). ``ahead``: see ``ahead_of``."""
+        problems (ConfigError for a config that does not load). ``ahead``: see ``models.order.ahead_of``."""
         from paritygate.judge.preflight import validate_models
 
         options = self.options
@@ -315,26 +315,6 @@ def register(item, result):
     result.model, result.precision, result.check = model, precision, check
     item.stash[RESULT_KEY] = result
     return result
-
-
-def ahead_of(items, context):
-    """The models whose fp32 checks a serial run without latency selected among ``items``: their second kernel
-    order's TensorFlow starts loading during validation (``backend.kernel_order.start_ahead``). None on an xdist
-    worker, whose siblings keep the cores busy already."""
-    if context.spin or os.environ.get("PYTEST_XDIST_WORKER"):
-        return ()
-    return {case_of(i)[0] for i in items if case_of(i)[1] == "fp32" and i.originalname != "test_engine_builds"}
-
-
-def built_ahead(items):
-    """[(spec, precision)] of the fp16 and int8 checks among ``items``, in their order, each once: what
-    ``RunContext.build_ahead`` builds while the checks before them run."""
-    cases = {}
-    for item in items:
-        case = getattr(item, "callspec", None) and item.callspec.params.get("parity_case")
-        if case is not None and case[1] != "fp32":
-            cases.setdefault((case[0].name, case[1]), case)
-    return list(cases.values())
 
 
 def classify(report, call):

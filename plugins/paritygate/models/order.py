@@ -5,8 +5,10 @@ Pytest collects the conformance suite module by module, each module's checks gro
 precision's candidate would stay loaded from the first module to the last. ``run_order`` groups the checks by model,
 then precision, in the places they held; ``releases`` says after which check the run is done with a model x
 precision (then with the model); ``Around`` wraps each test: its time, a progress step for a check over a model, and
-after it the release and the freed pages given back."""
+after it the release and the freed pages given back. A serial run also starts, before its checks, what they will
+need later: the second kernel order's TensorFlow (``ahead_of``) and the fp16 and int8 builds (``built_ahead``)."""
 
+import os
 from contextlib import contextmanager, nullcontext
 
 
@@ -86,3 +88,30 @@ class Around:
         for model, precision in (self._releases or {}).get(item.nodeid, ()):
             self.options.context.release(model, precision)
         trim()
+
+
+def ahead_of(items, context):
+    """The models whose fp32 checks a serial run without latency selected among ``items``: their second kernel
+    order's TensorFlow starts loading during validation (``backend.kernel_order.start_ahead``). None on an xdist
+    worker, whose siblings keep the cores busy already."""
+    if not _serial(context):
+        return ()
+    return {case_of(i)[0] for i in items if case_of(i)[1] == "fp32" and i.originalname != "test_engine_builds"}
+
+
+def built_ahead(items, context):
+    """[(spec, precision)] of a serial run's fp16 and int8 checks among ``items``, in their order, each once: what
+    ``RunContext.build_ahead`` builds while the checks before them run."""
+    if not _serial(context):
+        return []
+    cases = {}
+    for item in items:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("parity_case")
+        if case is not None and case[1] != "fp32":
+            cases.setdefault((case[0].name, case[1]), case)
+    return list(cases.values())
+
+
+def _serial(context):
+    """Whether the run may work beside its checks: serial (not an xdist worker) and measuring no latency."""
+    return not (context.spin or os.environ.get("PYTEST_XDIST_WORKER"))
