@@ -57,6 +57,7 @@ def build(ctx, spec, precision):
     from paritygate.backend.onnx.artifacts.loader import onnx_artifact
 
     try:
+        # the artifact on its own first: where no engine is built (the builder off or missing) its failure is kept too
         built_once(ctx, spec, precision, lambda *_: onnx_artifact(spec, precision, ctx.fp16_keep_fp32))
         built_once(ctx, spec, precision)
         if ctx.runtime_entry.files is not None:
