@@ -75,14 +75,14 @@ def test_matches_reference(parity_context, parity_case, parity_record):
 def test_accepts_every_batch_size(parity_context, parity_case, parity_result):
     """The candidate must accept every batch size 1..max_batch (a rejection fails, it is not skipped), at each
     corner (min, opt, max) of a dynamic input's profile."""
-    from paritygate.backend.runtimes import candidate_runner
     from paritygate.inputs.strategies import batch_feeds
     from paritygate.judge import coverage
     from paritygate.judge.parity import reference_set
+    from paritygate.judge.runs import once
 
     spec, precision = parity_case
     with coverage.judged(parity_context, spec, precision, parity_result):
-        runner = candidate_runner(parity_context, spec, precision)
+        runner = once(parity_context, spec, precision)  # a batch another check ran: its run is the evidence
         ref = reference_set(parity_context, spec)
         rejected, shapes = {}, []
         for batch in range(1, spec.max_batch + 1):
@@ -123,11 +123,12 @@ def test_task_on_heldout(parity_context, parity_case, parity_result):
 
 
 def _task_on_heldout(ctx, spec, precision, result):
-    from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
+    from paritygate.backend.runtimes import reference_runner, resolved_spec
     from paritygate.comparator.task import task_metrics
     from paritygate.inputs import goldens
     from paritygate.inputs.sets import read_input_set
     from paritygate.judge.parity import run_batched
+    from paritygate.judge.runs import once
     from paritygate.lazy import available, missing_reason
 
     if not available("tensorflow"):  # checked without importing it: the reference cache may need no TensorFlow
@@ -140,7 +141,7 @@ def _task_on_heldout(ctx, spec, precision, result):
     heldout = read_input_set(spec, path, "held-out set")
     inputs, labels = heldout.inputs, heldout.labels
     ref = run_batched(reference_runner(ctx, spec), inputs, spec.max_batch)
-    cand = run_batched(candidate_runner(ctx, spec, precision), inputs, spec.max_batch)
+    cand = run_batched(once(ctx, spec, precision), inputs, spec.max_batch)
     result.task = task_metrics(resolved_spec(ctx, spec), precision, ref, cand, labels)
     result.details["heldout"] = str(path)
     assert result.task["passed"], f"{spec.name} {precision}: task metric on {path.name} failed: {result.task}"

@@ -279,13 +279,14 @@ def test_a_defect_just_inside_a_bound_fails_property_parity_in_every_profile(pyt
         assert f"{near['inputs']} of {near['of']} distinct inputs just inside a bound" in correct["details"]["note"]
 
 
-def test_determinism_takes_property_parity_run_of_an_input_as_its_first(tmp_path):
-    """determinism draws property_parity's inputs (ci's draws are the same): an input property_parity ran through
-    the candidate session is run once more, not twice; one it did not is run twice. A candidate whose outputs change
-    between runs still fails."""
+def test_determinism_takes_an_earlier_run_of_an_input_as_its_first(tmp_path):
+    """determinism draws property_parity's inputs (ci's draws are the same): an input an earlier check ran through
+    the candidate session (property_parity's run, or batch_invariance's where parity stopped at a failure) is run
+    once more, not twice; one no check ran is run twice. A candidate whose outputs change between runs still fails."""
     from paritygate.backend.onnxrt.runner import OnnxrtRunner
-    from paritygate.judge.properties import determinism_check, parity_check
+    from paritygate.judge.properties import _companions, determinism_check, invariance_check, parity_check
     from paritygate.judge.reference_noise import Ledger, ReferenceRuns
+    from paritygate.judge.runs import Once, Runs
     from paritygate.models.config import load_config
 
     make_onnx(tmp_path / "cand.onnx")
@@ -295,22 +296,31 @@ def test_determinism_takes_property_parity_run_of_an_input_as_its_first(tmp_path
     calls = []
 
     class Counted:
+        name = "counted"
+
         def infer(self, feed):
-            calls.append(1)
+            calls.append(len(feed["x"]))
             return runner.infer(feed)
 
     feed = {"x": np.array([[1.0], [2.0]], np.float32)}
     profile = ReferenceRuns({"y": feed["x"] * 5, "z": feed["x"] * 2}, {}, "seen")
-    runs = {}
-    parity_check(spec, "fp32", Counted(), Ledger(), runs=runs)(feed, profile)
-    assert len(calls) == 1 and set(runs) == {"seen"}
-    determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, profile)
-    assert len(calls) == 2  # one more run of the input property_parity ran
-    determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, ReferenceRuns(profile.outputs, {}, "unseen"))
-    assert len(calls) == 4
-    runs["seen"] = {"y": feed["x"] * 5 + 1e-6, "z": feed["x"] * 2}  # a run 1 that differs: the check fails
+    candidate = Once(Counted(), Runs())
+    parity_check(spec, "fp32", candidate, Ledger())(feed, profile)
+    assert calls == [2] and set(candidate.runs.outputs) == {"seen"}
+    determinism_check(spec, "fp32", candidate, Ledger())(feed, profile)
+    assert calls == [2, 2]  # one more run of the input property_parity ran
+    determinism_check(spec, "fp32", candidate, Ledger())(feed, ReferenceRuns(profile.outputs, {}, "unseen"))
+    assert calls == [2, 2, 2, 2]
+    other, ledger = {"x": np.array([[3.0], [4.0]], np.float32)}, Ledger(counts=_companions)
+    other_profile = ReferenceRuns({"y": other["x"] * 5, "z": other["x"] * 2}, {}, "invariance")
+    ledger.add(other, other_profile)
+    invariance_check(spec, "fp32", candidate, ledger)(other, other_profile)  # parity never ran it
+    del calls[:]
+    determinism_check(spec, "fp32", candidate, Ledger())(other, other_profile)
+    assert calls == [2]  # batch_invariance's run of the whole batch is run 1
+    candidate.runs.outputs["seen"] = {"y": feed["x"] * 5 + 1e-6, "z": feed["x"] * 2}  # a run 1 that differs: fails
     with pytest.raises(AssertionError, match="outputs changed between identical runs"):
-        determinism_check(spec, "fp32", Counted(), Ledger(), runs)(feed, profile)
+        determinism_check(spec, "fp32", candidate, Ledger())(feed, profile)
 
 
 def _counted_candidate(tmp_path):
@@ -326,6 +336,8 @@ def _counted_candidate(tmp_path):
     shapes = []
 
     class Counted:
+        name = "counted"
+
         def infer(self, feed):
             shapes.append(len(feed["x"]))
             return runner.infer(feed)
@@ -339,10 +351,11 @@ def test_batch_invariance_runs_a_row_met_again_alone_once(tmp_path):
     candidate whose element differs in the batch still fails."""
     from paritygate.judge.properties import invariance_check
     from paritygate.judge.reference_noise import Ledger, ReferenceRuns
+    from paritygate.judge.runs import Once, Runs
 
     spec, runner, Counted, shapes = _counted_candidate(tmp_path)
 
-    check = invariance_check(spec, "fp32", Counted(), Ledger())
+    check = invariance_check(spec, "fp32", Once(Counted(), Runs()), Ledger())
     corner = {"x": np.full((4, 1), 10.0, np.float32)}
     check(corner, ReferenceRuns({"y": corner["x"] * 5, "z": corner["x"] * 2}, {}, "c"))
     assert shapes == [4, 1]  # together and the one distinct row alone: shuffled, its identical rows are the same batch
@@ -356,7 +369,7 @@ def test_batch_invariance_runs_a_row_met_again_alone_once(tmp_path):
             return {**out, "y": out["y"] + 0.01 * (len(feed["x"]) - 1)}
 
     with pytest.raises(AssertionError, match="batch invariance"):
-        invariance_check(spec, "fp32", Coupled(), Ledger())(corner, ReferenceRuns({"y": corner["x"] * 5,
+        invariance_check(spec, "fp32", Once(Coupled(), Runs()), Ledger())(corner, ReferenceRuns({"y": corner["x"] * 5,
                                                                                     "z": corner["x"] * 2}, {}, "c"))
 
 
@@ -367,6 +380,7 @@ def test_batch_invariance_takes_property_parity_runs_and_skips_a_batch_of_one(tm
     from paritygate.common.digest import digest
     from paritygate.judge.properties import _companions, invariance_check, parity_check
     from paritygate.judge.reference_noise import Ledger, ReferenceRuns
+    from paritygate.judge.runs import Once, Runs
 
     spec, _, Counted, shapes = _counted_candidate(tmp_path)
 
@@ -374,17 +388,17 @@ def test_batch_invariance_takes_property_parity_runs_and_skips_a_batch_of_one(tm
         return ReferenceRuns({"y": feed["x"] * 5, "z": feed["x"] * 2}, {}, digest(feed))
 
     pair, one = {"x": np.array([[1.0], [2.0]], np.float32)}, {"x": np.array([[1.0]], np.float32)}
-    runs = {}
+    candidate = Once(Counted(), Runs())
     for feed in (pair, one):
-        parity_check(spec, "fp32", Counted(), Ledger(), runs=runs)(feed, profile(feed))
+        parity_check(spec, "fp32", candidate, Ledger())(feed, profile(feed))
     assert shapes == [2, 1]
     ledger = Ledger(counts=_companions)
-    check = invariance_check(spec, "fp32", Counted(), ledger, runs=runs)
+    check = invariance_check(spec, "fp32", candidate, ledger)
     for feed in (pair, one):
         ledger.add(feed, profile(feed))
         check(feed, profile(feed))
     assert shapes[2:] == [2, 1]  # the shuffled batch, and the row 2.0 alone: the rest was parity's
     assert (ledger.examples, ledger.skipped) == (1, 1)
-    runs[digest(pair)] = {"y": pair["x"] * 5 + 0.5, "z": pair["x"] * 2}  # the batch's run differs from each row alone
+    candidate.runs.outputs[digest(pair)] = {"y": pair["x"] * 5 + 0.5, "z": pair["x"] * 2}  # differs from each row alone
     with pytest.raises(AssertionError, match="batch invariance"):
-        invariance_check(spec, "fp32", Counted(), Ledger(), runs=runs)(pair, profile(pair))
+        invariance_check(spec, "fp32", candidate, Ledger())(pair, profile(pair))

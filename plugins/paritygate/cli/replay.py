@@ -55,12 +55,13 @@ def _property(check):
     configuration the candidate is judged in, exactly as the property ran it on this input."""
 
     def run(settings, spec, precision, inputs, meta):
-        from paritygate.backend.runtimes import candidate_runner, resolved_spec
+        from paritygate.backend.runtimes import resolved_spec
         from paritygate.judge.properties import CHECKS
         from paritygate.judge.reference_noise import Ledger, reference_noise
+        from paritygate.judge.runs import once
 
         ledger = Ledger()
-        candidate = candidate_runner(settings, spec, precision)
+        candidate = once(settings, spec, precision)
         judge = CHECKS[check](resolved_spec(settings, spec), precision, candidate, ledger)
         profile = reference_noise(settings, spec).profile(inputs)
         try:

@@ -3,13 +3,13 @@
 import numpy as np
 
 from paritygate.backend.base import run_batched
-from paritygate.backend.runtimes import candidate_runner, reference_runner, resolved_spec
+from paritygate.backend.runtimes import reference_runner, resolved_spec
 from paritygate.common.memo import Memo, ModelKey
 from paritygate.comparator.compare import compare_outputs, output_records
 from paritygate.comparator.task import summary, task_metrics
 from paritygate.comparator.tolerance import tolerance_for
 from paritygate.inputs import goldens
-from paritygate.judge import conditioning, coverage, kernel_order
+from paritygate.judge import conditioning, coverage, kernel_order, runs
 from paritygate.result import CheckResult
 from paritygate.verdict import inconclusive
 
@@ -117,20 +117,20 @@ def _judge_groups(ctx, spec, resolved, precision, groups):
     raised to K x the reference's move under one step of its input's resolution (judge.conditioning)."""
     from paritygate.inputs.strategies import Feed
 
-    runner = candidate_runner(ctx, spec, precision)
+    runner = runs.once(ctx, spec, precision)  # its runs of these batches serve property_parity's sweep (judge.runs)
     floors = _Floors()
     base, floors.order = kernel_order.floors(ctx, spec, precision, groups)  # FP32: the reference's own order spread
     results, found = [], []
     for g, f in zip(groups, base):
         cand = run_batched(runner, g.inputs, spec.max_batch)
         result = compare(resolved, precision, g.outputs, cand, g.labels, floors=f)
-        runs = None if result.passed else conditioning.measured(
+        moved = None if result.passed else conditioning.measured(
             spec, g.inputs, lambda feed: run_batched(reference_runner(ctx, spec), feed, spec.max_batch))
-        if runs is not None and runs.conditioning() is not None:
+        if moved is not None and moved.conditioning() is not None:
             rows = [g.source.split()[0]] * len(next(iter(g.inputs.values())))
-            conditioning.note(found, spec, Feed(g.inputs, rows), runs,
+            conditioning.note(found, spec, Feed(g.inputs, rows), moved,
                               lambda name, out: tolerance_for(resolved, precision, name).limit(out))
-            f = conditioning.floors(runs, f or {})
+            f = conditioning.floors(moved, f or {})
             result = compare(resolved, precision, g.outputs, cand, g.labels, floors=f)
         results.append(result)
         floors.append(f)

@@ -17,10 +17,8 @@ from contextlib import contextmanager
 import numpy as np
 
 from paritygate.backend.precision import computed_dtype
-from paritygate.backend.runtimes import candidate_runner, resolved_spec
+from paritygate.backend.runtimes import resolved_spec
 from paritygate.common import progress
-from paritygate.common.digest import digest
-from paritygate.common.memo import ArtifactKey, Memo
 from paritygate.comparator.tolerance import (
     DETERMINISM_SOURCE,
     INVARIANCE_SOURCE,
@@ -28,7 +26,7 @@ from paritygate.comparator.tolerance import (
 )
 from paritygate.inputs.sampling import near_bound
 from paritygate.inputs.strategies import explicit_count, feeds, input_pool, with_corner_examples
-from paritygate.judge import conditioning, coverage, kernel_order, vacuity
+from paritygate.judge import conditioning, coverage, kernel_order, runs, vacuity
 from paritygate.judge.limits import invariance_caps, invariance_limit, policy_limit, row_of, within
 from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import judge_outputs, output_records
@@ -37,17 +35,13 @@ from paritygate.models.known import known_failure_feeds
 from paritygate.result import CheckResult
 from paritygate.verdict import SuiteError, inconclusive
 
-# the candidate's outputs per input in property_parity, for batch invariance and determinism (candidate_runs);
-# released with the candidate
-CANDIDATE_RUNS = Memo("candidate_runs", key=ArtifactKey, close=lambda runs: runs.clear())
-
 
 # -- the three properties -------------------------------------------------------------------------------------
 # Each ``*_check(spec, precision, candidate, ledger)`` returns the ``check(feed, reference_profile)`` its property
 # runs on every input (an AssertionError: the candidate is wrong); ``paritygate.cli.replay`` runs the same one on a
-# reproducer's inputs.
-def parity_check(spec, precision, candidate, ledger, task_rows=None, runs=None):
-    """``runs``: {input digest: the candidate's outputs}, filled for determinism's first run (``candidate_runs``)."""
+# reproducer's inputs. ``candidate``: a ``judge.runs.Once``, whose ``infer`` takes an identical input's outputs from
+# the earlier check that ran it (the three properties draw the same inputs under a derandomized profile).
+def parity_check(spec, precision, candidate, ledger, task_rows=None):
     order = kernel_order.applies(precision)  # FP32: TensorFlow's other kernel order is reference noise too
 
     def limit(name, ref):
@@ -55,9 +49,7 @@ def parity_check(spec, precision, candidate, ledger, task_rows=None, runs=None):
 
     def check(feed, profile):
         floors = {k: K_REFERENCE * v for k, v in profile.spread(kernel_order=order).items()}
-        cand = candidate.infer(feed)
-        if runs is not None:
-            runs[profile.digest] = cand
+        cand = candidate.infer(feed, profile.digest)
         outputs, _, failures = judge_outputs(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
                                              cosine_floors=profile.cosine_floors(K_REFERENCE, order))
         wider = conditioning.floors(profile, floors) if failures else None
@@ -80,7 +72,7 @@ def parity_check(spec, precision, candidate, ledger, task_rows=None, runs=None):
 def property_parity(ctx, spec, precision, result=None):
     from paritygate.judge.task_rows import TASKS, TaskRows, judge_task_rows
 
-    reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
+    reference, candidate = reference_noise(ctx, spec), runs.once(ctx, spec, precision)
     given, spec = spec, resolved_spec(ctx, spec)
     pool, ledger = input_pool(ctx, spec), Ledger()
     rows = TaskRows(spec, precision) if spec.task in TASKS else None
@@ -89,7 +81,7 @@ def property_parity(ctx, spec, precision, result=None):
         return policy_limit(spec, precision, name, ref)
 
     result = _run(ctx, spec, precision, "property_parity", feeds(spec, pool=pool),
-                  parity_check(spec, precision, candidate, ledger, rows, candidate_runs(ctx, given, precision)),
+                  parity_check(spec, precision, candidate, ledger, rows),
                   reference, ledger, result, limit,
                   judge_vacuity=False)
     task_outputs = None
@@ -107,19 +99,13 @@ def property_parity(ctx, spec, precision, result=None):
     return coverage.judge(ctx, given, precision, result)
 
 
-def invariance_check(spec, precision, candidate, ledger, computed=None, runs=None):
-    """``runs``: {input digest: the candidate's outputs} of property_parity's runs, which drew the same inputs
-    (``batch_invariance``): the whole batch's run, and a row's run alone where parity ran that row by itself, are
-    taken from there instead of run again."""
-    runs = {} if runs is None else runs
-    singles = {}  # row digest -> the candidate's outputs for that row alone: a row met again (a corner batch's
-    # identical rows, an input-set row drawn again) is not run alone again, as the reference's batch-1 runs are not
+def invariance_check(spec, precision, candidate, ledger, computed=None):
+    """The whole batch's run, and a row's run alone, are the candidate's earlier runs of them where a check made
+    one (``judge.runs``: property_parity's, which drew the same inputs); a row met again (a corner batch's identical
+    rows, an input-set row drawn again) is not run alone again, as the reference's batch-1 runs are not."""
 
     def alone_of(row):
-        key = digest(row)
-        if key not in singles:
-            singles[key] = _identity(spec, runs[key] if key in runs else candidate.infer(row))
-        return singles[key]
+        return _identity(spec, candidate.infer(row))
 
     def judge(pairs, spread, caps):
         return [[within(spec, name, alone[name], other[name], spread.get(name), i, INVARIANCE_SOURCE,
@@ -129,7 +115,7 @@ def invariance_check(spec, precision, candidate, ledger, computed=None, runs=Non
     def check(feed, profile):
         if not ledger.counts(feed):
             return
-        pairs = _invariance_pairs(spec, candidate, feed, alone_of, runs.get(profile.digest))
+        pairs = _invariance_pairs(spec, candidate, feed, alone_of, profile.digest)
         spread, caps = profile.spread(), invariance_caps(spec, precision, profile)
 
         def limit(name, ref):
@@ -155,11 +141,11 @@ def invariance_check(spec, precision, candidate, ledger, computed=None, runs=Non
     return check
 
 
-def _invariance_pairs(spec, candidate, feed, alone_of, earlier=None):
+def _invariance_pairs(spec, candidate, feed, alone_of, key=None):
     """[(element, label, its outputs alone, its outputs in the batch)]: each element of ``feed`` alone (``alone_of``
-    a row, cached by the caller) against itself in the whole batch (``earlier``: that run, made already) and moved
-    within it (other companions at another position)."""
-    together = _identity(spec, earlier if earlier is not None else candidate.infer(feed))
+    a row, cached by the caller) against itself in the whole batch (``key``: ``feed``'s digest) and moved within it
+    (other companions at another position)."""
+    together = _identity(spec, candidate.infer(feed, key))
     n = len(next(iter(feed.values())))
     order = np.roll(np.arange(n), 1)
     moved_feed = {k: v[order] for k, v in feed.items()}
@@ -179,12 +165,11 @@ def batch_invariance(ctx, spec, precision, result=None):
     runs and the candidate's whole-batch runs are made once, issue 37), each batch of two or more judged; a batch of
     one has no companions to differ by and is not counted (where ``max_batch`` is 1, every batch is one row:
     judged alone against itself again)."""
-    reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
+    reference, candidate = reference_noise(ctx, spec), runs.once(ctx, spec, precision)
     given, spec = spec, resolved_spec(ctx, spec)
     pool, ledger = input_pool(ctx, spec), Ledger(counts=_companions if spec.max_batch > 1 else None)
     result = _run(ctx, spec, precision, "batch_invariance", feeds(spec, pool=pool),
-                  invariance_check(spec, precision, candidate, ledger, computed_dtype(ctx, spec, precision),
-                                   candidate_runs(ctx, given, precision)),
+                  invariance_check(spec, precision, candidate, ledger, computed_dtype(ctx, spec, precision)),
                   reference, ledger, result, lambda name, ref: invariance_limit(spec, ref))
     return coverage.judge(ctx, given, precision, result)
 
@@ -198,19 +183,19 @@ def _determinism_limit(spec):
     return lambda name, ref: invariance_limit(spec, ref) if bounded else 0.0
 
 
-def determinism_check(spec, precision, candidate, ledger, runs=None):
+def determinism_check(spec, precision, candidate, ledger):
     """Every input run twice, bit for bit the same (or within the batch bound where ``nondeterministic``): run 1 is
-    property_parity's run of it when ``runs`` (its {input digest: outputs}, the same candidate session; it draws
-    the same inputs) holds one, else a run here; run 2 is made here. (A third run per input, as before issue 37, cost
-    a sixth of ResNet50's candidate time; across a check's ~30 inputs each input's one repeat is the evidence.)"""
+    an earlier check's run of it where one was made (``judge.runs``: the same candidate session; property_parity and
+    batch_invariance draw the same inputs), else a run here; run 2 is made here (``again``). (A third run per input,
+    as before issue 37, cost a sixth of ResNet50's candidate time; across a check's ~30 inputs each input's one
+    repeat is the evidence.)"""
     bounded = spec.nondeterministic
 
     def check(feed, profile):
-        earlier = (runs or {}).get(profile.digest)
-        first = _identity(spec, earlier if earlier is not None else candidate.infer(feed))
+        first = _identity(spec, candidate.infer(feed, profile.digest))
         spread = profile.spread("repeat")
         ledger.note_unstable(feed, profile, _determinism_limit(spec), "repeat")
-        again = _identity(spec, candidate.infer(feed))
+        again = _identity(spec, candidate.again(feed))
         outs = [within(spec, name, first[name], again[name], spread.get(name), None,
                        INVARIANCE_SOURCE if bounded else DETERMINISM_SOURCE, bounded=bool(bounded)) for name in first]
         ledger.applied(profile, {o.output: o._limit for o in outs if o.output in profile.outputs})
@@ -222,22 +207,16 @@ def determinism_check(spec, precision, candidate, ledger, runs=None):
 
 
 def determinism(ctx, spec, precision, result=None):
-    reference, candidate = reference_noise(ctx, spec), candidate_runner(ctx, spec, precision)
+    reference, candidate = reference_noise(ctx, spec), runs.once(ctx, spec, precision)
     given, spec = spec, resolved_spec(ctx, spec)
     pool, ledger, bounded = input_pool(ctx, spec), Ledger(), spec.nondeterministic
     result = _run(ctx, spec, precision, "determinism", feeds(spec, pool=pool),
-                  determinism_check(spec, precision, candidate, ledger, candidate_runs(ctx, given, precision)),
+                  determinism_check(spec, precision, candidate, ledger),
                   reference, ledger, result,
                   _determinism_limit(spec))
     result.details["determinism"] = ({"mode": "bounded", "reason": bounded, "source": INVARIANCE_SOURCE} if bounded
                                      else {"mode": "bitwise", "source": DETERMINISM_SOURCE})
     return coverage.judge(ctx, given, precision, result)
-
-
-def candidate_runs(ctx, spec, precision):
-    """{input digest: outputs} of the candidate's runs in property_parity, kept for batch invariance's whole batches
-    and determinism's first runs of the same inputs (``CANDIDATE_RUNS``, released with the candidate)."""
-    return CANDIDATE_RUNS.get(ctx, ArtifactKey(ctx.runtime, spec.name, precision), dict)
 
 
 CHECKS = {"property_parity": parity_check, "batch_invariance": invariance_check, "determinism": determinism_check}
