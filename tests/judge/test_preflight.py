@@ -236,37 +236,6 @@ def test_tests_outside_the_conformance_suite_are_not_validated(pytester):
     pytester.runpytest(f"--parity-config={config}", "-p", "no:xdist").assert_outcomes(passed=1)
 
 
-def test_conversions_of_several_references_run_at_once_before_validation(tmp_path, monkeypatch):
-    """Two SavedModel references, two tf2onnx processes at the same time (``preflight._Conversions``): each conversion
-    (the real one, timed around) starts before the other ends, and both models then validate."""
-    import os
-    import threading
-    import time
-
-    from paritygate.backend.onnx.artifacts import loader
-    from tests.conftest import save_toy_model
-
-    if (os.cpu_count() or 1) < 2:
-        pytest.skip("one core: the conversions run one after the other")
-    monkeypatch.setenv("PARITYGATE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # a serial run's validation (a worker's converts in order)
-    spans, real = {}, loader._convert
-
-    def timed(spec, out, key):
-        start = time.perf_counter()
-        try:
-            return real(spec, out, key)
-        finally:
-            spans[spec.name] = (start, time.perf_counter(), threading.current_thread() is threading.main_thread())
-
-    monkeypatch.setattr(loader, "_convert", timed)
-    a, b = save_toy_model(tmp_path / "a", y_scale=3.0), save_toy_model(tmp_path / "b", y_scale=4.0)
-    _, found = validated(tmp_path, model("a", a), model("b", b))
-    assert found["problems"] == [] and set(spans) == {"a", "b"}, (found, spans)
-    (a0, a1, a_main), (b0, b1, b_main) = spans["a"], spans["b"]
-    assert max(a0, b0) < min(a1, b1) and not (a_main or b_main), spans
-
-
 def test_the_second_kernel_order_of_the_models_ahead_starts_during_validation(folder, toy_saved_model):
     """``ahead`` (the plugin's: the models whose fp32 numerics a serial run judges): their second kernel order's
     TensorFlow child is started by the validation pass, not waited for; a model not named starts none. (No

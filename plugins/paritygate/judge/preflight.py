@@ -28,7 +28,6 @@ is noted, and the checks report it as ``error``. Anything else a file makes a li
 protobuf, bytes that are no archive) is one problem line too, under the key that names the file, never a crash."""
 
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 
@@ -88,66 +87,28 @@ def validate_models(ctx, models, config_path, ahead=()):
     """Validate every model of the config at ``config_path`` with the run's context; returns {"config",
     "models": {name: {...}}, "problems": [lines]} (the report's ``validation`` entry). ``ahead``: the models whose
     fp32 checks a serial run selected; their second kernel order's TensorFlow starts loading in its own process
-    while this one validates (``backend.kernel_order.start_ahead``). tf2onnx's conversions run meanwhile
-    (``_Conversions``)."""
-    with _Conversions(models) as conversions:
+    while this one validates (``backend.kernel_order.start_ahead``), and their validation makes the reference's
+    first runs while it waits for their conversion (``judge.converting``). tf2onnx's conversions run meanwhile
+    (``judge.converting.Conversions``)."""
+    from paritygate.judge import converting
+
+    with converting.Conversions(models) as conversions:
         if ahead:
             from paritygate.backend.kernel_order import start_ahead
 
             start_ahead(ctx, [spec for spec in models if spec.name in ahead])
+
+        def converted(spec):
+            conversions.wait(spec, converting.reference_runs(ctx, spec) if spec.name in ahead else ())
+
         found = []
         with progress.step("validating models", total=len(models)) as shown:
             for spec in models:
                 shown.advance(0, detail=spec.name)
-                found.append(validate_model(ctx, spec, conversions.wait))
+                found.append(validate_model(ctx, spec, converted))
                 shown.advance()
     return {"config": str(config_path), "models": {v.spec.name: v.as_dict() for v in found},
             "problems": [p for v in found for p in v.problems]}
-
-
-class _Conversions:
-    """tf2onnx's conversions of the SavedModel references the run needs, started before anything else, a process per
-    core at once: each is a process of its own (``loader.fp32_onnx``), mostly on one core, so the references load
-    (TensorFlow's import, the SavedModel: 5.9 s of EfficientNetB0's 14 s conversion) and a second reference converts
-    on the other core meanwhile. One per reference (its other models copy the file). Not in an xdist worker (the
-    workers share the cores already). A model's validation ``wait``s for its own before it needs the file; a
-    conversion that fails here is left to that validation, which runs it again and reports it where it belongs."""
-
-    def __init__(self, models):
-        import os
-
-        self.todo, self.pool = {}, None  # reference key -> its conversion's future
-        cores = os.cpu_count() or 1
-        if cores < 2 or os.environ.get("PYTEST_XDIST_WORKER") or not (available("tf2onnx") and available("onnxruntime")):
-            return
-        specs = {}  # one model per reference: its other models copy the file
-        for spec in models:
-            if spec.onnx is None and Path(spec.reference).is_dir():  # a SavedModel (a Keras file is exported first)
-                specs.setdefault(_reference_key(spec), spec)
-        if specs:
-            from concurrent.futures import ThreadPoolExecutor
-
-            from paritygate.backend.onnx.artifacts import loader
-
-            self.pool = ThreadPoolExecutor(min(cores, len(specs)))
-            self.todo = {key: self.pool.submit(loader.fp32_onnx, spec) for key, spec in specs.items()}
-
-    def wait(self, spec):
-        done = self.todo.get(_reference_key(spec))
-        if done is not None and not done.done():
-            with progress.step(f"converting {spec.reference} with tf2onnx"):
-                done.exception()  # waits; an error is the model's validation's to report
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
-
-
-def _reference_key(spec):
-    return str(spec.reference), spec.signature
 
 
 def validate_model(ctx, spec, converted=lambda spec: None):
