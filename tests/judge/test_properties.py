@@ -279,50 +279,6 @@ def test_a_defect_just_inside_a_bound_fails_property_parity_in_every_profile(pyt
         assert f"{near['inputs']} of {near['of']} distinct inputs just inside a bound" in correct["details"]["note"]
 
 
-def test_determinism_takes_an_earlier_run_of_an_input_as_its_first(tmp_path):
-    """determinism draws property_parity's inputs (ci's draws are the same): an input an earlier check ran through
-    the candidate session (property_parity's run, or batch_invariance's where parity stopped at a failure) is run
-    once more, not twice; one no check ran is run twice. A candidate whose outputs change between runs still fails."""
-    from paritygate.backend.onnxrt.runner import OnnxrtRunner
-    from paritygate.judge.properties import _companions, determinism_check, invariance_check, parity_check
-    from paritygate.judge.reference_noise import Ledger, ReferenceRuns
-    from paritygate.judge.runs import Once, Runs
-    from paritygate.models.config import load_config
-
-    make_onnx(tmp_path / "cand.onnx")
-    (spec,) = load_config(write_config(tmp_path, {"models": [{"name": "m", "reference": "cand.onnx", "onnx": "cand.onnx",
-                                                              "precisions": ["fp32"], "max_batch": 2, "inputs": X}]}))
-    runner = OnnxrtRunner(tmp_path / "cand.onnx").activate()
-    calls = []
-
-    class Counted:
-        name = "counted"
-
-        def infer(self, feed):
-            calls.append(len(feed["x"]))
-            return runner.infer(feed)
-
-    feed = {"x": np.array([[1.0], [2.0]], np.float32)}
-    profile = ReferenceRuns({"y": feed["x"] * 5, "z": feed["x"] * 2}, {}, "seen")
-    candidate = Once(Counted(), Runs())
-    parity_check(spec, "fp32", candidate, Ledger())(feed, profile)
-    assert calls == [2] and set(candidate.runs.outputs) == {"seen"}
-    determinism_check(spec, "fp32", candidate, Ledger())(feed, profile)
-    assert calls == [2, 2]  # one more run of the input property_parity ran
-    determinism_check(spec, "fp32", candidate, Ledger())(feed, ReferenceRuns(profile.outputs, {}, "unseen"))
-    assert calls == [2, 2, 2, 2]
-    other, ledger = {"x": np.array([[3.0], [4.0]], np.float32)}, Ledger(counts=_companions)
-    other_profile = ReferenceRuns({"y": other["x"] * 5, "z": other["x"] * 2}, {}, "invariance")
-    ledger.add(other, other_profile)
-    invariance_check(spec, "fp32", candidate, ledger)(other, other_profile)  # parity never ran it
-    del calls[:]
-    determinism_check(spec, "fp32", candidate, Ledger())(other, other_profile)
-    assert calls == [2]  # batch_invariance's run of the whole batch is run 1
-    candidate.runs.outputs["seen"] = {"y": feed["x"] * 5 + 1e-6, "z": feed["x"] * 2}  # a run 1 that differs: fails
-    with pytest.raises(AssertionError, match="outputs changed between identical runs"):
-        determinism_check(spec, "fp32", candidate, Ledger())(feed, profile)
-
-
 def _counted_candidate(tmp_path):
     """(spec of a max_batch 4 model over a real ONNX file, its runner, a class running it that notes each batch size
     in ``shapes``, ``shapes``)."""

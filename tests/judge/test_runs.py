@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.conftest import make_onnx
+from tests.conftest import make_onnx, write_config
 
 
 @pytest.fixture
@@ -71,3 +71,37 @@ def test_the_runs_are_one_per_model_and_precision_and_released_with_it(toy_saved
         assert not fp32.runs.outputs and once(ctx, spec, "fp32").runs is not fp32.runs
     finally:
         ctx.close()
+
+
+def test_determinism_takes_an_earlier_run_of_an_input_as_its_first(tmp_path, counted):
+    """determinism draws property_parity's inputs (ci's draws are the same): an input an earlier check ran through
+    the candidate session (property_parity's run, or batch_invariance's where parity stopped at a failure) is run
+    once more, not twice; one no check ran is run twice. A candidate whose outputs change between runs still fails."""
+    from paritygate.judge.properties import _companions, determinism_check, invariance_check, parity_check
+    from paritygate.judge.reference_noise import Ledger, ReferenceRuns
+    from paritygate.judge.runs import Once, Runs
+    from paritygate.models.config import load_config
+
+    x = {"x": {"shape": [-1, 1], "dtype": "float32", "range": [-10.0, 10.0]}}
+    (spec,) = load_config(write_config(tmp_path, {"models": [{"name": "m", "reference": "cand.onnx", "onnx": "cand.onnx",
+                                                              "precisions": ["fp32"], "max_batch": 2, "inputs": x}]}))
+    runner, calls = counted
+    feed = {"x": np.array([[1.0], [2.0]], np.float32)}
+    profile = ReferenceRuns({"y": feed["x"] * 5, "z": feed["x"] * 2}, {}, "seen")
+    candidate = Once(runner, Runs())
+    parity_check(spec, "fp32", candidate, Ledger())(feed, profile)
+    assert len(calls) == 1 and set(candidate.runs.outputs) == {"seen"}
+    determinism_check(spec, "fp32", candidate, Ledger())(feed, profile)
+    assert len(calls) == 2  # one more run of the input property_parity ran
+    determinism_check(spec, "fp32", candidate, Ledger())(feed, ReferenceRuns(profile.outputs, {}, "unseen"))
+    assert len(calls) == 4
+    other, ledger = {"x": np.array([[3.0], [4.0]], np.float32)}, Ledger(counts=_companions)
+    other_profile = ReferenceRuns({"y": other["x"] * 5, "z": other["x"] * 2}, {}, "invariance")
+    ledger.add(other, other_profile)
+    invariance_check(spec, "fp32", candidate, ledger)(other, other_profile)  # parity never ran it
+    del calls[:]
+    determinism_check(spec, "fp32", candidate, Ledger())(other, other_profile)
+    assert calls == [[[3.0], [4.0]]]  # batch_invariance's run of the whole batch is run 1
+    candidate.runs.outputs["seen"] = {"y": feed["x"] * 5 + 1e-6, "z": feed["x"] * 2}  # a run 1 that differs: fails
+    with pytest.raises(AssertionError, match="outputs changed between identical runs"):
+        determinism_check(spec, "fp32", candidate, Ledger())(feed, profile)
