@@ -57,7 +57,8 @@ def localize_failure(ctx, spec, precision, feed, reference_outputs=None, labels=
     if feeds:
         book.evidence.add_feeds(check, feeds)
     deadline = time.monotonic() + allowed
-    with progress.step(f"localizing {spec.name} {precision} {check} (at most {_seconds(allowed)})"):
+    with progress.step(f"localizing {spec.name} {precision} {check} (at most {_seconds(allowed)})"), \
+            book.evidence.profiled_ahead():  # the reference's runs of the evidence, while the search ranks and rebuilds
         out = localize_and_repair(spec, precision, feed, reference_outputs, ctx.fp16_keep_fp32, labels,
                                   compare_task, ctx.numerics, book=book, check=check, deadline=deadline)
     budget.spend(out["seconds"])
