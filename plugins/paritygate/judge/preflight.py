@@ -38,7 +38,7 @@ from paritygate.backend.onnx.artifacts.validate import ArtifactError
 from paritygate.common import progress
 from paritygate.common.escape import one_line
 from paritygate.common.memo import Memo, ModelKey
-from paritygate.judge import declared
+from paritygate.judge import converting, declared
 from paritygate.lazy import available, missing_reason
 from paritygate.verdict import SuiteError
 
@@ -90,8 +90,6 @@ def validate_models(ctx, models, config_path, ahead=()):
     while this one validates (``backend.kernel_order.start_ahead``), and their validation makes the reference's
     first runs while it waits for their conversion (``judge.converting``). tf2onnx's conversions run meanwhile
     (``judge.converting.Conversions``)."""
-    from paritygate.judge import converting
-
     with converting.Conversions(models) as conversions:
         if ahead:
             from paritygate.backend.kernel_order import start_ahead
