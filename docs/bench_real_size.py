@@ -4,6 +4,7 @@ silence, against a bare tf2onnx conversion of the same SavedModel.
     flock /work/coord/heavy.lock .venv/bin/python docs/bench_real_size.py --work /tmp/bench37 \
         [--models efficientnetb0 resnet50 bert] [--gate-args='-m "not latency" -p no:xdist'] [--keep-cache] [--per-test]
         [--site SITE]   # SITE: a wheel installed with `pip install --no-deps --target SITE paritygate-*.whl`
+        [--bytecode cached|as-is] [--memory as-is|free] [--bare-runs 3]
 
 Each model is generated here, nothing downloaded: ``keras.applications`` EfficientNetB0 and ResNet50 with
 ``weights=None`` and a BERT-base-size encoder from Keras layers (12 layers, hidden 768, 12 heads, sequence 128,
@@ -14,11 +15,27 @@ vocabulary 30,522: 109 M parameters; tanh-approximate GELU, since tf2onnx 1.17 c
 input ranges the model takes, the task). Then, each under ``/usr/bin/time -v``:
 
 - ``bare``: ``python -m tf2onnx.convert --saved-model model --signature_def serving_default --opset 17`` (the
-  command the suite runs), alone;
+  command the suite runs), alone, ``--bare-runs`` times (default 3): the run of median wall time stands, each is kept;
 - ``idle``: a Python that imports TensorFlow, ONNX Runtime and Beam (the suite's idle footprint);
 - ``gate``: ``paritygate run parity.toml --report report`` plus ``--gate-args`` (default: the README's
   ``-m 'not latency' -p no:xdist``), ``HYPOTHESIS_PROFILE=ci``, with an empty ``PARITYGATE_CACHE`` (cold) in
   ``WORK/<model>/cache``; its stdout and stderr are read as they come, the longest time nothing arrived kept.
+
+``--bytecode``: ``cached`` (default) runs every command with Python's own default, what a team's virtualenv and
+``.ci/run`` have: bytecode caches read and written (``PYTHONDONTWRITEBYTECODE`` unset), in
+``WORK/pycache`` (``PYTHONPYCACHEPREFIX``), compiled beforehand (``compileall``: the standard library, the
+environment's packages, ``--site``) so that no timed run compiles what it imports. Where the shell sets
+``PYTHONDONTWRITEBYTECODE`` and the packages ship no ``.pyc`` (uv installs none), as on this machine, ``as-is`` has
+every process compile the modules it imports: 4-5 s for TensorFlow's, paid once by the bare conversion and by each
+of the gate's processes, mostly side by side. ``as-is`` runs them in this shell's environment, as the runs before
+2026-11-29 did.
+
+The bare conversion's time depends on the machine's memory: it holds 7 GB (ResNet50) to 13 GB (BERT), and where the
+page cache fills the rest the kernel reclaims it as the conversion grows (its system time). ResNet50's measured
+14.3-24 s on this 24 GiB machine: 24 s with 14 GiB of page cache, 14.3 s with it dropped. The gate's conversion holds
+1.3 GB and is not affected. Each run records ``memory_before`` (available memory and page cache); ``--memory free``
+drops the page cache before each model (root only) and reads the libraries once, untimed, so that every timed run
+starts with them cached and the rest of the memory free.
 
 The memory budget is issue 37's: idle + 3 x (the SavedModel's size + the fp32, fp16 and int8 ONNX artifacts the
 engines were built from, not a localization search's rebuilds). Printed: one table row per model and ``WORK/results.json``; the gate's output is in
@@ -134,6 +151,7 @@ def timed(cmd, log, cwd, env=None):
                 peaks[role] = max(peaks.get(role, 0.0), hwm)
             peaks["all at once"] = max(peaks.get("all at once", 0.0), sum(rss for _, _, rss in found))
 
+    memory = memory_state()
     start = last = time.perf_counter()
     silence, where, tail = 0.0, None, b""
     with open(log, "wb") as out:
@@ -157,7 +175,29 @@ def timed(cmd, log, cwd, env=None):
             "silence_s": round(max(silence, end - last), 1), "silence_after": where, "rc": rc,
             "load_mean": round(sum(loads) / len(loads), 2) if loads else None,
             "load_max": round(max(loads), 2) if loads else None,
-            "peak_by_process_gb": {k: round(v, 3) for k, v in sorted(peaks.items())}}
+            "peak_by_process_gb": {k: round(v, 3) for k, v in sorted(peaks.items())}, "memory_before": memory}
+
+
+def memory_state():
+    """{available_gib, page_cache_gib} from /proc/meminfo when a run starts: the bare conversion holds 7 GB
+    (ResNet50) to 13 GB (BERT), and its time depends on what the kernel must reclaim for it (module doc)."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    except (OSError, ValueError):
+        return None
+    kib = {k: int(v.split()[0]) for k, v in info.items() if k in ("MemAvailable", "Cached")}
+    return {"available_gib": round(kib.get("MemAvailable", 0) / 2**20, 1), "page_cache_gib": round(kib.get("Cached", 0) / 2**20, 1)}
+
+
+def free_memory(env):
+    """``--memory free``: the page cache dropped (root only: /proc/sys/vm/drop_caches), then the libraries and model
+    files read once by an untimed import, so that each timed run starts with them cached and the rest free."""
+    subprocess.run(["sync"], check=True)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError as err:
+        raise SystemExit(f"--memory free: cannot drop the page cache ({err}); run as root, or use --memory as-is")
+    subprocess.run([sys.executable, "-c", IDLE + ", tf2onnx.convert"], env=env, check=True, capture_output=True)
 
 
 ROLES = (("tf2onnx.convert", "tf2onnx"), ("artifacts.convert", "tf2onnx"), ("paritygate.backend.trt.aot", "trt-rtx builder"),
@@ -239,7 +279,22 @@ def verdicts(report):
     return counts, round(localization, 1)
 
 
-def bench(model, work, args):
+def bytecode_env(work, args):
+    """The environment of every timed command (``--bytecode``, module doc)."""
+    env = dict(os.environ)
+    if args.bytecode == "cached":
+        import sysconfig
+
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+        paths = sysconfig.get_paths()
+        folders = dict.fromkeys([paths["stdlib"], paths["purelib"], paths["platlib"], *([str(args.site)] if args.site else [])])
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *folders], env=env, check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # a file that does not compile: its import says so
+    return env
+
+
+def bench(model, work, args, base_env):
     folder = work / model
     if not (folder / "model" / "saved_model.pb").exists():
         shutil.rmtree(folder, ignore_errors=True)
@@ -252,19 +307,25 @@ def bench(model, work, args):
         (folder / "parity.toml").write_text(confirm((folder / "init.toml").read_text(), model))
         _name_calibration(folder)
     row = {"model": model, "saved_model_gb": round(size_gb(folder / "model"), 3)}
+    if args.memory == "free":
+        free_memory(base_env)
     if "bare" in args.runs:
-        (folder / "bare.onnx").unlink(missing_ok=True)
-        row["bare"] = timed([sys.executable, "-m", "tf2onnx.convert", "--saved-model", "model", "--signature_def",
-                             "serving_default", "--opset", "17", "--output", "bare.onnx"], folder / "bare.log",
-                            folder, {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        runs = []
+        for i in range(args.bare_runs):
+            (folder / "bare.onnx").unlink(missing_ok=True)
+            runs.append(timed([sys.executable, "-m", "tf2onnx.convert", "--saved-model", "model", "--signature_def",
+                               "serving_default", "--opset", "17", "--output", "bare.onnx"], folder / f"bare{i}.log",
+                              folder, {**base_env, "TF_CPP_MIN_LOG_LEVEL": "3"}))
+        # the run of median wall time stands for the bare conversion; each run is kept
+        row["bare"] = {**sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2], "runs": runs}
     if "idle" in args.runs:
-        row["idle"] = timed([sys.executable, "-c", IDLE], folder / "idle.log", folder)
+        row["idle"] = timed([sys.executable, "-c", IDLE], folder / "idle.log", folder, base_env)
     if "gate" in args.runs:
         cache = folder / "cache"
         if not args.keep_cache:
             shutil.rmtree(cache, ignore_errors=True)
         shutil.rmtree(folder / "report", ignore_errors=True)
-        env = {**os.environ, "PARITYGATE_CACHE": str(cache), "HYPOTHESIS_PROFILE": "ci"}
+        env = {**base_env, "PARITYGATE_CACHE": str(cache), "HYPOTHESIS_PROFILE": "ci"}
         if args.site:  # a wheel installed there (pip install --no-deps --target DIR), ahead of the checkout's
             env["PYTHONPATH"] = _search_path(args.site, env.get("PYTHONPATH"))
         extra = []
@@ -278,6 +339,7 @@ def bench(model, work, args):
         row["gate"]["verdicts"], row["gate"]["localization_s"] = verdicts(folder / "report")
         row["gate"]["site"] = str(args.site) if args.site else "checkout"
         row["artifacts_gb"] = round(size_gb(*candidate_artifacts(folder / "report")), 3)
+    row["bytecode"] = args.bytecode
     return row
 
 
@@ -289,7 +351,7 @@ def _search_path(*parts):
 
 
 def table(rows):
-    print("model | bare wall s (CPU s) | bare RSS GiB | gate wall s (CPU s) | ratio wall (CPU) | localization s | "
+    print("model | bare wall s (CPU s) [range] | bare RSS GiB | gate wall s (CPU s) | ratio wall (CPU) | localization s | "
           "ratio without it | gate RSS GiB (all at once) | budget GiB | longest silence s | load mean/max")
     for r in rows:
         bare, gate, idle = r.get("bare", {}), r.get("gate", {}), r.get("idle", {})
@@ -300,7 +362,9 @@ def table(rows):
         budget = f"{idle['peak_rss_gb'] + 3 * (r['saved_model_gb'] + r['artifacts_gb']) / 1.073741824:.2f}" \
             if idle and gate else None  # sizes in GB (1e9), RSS in GiB
         together = (gate.get("peak_by_process_gb") or {}).get("all at once")
-        cells = (r["model"], bare and f"{bare['wall_s']} ({bare.get('cpu_s')})", bare.get("peak_rss_gb"),
+        spread = [b["wall_s"] for b in bare.get("runs", [])]
+        shown = bare and f"{bare['wall_s']} ({bare.get('cpu_s')})" + (f" [{min(spread)}-{max(spread)}]" if len(spread) > 1 else "")
+        cells = (r["model"], shown, bare.get("peak_rss_gb"),
                  gate and f"{gate['wall_s']} ({gate.get('cpu_s')})", ratio, spent, without,
                  gate and f"{gate['peak_rss_gb']} ({together})", budget, gate.get("silence_s"),
                  gate and f"{gate['load_mean']}/{gate['load_max']}")
@@ -323,15 +387,20 @@ def main(argv=None):
     parser.add_argument("--keep-cache", action="store_true", help="a warm run: keep WORK/<model>/cache")
     parser.add_argument("--site", type=Path, help="run the gate from a wheel installed in this folder (pip install "
                         "--no-deps --target SITE paritygate-*.whl), e.g. another commit's, instead of the checkout")
+    parser.add_argument("--bytecode", choices=("as-is", "cached"), default="cached", help="cached: Python's default "
+                        "bytecode caching, compiled before the runs; as-is: this shell's setting (module doc)")
+    parser.add_argument("--memory", choices=("as-is", "free"), default="as-is", help="free: drop the page cache "
+                        "before each model (root only), then read the libraries once (module doc)")
+    parser.add_argument("--bare-runs", type=int, default=3, help="bare conversions per model; the median stands")
     parser.add_argument("--per-test", action="store_true", help="each test's CPU, wall and memory "
                         "(docs/measure_cpu.py) in WORK/<model>/per_test.tsv")
     args = parser.parse_args(argv)
     work = args.work.resolve()
     results = work / "results.json"
     done = json.loads(results.read_text()) if results.exists() else {}
-    rows = []
+    rows, base_env = [], bytecode_env(work, args)
     for model in args.models:
-        row = bench(model, work, args)
+        row = bench(model, work, args, base_env)
         done[model] = {**done.get(model, {}), **row}
         results.write_text(json.dumps(done, indent=1))
         rows.append(done[model])
