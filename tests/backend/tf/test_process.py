@@ -37,3 +37,21 @@ def test_a_reference_the_process_cannot_load_is_its_runner_error(tmp_path):
     with pytest.raises(RunnerError, match=rf"^{tmp_path / 'missing'}: not a TensorFlow SavedModel"):
         child.activate()
     child.close()
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads the child's /proc environ")
+def test_the_child_takes_two_malloc_arenas_unless_the_environment_says(tmp_path, monkeypatch):
+    """Its resident set stays lower with glibc's arenas capped (process.ARENAS); a value the environment sets, or the
+    runner's own ``env``, wins."""
+    from pathlib import Path
+
+    def arenas(child):
+        environ = Path(f"/proc/{child._child.pid}/environ").read_bytes().split(b"\0")
+        child.close()
+        return [e for e in environ if e.startswith(b"MALLOC_ARENA_MAX=")]
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert arenas(TfProcessRunner(tmp_path / "missing")) == [b"MALLOC_ARENA_MAX=2"]
+    assert arenas(TfProcessRunner(tmp_path / "missing", env={"MALLOC_ARENA_MAX": "1"})) == [b"MALLOC_ARENA_MAX=1"]
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert arenas(TfProcessRunner(tmp_path / "missing")) == [b"MALLOC_ARENA_MAX=4"]
