@@ -27,8 +27,8 @@ input ranges the model takes, the task). Then, each under ``/usr/bin/time -v``:
 environment's packages, ``--site``) so that no timed run compiles what it imports. Where the shell sets
 ``PYTHONDONTWRITEBYTECODE`` and the packages ship no ``.pyc`` (uv installs none), as on this machine, ``as-is`` has
 every process compile the modules it imports: 4-5 s for TensorFlow's, paid once by the bare conversion and by each
-of the gate's processes, mostly side by side. ``as-is`` runs them in this shell's environment, as the runs before
-2026-11-29 did.
+of the gate's processes, mostly side by side. ``as-is`` runs them in this shell's environment, as every run before this
+option did (docs/measured.md).
 
 The bare conversion's time depends on the machine's memory: it holds 7 GB (ResNet50) to 13 GB (BERT), and where the
 page cache fills the rest the kernel reclaims it as the conversion grows (its system time). ResNet50's measured
