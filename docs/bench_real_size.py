@@ -339,7 +339,7 @@ def bench(model, work, args, base_env):
         row["gate"]["verdicts"], row["gate"]["localization_s"] = verdicts(folder / "report")
         row["gate"]["site"] = str(args.site) if args.site else "checkout"
         row["artifacts_gb"] = round(size_gb(*candidate_artifacts(folder / "report")), 3)
-    row["bytecode"] = args.bytecode
+    row["bytecode"], row["memory"] = args.bytecode, args.memory  # the conditions the runs were made in
     return row
 
 
