@@ -43,12 +43,19 @@ def test_a_reference_the_process_cannot_load_is_its_runner_error(tmp_path):
 def test_the_child_takes_two_malloc_arenas_unless_the_environment_says(tmp_path, monkeypatch):
     """Its resident set stays lower with glibc's arenas capped (process.ARENAS); a value the environment sets, or the
     runner's own ``env``, wins."""
+    import time
     from pathlib import Path
 
     def arenas(child):
-        environ = Path(f"/proc/{child._child.pid}/environ").read_bytes().split(b"\0")
+        # read once the child runs its own program (a sandboxed kernel, CI's, was seen showing otherwise just after
+        # the start), and before anything ends it
+        proc, deadline, environ = Path(f"/proc/{child._child.pid}"), time.monotonic() + 30, b""
+        while time.monotonic() < deadline and not (b"paritygate.backend.tf.process" in (proc / "cmdline").read_bytes()
+                                                   and (environ := (proc / "environ").read_bytes())):
+            time.sleep(0.05)
+        assert child._child.poll() is None and environ, "the child ended before its environ could be read"
         child.close()
-        return [e for e in environ if e.startswith(b"MALLOC_ARENA_MAX=")]
+        return [e for e in environ.split(b"\0") if e.startswith(b"MALLOC_ARENA_MAX=")]
 
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     assert arenas(TfProcessRunner(tmp_path / "missing")) == [b"MALLOC_ARENA_MAX=2"]
