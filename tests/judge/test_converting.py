@@ -59,8 +59,9 @@ def cached_run(tmp_path, monkeypatch, toy_saved_model):
 
 def test_the_runs_made_while_converting_are_the_ones_the_first_checks_read(cached_run):
     """Every run ``reference_runs`` makes is one ``property_parity``'s explicit examples and ``matches_reference``
-    then read from the cache: after it, their profiles (whole batch, other kernel order, each row alone) and the
-    reference set's kernel-order floors compute nothing but the repeats it leaves to them."""
+    then read from the cache: after it, their profiles (the whole batch) and the reference set's kernel-order floors
+    compute nothing but the repeats it leaves to them; each row alone and the other kernel order are left to the
+    checks that need them (reference_noise.ReferenceRuns.complete)."""
     from paritygate.inputs.strategies import corner_feeds, input_pool, pool_feeds
     from paritygate.judge import kernel_order
     from paritygate.judge.converting import reference_runs
@@ -73,10 +74,10 @@ def test_the_runs_made_while_converting_are_the_ones_the_first_checks_read(cache
     kernel_order.floors(ctx, spec, "fp32", reference_set(ctx, spec).groups)
     noise = reference_noise(ctx, spec)
     feeds = corner_feeds(spec) + pool_feeds(spec, input_pool(ctx, spec))
-    for feed in feeds:
-        noise.profile(feed, kernel_order=True).with_kernel_order()
-    repeats = sum(1 for f in feeds if "repeat" in noise.profile(f).configs)
+    profiles = [noise.profile(feed) for feed in feeds]
+    repeats = sum(1 for p in profiles if "repeat" in p.configs)
     assert stats["computed"] == made + repeats, stats
+    assert all(p.pending(kernel_order=True) for p in profiles)
 
 
 def test_nothing_is_made_without_the_reference_cache(cached_run):

@@ -28,21 +28,58 @@ def test_the_kernel_order_counts_only_where_fp32_parity_asks_for_it():
     assert runs.cosine_floors(2.0)["y"] > runs.cosine_floors(2.0, kernel_order=True)["y"]
 
 
-def test_the_other_kernel_order_runs_only_when_asked_and_once():
-    """TensorFlow's other kernel order runs for a feed only when a check asks for it (FP32 parity), once: the batch,
-    batch-1 and repeat checks of the same feed never start it."""
+def test_each_row_alone_and_the_other_kernel_order_run_only_when_a_check_completes_the_runs_and_once():
+    """The whole batch and its repeat are run for every input; each row alone and TensorFlow's other kernel order
+    only when a check that would fail without them asks (``complete``), each once, the kernel order only for FP32's
+    checks (``kernel_order=True``). No spread or cosine floor starts one."""
     asked = []
 
-    def other_order():
-        asked.append(1)
-        return {"y": np.array([[1.0, 2.5]])}
+    def run(name, y):
+        return lambda: asked.append(name) or {"y": np.array([y])}
 
-    runs = ReferenceRuns({"y": np.array([[1.0, 2.0]])}, {"repeat": {"y": np.array([[1.0, 2.0]])}}, "d", other_order)
-    runs.spread("repeat"), runs.spread(), runs.cosine_floors(2.0)
-    assert asked == [] and "kernel_order" not in runs.configs
+    runs = ReferenceRuns({"y": np.array([[1.0, 2.0]])}, {"repeat": {"y": np.array([[1.0, 2.0]])}}, "d",
+                         run("kernel_order", [1.0, 2.5]), alone=run("batch1", [1.0, 2.25]))
+    runs.spread("repeat"), runs.spread(), runs.spread(kernel_order=True), runs.cosine_floors(2.0, kernel_order=True)
+    assert asked == [] and set(runs.configs) == {"repeat"} and runs.pending() and runs.pending(kernel_order=True)
+    assert runs.complete() and asked == ["batch1"] and not runs.pending() and runs.pending(kernel_order=True)
+    np.testing.assert_allclose(runs.spread()["y"], 0.25)
+    np.testing.assert_allclose(runs.spread(kernel_order=True)["y"], 0.25)  # not run yet: not counted
+    assert runs.complete(kernel_order=True) and asked == ["batch1", "kernel_order"]
     np.testing.assert_allclose(runs.spread(kernel_order=True)["y"], 0.5)
-    runs.cosine_floors(2.0, kernel_order=True)
-    assert asked == [1] and "kernel_order" in runs.configs
+    assert not runs.complete(kernel_order=True) and asked == ["batch1", "kernel_order"]
+
+
+def test_a_check_is_judged_again_with_every_configuration_only_where_it_would_fail_without_them():
+    """``properties.completing``: an input the check passes on the configurations run so far is not completed; one
+    it would fail is completed, what the first try recorded is taken back, and the second judgement stands."""
+    from paritygate.judge.properties import completing
+    from paritygate.judge.reference_noise import Incomplete, Ledger
+
+    ledger, seen = Ledger(), []
+
+    def check(feed, profile):
+        ledger.unstable.append(feed["x"])  # a record the first try must not leave behind
+        spread = float(np.max(profile.spread()["y"]))
+        seen.append(spread)
+        if abs(feed["x"] - 2.0) > 2 * spread:
+            if profile.pending():
+                raise Incomplete
+            raise AssertionError(f"off by {feed['x'] - 2.0}")
+
+    judged = completing(check, ledger)
+
+    def runs():
+        return ReferenceRuns({"y": np.array([[2.0]])}, {}, "d", alone=lambda: {"y": np.array([[2.5]])})
+
+    close, far, wrong = runs(), runs(), runs()
+    judged({"x": 2.0}, close)
+    assert close.pending() and seen == [0.0]
+    judged({"x": 2.9}, far)  # within 2 x 0.5 once each row alone has run
+    assert not far.pending() and seen == [0.0, 0.0, 0.5] and ledger.unstable == [2.0, 2.9]
+    import pytest
+
+    with pytest.raises(AssertionError, match="off by"):
+        judged({"x": 3.5}, wrong)
 
 
 def test_the_repeat_runs_for_the_first_inputs_of_a_shape_and_for_all_once_it_moved(tmp_path):

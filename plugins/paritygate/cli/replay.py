@@ -88,8 +88,9 @@ def _reference_unstable(settings, spec, precision, inputs, meta):
 
     found_by = str((meta.get("failures") or [""])[0]).split(":", 1)[0].split()[-1:] or ["property_parity"]
     limit, which = p.check_limit(found_by[0], spec, precision)
-    ledger = Ledger()
-    ledger.note_unstable(inputs, reference_noise(settings, spec).profile(inputs), limit, which)
+    ledger, profile = Ledger(), reference_noise(settings, spec).profile(inputs)
+    profile.complete()  # each row alone too: the configurations the finding was measured over
+    ledger.note_unstable(inputs, profile, limit, which)
     return replayed("reference_unstable", spec, precision, not ledger.unstable,
                     _unstable_lines(ledger) or ["the reference agrees with itself within the check's limit"],
                     subject="the reference")

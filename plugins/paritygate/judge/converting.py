@@ -7,7 +7,8 @@ first checks will ask for, one at a time (the caller stops between two when the 
 
 - the reference set's batches (``matches_reference``), under TensorFlow's other kernel order too (``kernel_order``);
 - ``property_parity``'s explicit examples (``inputs.strategies``: the corner batches, one batch of each input set):
-  the whole batch, under the other kernel order, and each row alone (``reference_noise``'s configurations).
+  the whole batch (each row alone and the other kernel order run only where a check needs them,
+  ``reference_noise``).
 
 Every run goes through the reference-output cache (``backend.reference_cache``), whose entries are keyed by the
 exact batch and sample, so a check reads what was made here, and reads exactly what it would have computed: no
@@ -49,10 +50,8 @@ def _plan(ctx, spec):
     for g in reference_set(ctx, spec).groups:
         for i in range(0, len(next(iter(g.inputs.values()))), step):
             jobs += [(runner, {k: v[i:i + step] for k, v in g.inputs.items()}) for runner in both]
-    for feed in corner_feeds(spec) + pool_feeds(spec, input_pool(ctx, spec)):
-        n = len(next(iter(feed.values())))
-        rows = [{k: v[i:i + 1] for k, v in feed.items()} for i in range(n)] if n > 1 else []
-        jobs += [(runner, dict(feed)) for runner in both] + [(reference, row) for row in rows]
+    for feed in corner_feeds(spec) + pool_feeds(spec, input_pool(ctx, spec)):  # what every property runs first
+        jobs.append((reference, dict(feed)))
     return list({(id(runner), digest(feed)): (runner, feed) for runner, feed in jobs}.values())  # each once
 
 

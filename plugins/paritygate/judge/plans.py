@@ -134,14 +134,17 @@ class Evidence:
 
 
 def _judged(spec, precision, profile, cand, conditioned=False):
-    """A property row judged as ``property_parity`` judges it: against max(limit, 2 x the reference's spread), and
-    where that fails, with the reference's move under one step of its input's resolution too (judge.conditioning)."""
+    """A property row judged as ``property_parity`` judges it: against max(limit, 2 x the reference's spread), where
+    that fails over every configuration of the reference (``ReferenceRuns.complete``), and where that fails too,
+    with the reference's move under one step of its input's resolution (judge.conditioning)."""
     from paritygate.judge.parity import compare
     from paritygate.judge.reference_noise import K_REFERENCE
 
     result = compare(spec, precision, profile.outputs, cand, compare_task=False,
                      floors={k: K_REFERENCE * v for k, v in profile.spread(conditioned=conditioned).items()},
                      cosine_floors=profile.cosine_floors(K_REFERENCE, conditioned=conditioned))
+    if result.failures and profile.complete():
+        return _judged(spec, precision, profile, cand, conditioned)
     if result.failures and not conditioned and profile.conditioning() is not None:
         return _judged(spec, precision, profile, cand, conditioned=True)
     return result

@@ -30,7 +30,7 @@ from paritygate.judge import conditioning, coverage, kernel_order, runs, vacuity
 from paritygate.judge.limits import invariance_caps, invariance_limit, policy_limit, row_of, within
 from paritygate.judge.nonfinite import NonfiniteLog
 from paritygate.judge.parity import judge_outputs, output_records
-from paritygate.judge.reference_noise import K_REFERENCE, Ledger, reference_noise
+from paritygate.judge.reference_noise import K_REFERENCE, Incomplete, Ledger, reference_noise
 from paritygate.models.known import known_failure_feeds
 from paritygate.result import CheckResult
 from paritygate.verdict import SuiteError, inconclusive
@@ -52,6 +52,8 @@ def parity_check(spec, precision, candidate, ledger, task_rows=None):
         cand = candidate.infer(feed, profile.digest)
         outputs, _, failures = judge_outputs(spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
                                              cosine_floors=profile.cosine_floors(K_REFERENCE, order))
+        if failures and profile.pending(order):
+            raise Incomplete
         wider = conditioning.floors(profile, floors) if failures else None
         if wider is not None:  # it would fail: is the reference itself that sensitive here? (judge.conditioning)
             conditioning.note(ledger.ill_conditioned, spec, feed, profile, limit)
@@ -60,13 +62,42 @@ def parity_check(spec, precision, candidate, ledger, task_rows=None):
                 spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
                 cosine_floors=profile.cosine_floors(K_REFERENCE, order, conditioned=True))
         if task_rows is not None:  # in-distribution rows: judged with the task metric too (paritygate.judge.task_rows)
-            task_rows.add(feed, profile.outputs, cand, floors)
+            task_rows.add(feed, profile.outputs, cand, floors, lambda: _completed_floors(profile, order))
         ledger.applied(profile, {k: np.maximum(limit(k, ref), floors[k]) for k, ref in profile.outputs.items()})
         ledger.keep_worst(outputs)
         ledger.note_unstable(feed, profile, limit)
         assert not failures, _explain(spec, precision, feed, failures)
 
-    return check
+    return completing(check, ledger, order, task_rows)
+
+
+def _completed_floors(profile, order):
+    """K x the reference's spread over every configuration (``ReferenceRuns.complete``): a task row's noise."""
+    profile.complete(order)
+    return {k: K_REFERENCE * v for k, v in profile.spread(kernel_order=order).items()}
+
+
+def completing(check, ledger, order=False, task_rows=None):
+    """``check`` judged first against the reference's configurations run so far; where it would fail while the
+    reference has configurations left (each row alone; ``order``: the other kernel order, judge.kernel_order), it
+    raises ``Incomplete`` before anything else excuses the input (judge.conditioning): they run, what ``check``
+    recorded is taken back and it is judged again. Each configuration only widens a floor or a cap, so this is the
+    verdict every configuration gives (judge.reference_noise)."""
+
+    def judged(feed, profile):
+        if not profile.pending(order):
+            return check(feed, profile)
+        marks = ledger.mark(), task_rows.mark() if task_rows is not None else None
+        try:
+            return check(feed, profile)
+        except Incomplete:
+            ledger.rollback(marks[0])
+            if task_rows is not None:
+                task_rows.rollback(marks[1])
+            profile.complete(order)
+        return check(feed, profile)
+
+    return judged
 
 
 def property_parity(ctx, spec, precision, result=None):
@@ -123,7 +154,10 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
 
         ledger.note_unstable(feed, profile, limit, "batch1")
         judged = judge(pairs, spread, caps)
-        if any(not o.passed for outs in judged for o in outs) and profile.conditioning() is not None:
+        failed = any(not o.passed for outs in judged for o in outs)
+        if failed and profile.pending(kernel_order.applies(precision)):
+            raise Incomplete
+        if failed and profile.conditioning() is not None:
             conditioning.note(ledger.ill_conditioned, spec, feed, profile, limit)  # judge.conditioning
             spread, caps = profile.spread(conditioned=True), invariance_caps(spec, precision, profile, True)
             judged = judge(pairs, spread, caps)
@@ -138,7 +172,7 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
                              "(batch of 1):\n" + "\n".join(bad))
         ledger.applied(profile, applied)
 
-    return check
+    return completing(check, ledger, kernel_order.applies(precision))
 
 
 def _invariance_pairs(spec, candidate, feed, alone_of, key=None):
@@ -244,8 +278,7 @@ def _run(ctx, spec, precision, name, strategy, check, reference, ledger, result,
     prop = with_corner_examples(prop, spec, pool=input_pool(ctx, spec), known=known_failure_feeds(spec, precision, name))
     try:
         with progress.step("examples", total=explicit_count(prop) + settings.default.max_examples) as examples:
-            ahead = kernel_order.applies(precision) and name != "determinism"  # determinism asks only for "repeat"
-            reference = _Counted(reference, examples, ahead)  # prop's source stays: ci's draws hash it
+            reference = _Counted(reference, examples)  # prop's source stays: ci's draws hash it
             prop()
     except Exception as err:
         if not _is_assertion(err):  # ``result`` (the test's own when given) is the row: it keeps the coverage
@@ -291,12 +324,12 @@ def _vacuity(spec, precision, name, ledger, result, limit, task_outputs=None):
 class _Counted:
     """The reference noise a property runs, each example counted on the progress line (paritygate.common.progress)."""
 
-    def __init__(self, noise, shown, kernel_order=False):
-        self.noise, self.shown, self.kernel_order = noise, shown, kernel_order
+    def __init__(self, noise, shown):
+        self.noise, self.shown = noise, shown
 
     def profile(self, feed):
         self.shown.advance()
-        return self.noise.profile(feed, self.kernel_order)
+        return self.noise.profile(feed)
 
 
 @contextmanager

@@ -12,6 +12,13 @@ exceeds the check's own limit, the reference is unstable on that input: a findin
 (kind ``reference_unstable``, in the check's result) with the numbers and a reproducer, not a
 candidate failure.
 
+The whole batch and its repeat run for every input; each element alone and the other kernel order run for an input
+only where a check would fail without them (``ReferenceRuns.complete``, called by the checks: properties, plans,
+task_rows). Another configuration only ever widens a floor or a cap (a spread is a maximum over configurations), so
+a check that passes without them passes with them, and one that fails is judged again with them: every verdict is
+the one all configurations give. Running them for every input was 211 of ResNet50's 390 TensorFlow rows (issue 37).
+Where the candidate passed without them, the ``reference_unstable`` finding was not looked for.
+
 Reference runs are cached per feed (and batch-1 runs per row) for the whole session: the three property
 checks and every precision share them. One more configuration is run only where a check would otherwise fail:
 the input moved by its own resolution (``resolution_step``; what it excuses and why: paritygate.judge.conditioning).
@@ -43,7 +50,7 @@ K_REFERENCE = 2.0
 # ResNet50's gate (its main thread under py-spy, issue 37).
 REPEAT_FIRST = 3
 CONFIGURATION = "kernel_order"  # TensorFlow's other kernel order, as judge.kernel_order names it
-NOISE = Memo("noise", key=ModelKey, close=lambda noise: noise.close())  # the model's ReferenceNoise: released when done
+NOISE = Memo("noise", key=ModelKey, close=lambda noise: None)  # the model's ReferenceNoise: released when done
 
 
 def reference_noise(ctx, spec):
@@ -68,28 +75,30 @@ class ReferenceNoise:
         self.alternate_error = None
         self.feeds = {}
         self.singles = {}  # row digest -> outputs of that row alone (batch 1)
-        self._ahead = None  # the thread that asks the other kernel order's process while TensorFlow runs here
         self.repeats, self.repeat_moved = {}, False  # feeds run twice per input shape; whether any run moved
 
-    def profile(self, feed, kernel_order=False):
+    def profile(self, feed):
         """The feed's ``ReferenceRuns`` (the method keeps its name: the derandomized ``ci`` draws of the property
-        checks hash the source of their Hypothesis test function, which calls it). ``kernel_order``: the check
-        will ask for TensorFlow's other kernel order (FP32 parity and its bounds): its process starts on the feed
-        at once, on the other core, while this process runs the feed's own configurations (``_order_ahead``)."""
+        checks hash the source of their Hypothesis test function, which calls it): the whole batch and its repeat
+        run now, each row alone and the other kernel order when a check asks (``ReferenceRuns.complete``)."""
         key = digest(feed)
         if key not in self.feeds:
             arrays = dict(feed)
-            other = self._order_ahead(arrays) if kernel_order and self.alternate is not None else None
             outputs = _numpy(self.runner.infer(arrays))
             configs = self._repeat(arrays, outputs)
             n = len(next(iter(arrays.values())))
-            if n > 1:
-                rows = [self._single({k: v[i:i + 1] for k, v in arrays.items()}) for i in range(n)]
-                configs["batch1"] = {k: np.concatenate([r[k] for r in rows]) for k in outputs}
+            alone = (lambda: self._alone(arrays, outputs)) if n > 1 else None
             stepped = resolution_step(self.spec, arrays) if self.spec is not None else None
             moved = (lambda: _numpy(self.runner.infer(stepped))) if stepped is not None else None
-            self.feeds[key] = ReferenceRuns(outputs, configs, key, other or (lambda: self._other_order(arrays)), moved)
+            other = (lambda: self._other_order(arrays)) if self.alternate is not None else None
+            self.feeds[key] = ReferenceRuns(outputs, configs, key, other, moved, alone)
         return self.feeds[key]
+
+    def _alone(self, arrays, outputs):
+        """Each row of ``arrays`` run alone (batch 1), stacked."""
+        n = len(next(iter(arrays.values())))
+        rows = [self._single({k: v[i:i + 1] for k, v in arrays.items()}) for i in range(n)]
+        return {k: np.concatenate([r[k] for r in rows]) for k in outputs}
 
     def _repeat(self, arrays, outputs):
         """{"repeat": the feed run again} while the reference's repeat is open (``REPEAT_FIRST``), else {}."""
@@ -103,23 +112,9 @@ class ReferenceNoise:
             np.max(_difference(outputs[k], repeat[k]), initial=0.0) > 0 for k in outputs)
         return {"repeat": repeat}
 
-    def _order_ahead(self, arrays):
-        """The other kernel order's run of ``arrays`` started now in a thread of its own (the child process computes
-        it while this one runs TensorFlow: on two cores, measured on ResNet50, issue 37); returns what waits for it."""
-        if self._ahead is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="paritygate-kernel-order")
-        return self._ahead.submit(self._other_order, arrays).result
-
-    def close(self):
-        if self._ahead is not None:
-            self._ahead.shutdown(wait=True)
-            self._ahead = None
-
     def _other_order(self, arrays):
         """The feed under TensorFlow's other kernel order, or None where it cannot run (then the policy alone judges,
-        judge.kernel_order): run only when a check asks for it (FP32 parity), not for every feed of every check."""
+        judge.kernel_order): run only when an FP32 check asks for it (``ReferenceRuns.complete``)."""
         if self.alternate is None:
             return None
         try:
@@ -166,22 +161,44 @@ def resolution_step(spec, feed):
     return out if moved else None
 
 
+class Incomplete(Exception):
+    """Raised by a check that would fail on the reference's configurations run so far while others are left
+    (``ReferenceRuns.pending``): ``properties.completing`` runs them and judges the input again."""
+
+
 class ReferenceRuns:
     """One feed's reference outputs (the whole batch, as compared) and its other configurations. (A ``Profile``
     is something else: a latency measurement setting, ``paritygate.latency.harness.Profile``.)"""
 
-    def __init__(self, outputs, configs, digest, other_order=None, stepped=None):
+    def __init__(self, outputs, configs, digest, other_order=None, stepped=None, alone=None):
         self.outputs, self.configs, self.digest = outputs, configs, digest
         self._step, self._stepped = stepped, None  # the run on the input moved by its resolution, and its outputs
-        self._other_order = other_order  # () -> outputs under the other kernel order, or None: run on first ask
+        # () -> outputs, run on the first ask (``complete``): each row alone, TensorFlow's other kernel order
+        self._later = {k: f for k, f in (("batch1", alone), (CONFIGURATION, other_order)) if f is not None}
+
+    def pending(self, kernel_order=False):
+        """Whether ``complete(kernel_order)`` would run a configuration not run yet."""
+        return "batch1" in self._later or (kernel_order and CONFIGURATION in self._later)
+
+    def complete(self, kernel_order=False):
+        """Run the configurations left for a check that would fail without them (module doc): each row alone and,
+        with ``kernel_order`` (FP32 parity and its bounds, judge.kernel_order), TensorFlow's other kernel order.
+        Returns whether one ran."""
+        names = ["batch1"] + ([CONFIGURATION] if kernel_order else [])
+        ran = False
+        for name in names:
+            run = self._later.pop(name, None)
+            outputs = run() if run is not None else None
+            if outputs is not None:
+                self.configs[name], ran = outputs, True
+        return ran
 
     def with_kernel_order(self):
-        """The configurations with TensorFlow's other kernel order among them, run now when it was not yet (only
-        FP32 parity asks: judge.kernel_order)."""
-        if self._other_order is not None:
-            other, self._other_order = self._other_order(), None
-            if other is not None:
-                self.configs[CONFIGURATION] = other
+        """The configurations with TensorFlow's other kernel order among them, run now when it was not yet."""
+        run = self._later.pop(CONFIGURATION, None)
+        other = run() if run is not None else None
+        if other is not None:
+            self.configs[CONFIGURATION] = other
         return self.configs
 
     def conditioning(self):
@@ -192,20 +209,20 @@ class ReferenceRuns:
             self._stepped, self._step = self._step(), None
         return self._stepped
 
-    def _configs(self, kernel_order, conditioned):
-        """The configurations ``spread`` and ``cosine_floors`` look at: the other kernel order run when asked, the
-        input moved by its resolution added when ``conditioned``."""
-        configs = dict(self.with_kernel_order() if kernel_order else self.configs)
+    def _configs(self, conditioned):
+        """The configurations ``spread`` and ``cosine_floors`` look at: those run so far (``complete`` runs the
+        rest), the input moved by its resolution added when ``conditioned``."""
+        configs = dict(self.configs)
         if conditioned and self.conditioning() is not None:
             configs[RESOLUTION] = self.conditioning()
         return configs
 
     def spread(self, which=None, kernel_order=False, conditioned=False):
-        """Per output: max |configuration - outputs| over ``which`` configurations (default all but TensorFlow's
-        other kernel order, which ``kernel_order`` adds: FP32 parity's, judge.kernel_order; ``conditioned`` adds the
-        input moved by its resolution, measuring it) and over each input's (batch row's) elements, broadcast to the
-        output's shape."""
-        configs = self._configs(kernel_order or which == CONFIGURATION, conditioned)
+        """Per output: max |configuration - outputs| over ``which`` configurations (default all run so far but
+        TensorFlow's other kernel order, which ``kernel_order`` adds: FP32 parity's, judge.kernel_order;
+        ``conditioned`` adds the input moved by its resolution, measuring it) and over each input's (batch row's)
+        elements, broadcast to the output's shape."""
+        configs = self._configs(conditioned)
         names = [which] if which else [c for c in configs if kernel_order or c != CONFIGURATION]
         out = {}
         for k, ref in self.outputs.items():
@@ -223,7 +240,7 @@ class ReferenceRuns:
     def cosine_floors(self, k, kernel_order=False, conditioned=False):
         """Per output: 1 - k * (1 - the reference's lowest cosine with itself over its configurations, as
         ``spread`` picks them)."""
-        floors, configs = {}, self._configs(kernel_order, conditioned)
+        floors, configs = {}, self._configs(conditioned)
         for name, ref in self.outputs.items():
             cosines = [_cosine(ref, c[name]) for n, c in configs.items() if kernel_order or n != CONFIGURATION]
             floors[name] = 1.0 - k * (1.0 - min(cosines, default=1.0))
@@ -267,6 +284,17 @@ class Ledger:
         self.profiles = []  # each distinct input's ReferenceRuns, in order
         self.limits = {}  # digest -> {output: the per-element limit the check applied} (``applied``)
         self.near_bound = 0  # distinct inputs with a float element just inside a bound (inputs.sampling)
+
+    def mark(self):
+        """What ``rollback`` restores: the comparisons, limits and findings recorded so far."""
+        return (dict(self.worst), dict(self.last_worst), {k: dict(v) for k, v in self.limits.items()},
+                len(self.unstable), len(self.ill_conditioned))
+
+    def rollback(self, mark):
+        """Forget what a check recorded since ``mark``: it is judged again (ReferenceRuns.complete)."""
+        worst, last, limits, unstable, ill = mark
+        self.worst, self.last_worst, self.limits = worst, last, limits
+        del self.unstable[unstable:], self.ill_conditioned[ill:]
 
     def add(self, feed, profile, near_bound=False):
         if not self.counts(feed):
@@ -345,9 +373,10 @@ class Ledger:
             result.details["note"] = (f"{self.examples} examples run (corner and input-set batches included; "
                                       f"{self.near_bound} of {len(self.seen)} distinct inputs just inside a bound); "
                                       "statistics of the worst example per output")
-        other_order = any(CONFIGURATION in p.configs for p in self.profiles)  # FP32 parity ran it (judge.kernel_order)
-        configurations = ["batch", "repeat", "batch1"] + ([CONFIGURATION] if other_order else [])
-        result.details["reference_noise"] = {"k": K_REFERENCE, "configurations": configurations,
+        later = {c: sum(c in p.configs for p in self.profiles) for c in ("batch1", CONFIGURATION)}
+        result.details["reference_noise"] = {"k": K_REFERENCE, "configurations": ["batch", "repeat"],
+                                             "run_where_needed": {**{c: n for c, n in later.items() if n},
+                                                                  "of_inputs": len(self.profiles)},
                                              "unstable_inputs": len(self.unstable),
                                              "ill_conditioned_inputs": len(self.ill_conditioned)}
 

@@ -33,9 +33,11 @@ class TaskRows:
         self.rows = defaultdict(list)  # source -> [(inputs, ref outputs, cand outputs, noise)], one row each
         self.seen = set()
 
-    def add(self, feed, ref, cand, noise=None):
+    def add(self, feed, ref, cand, noise=None, complete=None):
         """``noise``: output -> the reference's K-scaled spread on ``feed`` where measured (its ties,
-        ``comparator.task.tie_rows``); rows without it count no noise."""
+        ``comparator.task.tie_rows``); rows without it count no noise. ``complete``: () -> that noise over every
+        configuration of the reference (``reference_noise.ReferenceRuns.complete``), asked only where a source
+        fails with ``noise`` (``judge``)."""
         noise = noise or {}
         sources = getattr(feed, "sources", None) or []
         for i, source in enumerate(sources):
@@ -49,7 +51,16 @@ class TaskRows:
             self.rows[source].append((row, {k: v[i:i + 1] for k, v in ref.items()},
                                       {k: v[i:i + 1] for k, v in cand.items()},
                                       {k: np.broadcast_to(noise[k], np.shape(v))[i:i + 1] if k in noise
-                                       else np.zeros((1,) + np.shape(v)[1:]) for k, v in ref.items()}))
+                                       else np.zeros((1,) + np.shape(v)[1:]) for k, v in ref.items()},
+                                      None if complete is None else (complete, i)))
+
+    def mark(self):
+        return {s: len(r) for s, r in self.rows.items()}, set(self.seen)
+
+    def rollback(self, mark):
+        counts, self.seen = mark
+        for source in list(self.rows):
+            del self.rows[source][counts.get(source, 0):]
 
     def sweep(self, pool, reference, candidate):
         """Every row of ``pool`` as is, in batches of max_batch through both runners."""
@@ -64,10 +75,14 @@ class TaskRows:
         """(metric per source, failure lines, the inputs of the rows that failed) over the collected rows."""
         by_source, failures, failing = {}, [], []
         for source, rows in sorted(self.rows.items()):
+            if not rows:
+                continue
             ref = {k: np.concatenate([r[1][k] for r in rows]) for k in rows[0][1]}
             cand = {k: np.concatenate([r[2][k] for r in rows]) for k in rows[0][2]}
-            noise = {k: np.concatenate([r[3][k] for r in rows]) for k in rows[0][3]}
-            metric = task_metrics(self.spec, self.precision, ref, cand, noise=noise)
+            metric = self._metric(rows, ref, cand)
+            if not metric["passed"] and any(r[4] is not None for r in rows):  # the reference's noise, complete
+                rows[:] = [_completed(r) for r in rows]
+                metric = self._metric(rows, ref, cand)
             by_source[source] = {k: v for k, v in metric.items() if k not in ("per_output",)}
             if not metric["passed"]:
                 failures.append(f"{self.spec.name} {self.precision}: task metric on the {len(rows)} '{source}' "
@@ -75,6 +90,20 @@ class TaskRows:
                 failing += [rows[i][0] for i in _failing_rows(metric)]
         inputs = {k: np.concatenate([r[k] for r in failing]) for k in failing[0]} if failing else None
         return by_source, failures, inputs
+
+
+    def _metric(self, rows, ref, cand):
+        noise = {k: np.concatenate([r[3][k] for r in rows]) for k in rows[0][3]}
+        return task_metrics(self.spec, self.precision, ref, cand, noise=noise)
+
+
+def _completed(row):
+    """``row`` with its noise over every configuration of the reference (``add``'s ``complete``)."""
+    if row[4] is None:
+        return row
+    complete, i = row[4]
+    noise = complete()
+    return (*row[:3], {k: np.asarray(noise[k])[i:i + 1] if k in noise else v for k, v in row[3].items()}, None)
 
 
 class _Feed(dict):
