@@ -65,28 +65,24 @@ def test_the_run_context_ends_the_child_it_started_when_it_closes(toy_saved_mode
 
 
 @pytest.mark.tf
-def test_a_cold_run_starts_the_child_ahead_and_a_warm_or_reduced_precision_one_does_not(toy_saved_model, tmp_path,
-                                                                                          monkeypatch):
-    """``start_ahead``: where the cache has never seen this order, the child starts before any check needs it and
-    without waiting for it (``activate`` waits, in the check that asks), one for the models over one reference; a
-    warm cache or a model judged below FP32 starts none (a warm rerun may need no child at all)."""
+def test_the_child_starts_on_first_need_one_for_the_models_over_one_reference(toy_saved_model, tmp_path, monkeypatch):
+    """The second order's child starts only when a check asks it to run an input (judge.reference_noise: where a
+    comparison fails without it), one for the models over one reference; a warm rerun reads the cache and starts
+    none."""
     pytest.importorskip("tensorflow")
-    from paritygate.backend.kernel_order import KERNEL_ORDERS, alternate_reference, start_ahead
+    from paritygate.backend.kernel_order import alternate_reference
     from paritygate.context import RunContext
     from tests.conftest import toy_spec
 
     monkeypatch.setenv("PARITYGATE_CACHE", str(tmp_path / "cache"))
     spec, x = toy_spec(toy_saved_model), np.linspace(-1, 1, 4, dtype=np.float32).reshape(-1, 1)
     twin = toy_spec(toy_saved_model, name="twin")  # another candidate of the same reference: the same child
-    for ctx, started in ((RunContext(reference_cache=True), True), (RunContext(reference_cache=True), False)):
+    for ctx, cold in ((RunContext(reference_cache=True), True), (RunContext(reference_cache=True), False)):
         try:
-            assert start_ahead(ctx, [spec, twin]) == (["toy", "twin"] if started else [])
             alternate = alternate_reference(ctx, spec)
             assert alternate_reference(ctx, twin).process is alternate.process
-            assert (alternate.process._child is not None) is started and not alternate.process.is_active
+            assert alternate.process._child is None, "nothing asked yet: no child"
             np.testing.assert_array_equal(alternate.infer({"x": x})["y"], 5 * x)  # the cold run records it
-            assert (alternate.process._child is not None) is started, "warm: served from the cache, no child"
+            assert (alternate.process._child is not None) is cold, "warm: served from the cache, no child"
         finally:
             ctx.close()
-    reduced = RunContext(reference_cache=True)
-    assert start_ahead(reduced, [toy_spec(toy_saved_model, precisions=("fp16",))]) == [] and not KERNEL_ORDERS.values(reduced)

@@ -63,15 +63,12 @@ def test_the_runs_made_while_converting_are_the_ones_the_first_checks_read(cache
     compute nothing but the repeats it leaves to them; each row alone and the other kernel order are left to the
     checks that need them (reference_noise.ReferenceRuns.complete)."""
     from paritygate.inputs.strategies import corner_feeds, input_pool, pool_feeds
-    from paritygate.judge import kernel_order
     from paritygate.judge.converting import reference_runs
-    from paritygate.judge.parity import reference_set
     from paritygate.judge.reference_noise import reference_noise
 
     ctx, spec, stats = cached_run
     assert sum(1 for _ in reference_runs(ctx, spec)) > 0
     made = stats["computed"]
-    kernel_order.floors(ctx, spec, "fp32", reference_set(ctx, spec).groups)
     noise = reference_noise(ctx, spec)
     feeds = corner_feeds(spec) + pool_feeds(spec, input_pool(ctx, spec))
     profiles = [noise.profile(feed) for feed in feeds]

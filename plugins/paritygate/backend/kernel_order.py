@@ -8,8 +8,8 @@ TensorFlow from ONNX Runtime on another CPU (``paritygate.judge.reference_noise.
 
 The variable is read once, when TensorFlow loads, so the second order runs in a child process
 (``backend.tf.process``) started on first need, behind the reference-output cache (its key names the setting),
-so a warm rerun starts no child. A serial run whose cache has never seen the second order starts each model's child
-before the checks (``start_ahead``), so TensorFlow loads there while this process works.
+so a warm rerun starts no child, and a run whose checks never need it (a candidate within the policy without the
+widening, judge.reference_noise) starts none either.
 """
 
 import os
@@ -73,13 +73,13 @@ def alternate_reference(ctx, spec):
     return KERNEL_ORDERS.get(ctx, ModelKey(spec.name), lambda: _wrap(ctx, spec, *_second_order(ctx, spec)))
 
 
-def _second_order(ctx, spec, pending=()):
+def _second_order(ctx, spec):
     """(the runner checks ask: the child behind the reference-output cache, or the child itself; the child; its
     setting); nothing started. Models over one reference and signature (a config's candidates of one model) share
-    one child: that of a model in ``KERNEL_ORDERS`` or in ``pending`` (such triples), when there is one."""
+    one child: that of a model in ``KERNEL_ORDERS``, when there is one."""
     from paritygate.backend.tf.process import TfProcessRunner
 
-    for runner, process, setting in [(k.runner, k.process, k.setting) for k in KERNEL_ORDERS.values(ctx)] + list(pending):
+    for runner, process, setting in [(k.runner, k.process, k.setting) for k in KERNEL_ORDERS.values(ctx)]:
         if process.path == Path(spec.reference) and process.signature == spec.signature:
             return runner, process, setting
     setting = alternate_setting()
@@ -95,28 +95,3 @@ def _second_order(ctx, spec, pending=()):
 
 def _wrap(ctx, spec, runner, process, setting):
     return AlternateReference(runner, reference_runner(ctx, spec).casts, process, setting)
-
-
-def start_ahead(ctx, specs):
-    """Start the second order's child of each of ``specs`` now, where its checks will surely need it: the model is
-    judged at fp32 and the reference-output cache holds nothing of this order yet (a cold run), or there is no
-    cache. Each child then imports TensorFlow and loads its model on a core a serial run leaves idle, all at once,
-    instead of one after another on first need, in a check that waits. Returns the names of the models started."""
-    started = []
-    for spec in specs:
-        if "fp32" not in spec.precisions or KERNEL_ORDERS.peek(ctx, ModelKey(spec.name)) is not None:
-            continue
-        runner, process, setting = _second_order(ctx, spec, [s[1:] for s in started])
-        try:
-            if getattr(runner, "has_metadata", lambda: False)():  # a CachedReference: nothing is loaded
-                continue  # warm: its outputs are likely cached, and no child may be needed at all
-        except OSError:
-            continue  # an unreadable reference: the check that needs it reports it
-        process.start()
-        started.append((spec, runner, process, setting))
-    for spec, runner, process, setting in started:  # each loads the reference here, as validation would next
-        try:
-            KERNEL_ORDERS.put(ctx, ModelKey(spec.name), _wrap(ctx, spec, runner, process, setting))
-        except SuiteError:
-            process.close()  # the reference does not load: the validation pass reports it
-    return [spec.name for spec, *_ in started if KERNEL_ORDERS.peek(ctx, ModelKey(spec.name)) is not None]

@@ -5,7 +5,8 @@ A cold serial run validates each model while tf2onnx converts its reference in a
 core idle: 6 of ResNet50's first 22 s. ``reference_runs(ctx, spec)`` makes, meanwhile, the reference's runs the model's
 first checks will ask for, one at a time (the caller stops between two when the conversion is done):
 
-- the reference set's batches (``matches_reference``), under TensorFlow's other kernel order too (``kernel_order``);
+- the reference set's batches (``matches_reference``; TensorFlow's other kernel order runs only where a check needs
+  it, ``kernel_order``);
 - ``property_parity``'s explicit examples (``inputs.strategies``: the corner batches, one batch of each input set):
   the whole batch (each row alone and the other kernel order run only where a check needs them,
   ``reference_noise``).
@@ -37,19 +38,17 @@ def reference_runs(ctx, spec):
 
 
 def _plan(ctx, spec):
-    """[(the reference or the other kernel order's, a batch)], in the order the checks ask for them."""
-    from paritygate.backend.kernel_order import alternate_reference
+    """[(the reference, a batch)], in the order the checks ask for them."""
     from paritygate.backend.runtimes import reference_runner
     from paritygate.common.digest import digest
     from paritygate.inputs.strategies import corner_feeds, input_pool, pool_feeds
     from paritygate.judge.parity import reference_set
 
     reference = reference_runner(ctx, spec)
-    both = [reference] + ([alternate_reference(ctx, spec)] if "fp32" in spec.precisions else [])
     step, jobs = spec.max_batch, []
     for g in reference_set(ctx, spec).groups:
         for i in range(0, len(next(iter(g.inputs.values()))), step):
-            jobs += [(runner, {k: v[i:i + step] for k, v in g.inputs.items()}) for runner in both]
+            jobs.append((reference, {k: v[i:i + step] for k, v in g.inputs.items()}))
     for feed in corner_feeds(spec) + pool_feeds(spec, input_pool(ctx, spec)):  # what every property runs first
         jobs.append((reference, dict(feed)))
     return list({(id(runner), digest(feed)): (runner, feed) for runner, feed in jobs}.values())  # each once

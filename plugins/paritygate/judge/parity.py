@@ -112,18 +112,21 @@ class _Floors(list):
 
 
 def _judge_groups(ctx, spec, resolved, precision, groups):
-    """(a CheckResult per group, their ``_Floors``, ill_conditioned entries): each group compared with the policy,
-    at FP32 raised to K x TensorFlow's second kernel order's spread; a failing group judged again with the floor
-    raised to K x the reference's move under one step of its input's resolution (judge.conditioning)."""
+    """(a CheckResult per group, their ``_Floors``, ill_conditioned entries): each group compared with the policy;
+    a failing group at FP32 judged again with it raised to K x TensorFlow's second kernel order's spread (run only
+    then: it only widens, judge.reference_noise), and where that fails too, with the floor raised to K x the
+    reference's move under one step of its input's resolution (judge.conditioning)."""
     from paritygate.inputs.strategies import Feed
 
     runner = runs.once(ctx, spec, precision)  # its runs of these batches serve property_parity's sweep (judge.runs)
     floors = _Floors()
-    base, floors.order = kernel_order.floors(ctx, spec, precision, groups)  # FP32: the reference's own order spread
     results, found = [], []
-    for g, f in zip(groups, base):
+    for g in groups:
         cand = run_batched(runner, g.inputs, spec.max_batch)
-        result = compare(resolved, precision, g.outputs, cand, g.labels, floors=f)
+        result, f = compare(resolved, precision, g.outputs, cand, g.labels), None
+        if not result.passed and kernel_order.applies(precision):  # FP32: the reference's own order spread
+            (f,), floors.order = kernel_order.floors(ctx, spec, precision, [g])
+            result = compare(resolved, precision, g.outputs, cand, g.labels, floors=f)
         moved = None if result.passed else conditioning.measured(
             spec, g.inputs, lambda feed: run_batched(reference_runner(ctx, spec), feed, spec.max_batch))
         if moved is not None and moved.conditioning() is not None:

@@ -86,16 +86,9 @@ class ModelValidation:
 def validate_models(ctx, models, config_path, ahead=()):
     """Validate every model of the config at ``config_path`` with the run's context; returns {"config",
     "models": {name: {...}}, "problems": [lines]} (the report's ``validation`` entry). ``ahead``: the models whose
-    fp32 checks a serial run selected; their second kernel order's TensorFlow starts loading in its own process
-    while this one validates (``backend.kernel_order.start_ahead``), and their validation makes the reference's
-    first runs while it waits for their conversion (``judge.converting``). tf2onnx's conversions run meanwhile
-    (``judge.converting.Conversions``)."""
+    fp32 checks a serial run selected; their validation makes the reference's first runs while it waits for their
+    conversion (``judge.converting``). tf2onnx's conversions run meanwhile (``judge.converting.Conversions``)."""
     with converting.Conversions(models) as conversions:
-        if ahead:
-            from paritygate.backend.kernel_order import start_ahead
-
-            start_ahead(ctx, [spec for spec in models if spec.name in ahead])
-
         def converted(spec):
             conversions.wait(spec, converting.reference_runs(ctx, spec) if spec.name in ahead else ())
 

@@ -6,7 +6,7 @@ precision's candidate would stay loaded from the first module to the last. ``run
 then precision, in the places they held; ``releases`` says after which check the run is done with a model x
 precision (then with the model); ``Around`` wraps each test: its time, a progress step for a check over a model, and
 after it the release and the freed pages given back. A serial run also starts, before its checks, what they will
-need later: the second kernel order's TensorFlow (``ahead_of``) and the fp16 and int8 builds (``built_ahead``)."""
+need later: the reference's first runs (``ahead_of``) and the fp16 and int8 builds (``built_ahead``)."""
 
 import os
 from contextlib import contextmanager, nullcontext
@@ -91,9 +91,9 @@ class Around:
 
 
 def ahead_of(items, context):
-    """The models whose fp32 checks a serial run without latency selected among ``items``: their second kernel
-    order's TensorFlow starts loading during validation (``backend.kernel_order.start_ahead``). None on an xdist
-    worker, whose siblings keep the cores busy already."""
+    """The models whose fp32 checks a serial run without latency selected among ``items``: their reference's first
+    runs are made while their conversion runs (``judge.converting``). None on an xdist worker, whose siblings keep
+    the cores busy already."""
     if not _serial(context):
         return ()
     return {case_of(i)[0] for i in items if case_of(i)[1] == "fp32" and i.originalname != "test_engine_builds"}
