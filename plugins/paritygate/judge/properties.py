@@ -177,21 +177,15 @@ def invariance_check(spec, precision, candidate, ledger, computed=None):
 
 def _invariance_pairs(spec, candidate, feed, alone_of, key=None):
     """[(element, label, its outputs alone, its outputs in the batch)]: each element of ``feed`` alone (``alone_of``
-    a row, cached by the caller) against itself in the whole batch (``key``: ``feed``'s digest) and moved within it
-    (other companions at another position)."""
+    a row, cached by the caller: batch 1, position 0, no companions) against itself in the whole batch (``key``:
+    ``feed``'s digest: batch n, position i, its companions). That one comparison sees a dependence on the batch size,
+    the position and the companions at once. (Before issue 37 the batch also ran again rolled by one position: a
+    second position per element at the same size, which each element alone already differs from in all three; it
+    was a third of the check's candidate rows on ResNet50, and no defect of tests/test_defects.py needed it.)"""
     together = _identity(spec, candidate.infer(feed, key))
     n = len(next(iter(feed.values())))
-    order = np.roll(np.arange(n), 1)
-    moved_feed = {k: v[order] for k, v in feed.items()}
-    same = all(np.array_equal(moved_feed[k], v) for k, v in feed.items())  # identical rows (a corner): no new batch
-    shuffled = together if same else _identity(spec, candidate.infer(moved_feed))
-    pairs = []
-    for i in range(n):
-        alone = alone_of({k: v[i:i + 1] for k, v in feed.items()})
-        moved = int(np.flatnonzero(order == i)[0])
-        pairs += [(i, f"element {i} of a batch of {n}", alone, {k: v[i:i + 1] for k, v in together.items()}),
-                  (i, f"element {i} moved within the batch", alone, {k: v[moved:moved + 1] for k, v in shuffled.items()})]
-    return pairs
+    return [(i, f"element {i} of a batch of {n}", alone_of({k: v[i:i + 1] for k, v in feed.items()}),
+             {k: v[i:i + 1] for k, v in together.items()}) for i in range(n)]
 
 
 def batch_invariance(ctx, spec, precision, result=None):
