@@ -59,9 +59,9 @@ def cached_run(tmp_path, monkeypatch, toy_saved_model):
 
 def test_the_runs_made_while_converting_are_the_ones_the_first_checks_read(cached_run):
     """Every run ``reference_runs`` makes is one ``property_parity``'s explicit examples and ``matches_reference``
-    then read from the cache: after it, their profiles (the whole batch) and the reference set's kernel-order floors
-    compute nothing but the repeats it leaves to them; each row alone and the other kernel order are left to the
-    checks that need them (reference_noise.ReferenceRuns.complete)."""
+    then read from the cache: after it, their profiles (the whole batch) compute nothing but the repeats it leaves to
+    them; each row alone and the other kernel order are left to the checks that need them
+    (reference_noise.ReferenceRuns.complete)."""
     from paritygate.inputs.strategies import corner_feeds, input_pool, pool_feeds
     from paritygate.judge.converting import reference_runs
     from paritygate.judge.reference_noise import reference_noise

@@ -44,14 +44,12 @@ def _plan(ctx, spec):
     from paritygate.inputs.strategies import corner_feeds, input_pool, pool_feeds
     from paritygate.judge.parity import reference_set
 
-    reference = reference_runner(ctx, spec)
-    step, jobs = spec.max_batch, []
+    step, feeds = spec.max_batch, []
     for g in reference_set(ctx, spec).groups:
-        for i in range(0, len(next(iter(g.inputs.values()))), step):
-            jobs.append((reference, {k: v[i:i + step] for k, v in g.inputs.items()}))
-    for feed in corner_feeds(spec) + pool_feeds(spec, input_pool(ctx, spec)):  # what every property runs first
-        jobs.append((reference, dict(feed)))
-    return list({(id(runner), digest(feed)): (runner, feed) for runner, feed in jobs}.values())  # each once
+        feeds += [{k: v[i:i + step] for k, v in g.inputs.items()} for i in range(0, len(next(iter(g.inputs.values()))), step)]
+    feeds += [dict(feed) for feed in corner_feeds(spec) + pool_feeds(spec, input_pool(ctx, spec))]  # every property's first
+    reference = reference_runner(ctx, spec)
+    return [(reference, feed) for feed in {digest(feed): feed for feed in feeds}.values()]  # each once
 
 
 class Conversions:

@@ -13,6 +13,7 @@ reference has with itself. A check whose reference outputs carry no information 
 """
 
 from contextlib import contextmanager
+from functools import cache
 
 import numpy as np
 
@@ -62,7 +63,7 @@ def parity_check(spec, precision, candidate, ledger, task_rows=None):
                 spec, precision, profile.outputs, cand, compare_task=False, floors=floors,
                 cosine_floors=profile.cosine_floors(K_REFERENCE, order, conditioned=True))
         if task_rows is not None:  # in-distribution rows: judged with the task metric too (paritygate.judge.task_rows)
-            task_rows.add(feed, profile.outputs, cand, floors, lambda: _completed_floors(profile, order))
+            task_rows.add(feed, profile.outputs, cand, floors, cache(lambda: _completed_floors(profile, order)))
         ledger.applied(profile, {k: np.maximum(limit(k, ref), floors[k]) for k, ref in profile.outputs.items()})
         ledger.keep_worst(outputs)
         ledger.note_unstable(feed, profile, limit)

@@ -193,14 +193,6 @@ class ReferenceRuns:
                 self.configs[name], ran = outputs, True
         return ran
 
-    def with_kernel_order(self):
-        """The configurations with TensorFlow's other kernel order among them, run now when it was not yet."""
-        run = self._later.pop(CONFIGURATION, None)
-        other = run() if run is not None else None
-        if other is not None:
-            self.configs[CONFIGURATION] = other
-        return self.configs
-
     def conditioning(self):
         """The reference's outputs on the input moved by one step of its resolution (``resolution_step``), run on
         the first call, once per input; None where no input is a float. Kept apart from ``configs``: a check asks

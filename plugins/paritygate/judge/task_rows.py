@@ -91,7 +91,6 @@ class TaskRows:
         inputs = {k: np.concatenate([r[k] for r in failing]) for k in failing[0]} if failing else None
         return by_source, failures, inputs
 
-
     def _metric(self, rows, ref, cand):
         noise = {k: np.concatenate([r[3][k] for r in rows]) for k in rows[0][3]}
         return task_metrics(self.spec, self.precision, ref, cand, noise=noise)
